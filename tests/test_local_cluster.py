@@ -27,7 +27,7 @@ def test_second_cluster_runs_beside_the_first_and_stops_cleanly(flink_cluster: L
         assert status["overview"]["flink-version"] == "2.3.0"
         for folder in ("conf", "log", "pid", "tmp"):
             assert (tmp_path / "second" / folder).is_dir()
-        assert "rest.port: %d" % status["rest_port"] in (tmp_path / "second" / "conf" / "config.yaml").read_text()
+        assert f"rest.port: {status['rest_port']}" in (tmp_path / "second" / "conf" / "config.yaml").read_text()
         # starting again is a no-op on a running cluster
         assert second.start().status()["pids"] == status["pids"]
         pids = list(status["pids"].values())

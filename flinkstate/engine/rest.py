@@ -105,15 +105,15 @@ class CheckpointStats:
 class JobException:
     """One entry of a job's exception history."""
 
+    #: The exception's class name, e.g. ``org.apache.flink.util.StateMigrationException``.
     name: str
-    message: str
     stacktrace: str
     timestamp: int
     task_name: str | None
 
     @property
     def summary(self) -> str:
-        return summarize_java_error(self.stacktrace) if self.stacktrace else f"{self.name}: {self.message}"
+        return summarize_java_error(self.stacktrace) if self.stacktrace else self.name
 
 
 class FlinkRestClient:
@@ -258,7 +258,8 @@ class FlinkRestClient:
             raise FlinkRestError(f"no running job named {name!r} on {self.base_url}")
         if len(jobs) > 1:
             ids = ", ".join(j["jid"] for j in jobs)
-            raise FlinkRestError(f"{len(jobs)} running jobs are named {name!r} on {self.base_url} ({ids}): name one by id")
+            raise FlinkRestError(
+                f"{len(jobs)} running jobs are named {name!r} on {self.base_url} ({ids}): name one by id")
         return jobs[0]["jid"]
 
     def job(self, job_id: str) -> dict[str, Any]:
@@ -275,7 +276,6 @@ class FlinkRestClient:
         result = [
             JobException(
                 name=str(e.get("exceptionName", "")),
-                message=str(e.get("exceptionName", "")),
                 stacktrace=str(e.get("stacktrace", "")),
                 timestamp=int(e.get("timestamp", 0)),
                 task_name=e.get("taskName"),
@@ -283,7 +283,7 @@ class FlinkRestClient:
             for e in entries
         ]
         if not result and body.get("root-exception"):  # Flink 1.x also reports the root exception on its own
-            result.append(JobException(name="root-exception", message="", stacktrace=str(body["root-exception"]),
+            result.append(JobException(name="root-exception", stacktrace=str(body["root-exception"]),
                                        timestamp=int(body.get("timestamp") or 0), task_name=None))
         return result
 

@@ -1,0 +1,33 @@
+# The two commands a new user needs: `make demo` and `make test`. Both set up what they need first.
+.PHONY: setup demo test lint cluster-start cluster-stop cluster-status constraints clean
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	.venv/bin/python examples/demo.py
+
+test: setup
+	.venv/bin/pytest $(PYTEST_ARGS)
+
+lint: setup
+	.venv/bin/ruff check .
+
+# The demo's cluster (the demo leaves it running; these manage it by hand).
+CLUSTER_DIR ?= .work/demo/cluster
+cluster-start: setup
+	.venv/bin/flinkstate cluster start --work-dir $(CLUSTER_DIR)
+cluster-stop:
+	@if [ -x .venv/bin/flinkstate ]; then .venv/bin/flinkstate cluster stop --work-dir $(CLUSTER_DIR); fi
+cluster-status:
+	.venv/bin/flinkstate cluster status --work-dir $(CLUSTER_DIR)
+
+# Re-pin every transitive dependency from the current environments (after changing a requirements file).
+constraints:
+	( echo "# Full pins of the project environment, generated from a working .venv (make constraints)."; \
+	  .venv/bin/pip freeze --exclude-editable | grep -v '^flinkstate' ) > constraints.txt
+	( echo "# Full pins of the Flink runtime environment (make constraints)."; .venv-flink/bin/pip freeze ) \
+	  > constraints-flink.txt
+
+clean: cluster-stop
+	rm -rf .work examples/sample-job/build

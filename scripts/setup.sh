@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Sets up everything the demo and the tests need, idempotently; a re-run with nothing changed takes seconds.
+#   .venv        Airflow 3.3, the Spark provider, PySpark 4.3, fastavro, boto3, pytest, and flinkstate (editable)
+#   .venv-flink  Flink 2.3 from PyPI (apache-flink): the local cluster's distribution
+#   examples/sample-job/build/sample-job-v{1,2,3}.jar
+# Checks for Java 17+ first. Environment: PYTHON (default python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+logs=.work/setup
+mkdir -p "$logs"
+
+say() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+# --- Java 17+ (Flink runs on it; the sample jobs compile with javac)
+java_major() { "$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\)\(\.\([0-9]*\)\)\{0,1\}.*/\1 \3/p' | head -1 |
+               awk '{ print ($1 == 1 ? $2 : $1) }'; }
+command -v java >/dev/null || die "Java 17+ is required but 'java' is not on PATH (Debian: apt-get install openjdk-17-jdk-headless)"
+command -v javac >/dev/null || die "a JDK 17+ is required but 'javac' is not on PATH (Debian: apt-get install openjdk-17-jdk-headless)"
+major=$(java_major java)
+[ -n "$major" ] && [ "$major" -ge 17 ] || die "Java 17+ is required; 'java' is version ${major:-unknown}"
+
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found (set PYTHON to a Python 3.10+ interpreter)"
+
+# --- a virtual environment whose inputs are fingerprinted: rebuilt only when a requirements file changes
+fingerprint() { cat "$@" | sha256sum | cut -d' ' -f1; }
+
+setup_project_venv() {
+  local want; want=$(fingerprint requirements.txt constraints.txt pyproject.toml)
+  if [ -x .venv/bin/python ] && [ "$(cat .venv/.setup-fingerprint 2>/dev/null)" = "$want" ]; then
+    return 0
+  fi
+  say "installing the project environment in .venv (first time: a few minutes)"
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements.txt -c constraints.txt
+  # The pyspark-client trap: the Spark provider's pyspark-client overwrote pyspark's files; put pyspark back.
+  .venv/bin/python -m pip install -q --force-reinstall --no-deps "pyspark==4.3.0"
+  .venv/bin/python -m pip install -q --no-deps -e .
+  .venv/bin/python -c "import pyspark, airflow, flinkstate; from pyspark.sql import SparkSession" \
+    || die "the project environment is broken (pyspark, airflow or flinkstate does not import)"
+  echo "$want" > .venv/.setup-fingerprint
+}
+
+setup_flink_venv() {
+  local want; want=$(fingerprint requirements-flink.txt constraints-flink.txt)
+  if [ -x .venv-flink/bin/python ] && [ "$(cat .venv-flink/.setup-fingerprint 2>/dev/null)" = "$want" ]; then
+    return 0
+  fi
+  say "installing Flink 2.3 in .venv-flink (first time: about a minute)"
+  [ -x .venv-flink/bin/python ] || "$PYTHON" -m venv .venv-flink
+  .venv-flink/bin/python -m pip install -q --upgrade pip
+  .venv-flink/bin/python -m pip install -q -r requirements-flink.txt -c constraints-flink.txt
+  echo "$want" > .venv-flink/.setup-fingerprint
+}
+
+# The two environments are independent: install them side by side.
+setup_project_venv > "$logs/venv.log" 2>&1 & project=$!
+setup_flink_venv > "$logs/venv-flink.log" 2>&1 & flink=$!
+status=0
+wait $project || { status=1; cat "$logs/venv.log" >&2; say "the project environment failed (log above)"; }
+wait $flink || { status=1; cat "$logs/venv-flink.log" >&2; say "the Flink environment failed (log above)"; }
+[ $status -eq 0 ] || exit 1
+grep -h '^setup:' "$logs/venv.log" "$logs/venv-flink.log" || true
+
+flink_home=$(ls -d .venv-flink/lib/python*/site-packages/pyflink 2>/dev/null | head -1)
+[ -n "$flink_home" ] && [ -x "$flink_home/bin/jobmanager.sh" ] || die "no Flink distribution in .venv-flink"
+examples/sample-job/build.sh "$flink_home"
+say "ready (Java $major, $(.venv/bin/python --version), Flink $(ls "$flink_home"/lib/flink-dist-*.jar | sed 's/.*flink-dist-\(.*\)\.jar/\1/'))"
