@@ -1,0 +1,301 @@
+"""``AvroSerializerSnapshot`` (flink-avro) and a datum codec for Flink's own Avro encoder.
+
+Snapshot payload: version 3 ``SV runtimeTypeClassName; SV schemaJson``; version 2 the same as ``UTF``; version 1
+only ``UTF schemaJson``. The schema is parsed with fastavro (parsing only).
+
+Records are written by Avro's datum writers into Flink's ``DataOutputEncoder``, *not* Avro's binary encoder:
+int/long/float/double and enum/union indexes are fixed-width big-endian; string and bytes are ``i32 len`` + bytes;
+arrays and maps are blocks of ``LEB128 count`` items ended by a 0 count; null writes nothing.
+Python values: records → dict, enums → symbol, fixed/bytes → bytes, arrays → list, maps → dict.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import fastavro
+
+from flinkstate.binary import F32, F64, I32, I64, Reader, Writer, decode_leb128, encode_leb128
+from flinkstate.format_errors import SavepointFormatError
+from flinkstate.serializers.base import Decoder, Encoder, TypeSerializerSnapshot
+from flinkstate.serializers.registry import register
+
+GENERIC_RECORD = "org.apache.avro.generic.GenericRecord"
+
+
+def _fixed_width(st: Any) -> tuple[Decoder, Encoder]:
+    unpack, pack, size = st.unpack_from, st.pack, st.size
+
+    def decode(buf: bytes, off: int) -> tuple[Any, int]:
+        return unpack(buf, off)[0], off + size
+
+    def encode(value: Any, out: bytearray) -> None:
+        out += pack(value)
+
+    return decode, encode
+
+
+def _decode_len_prefixed(buf: bytes, off: int) -> tuple[bytes, int]:
+    n = I32.unpack_from(buf, off)[0]
+    return bytes(buf[off + 4:off + 4 + n]), off + 4 + n
+
+
+def _encode_len_prefixed(value: bytes, out: bytearray) -> None:
+    out += I32.pack(len(value)) + value
+
+
+def _decode_string(buf: bytes, off: int) -> tuple[str, int]:
+    raw, off = _decode_len_prefixed(buf, off)
+    return raw.decode("utf-8"), off
+
+
+def _encode_string(value: str, out: bytearray) -> None:
+    _encode_len_prefixed(value.encode("utf-8"), out)
+
+
+def _decode_null(buf: bytes, off: int) -> tuple[None, int]:
+    return None, off
+
+
+def _encode_null(value: Any, out: bytearray) -> None:
+    pass
+
+
+def _decode_boolean(buf: bytes, off: int) -> tuple[bool, int]:
+    return buf[off] != 0, off + 1
+
+
+def _encode_boolean(value: bool, out: bytearray) -> None:
+    out.append(1 if value else 0)
+
+
+_PRIMITIVES: dict[str, tuple[Decoder, Encoder]] = {
+    "null": (_decode_null, _encode_null),
+    "boolean": (_decode_boolean, _encode_boolean),
+    "int": _fixed_width(I32),
+    "long": _fixed_width(I64),
+    "float": _fixed_width(F32),
+    "double": _fixed_width(F64),
+    "bytes": (_decode_len_prefixed, _encode_len_prefixed),
+    "string": (_decode_string, _encode_string),
+}
+
+
+class AvroCodecBuilder:
+    """Compiles a parsed Avro schema into Flink-encoder decoders/encoders; named types are resolved lazily so
+    recursive schemas work."""
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+        self.named: dict[str, Any] = {}
+        self._collect(schema)
+
+    def _collect(self, schema: Any) -> None:
+        if isinstance(schema, list):
+            for branch in schema:
+                self._collect(branch)
+        elif isinstance(schema, dict):
+            if "name" in schema and schema.get("type") in ("record", "error", "enum", "fixed"):
+                self.named[schema["name"]] = schema
+            for field in schema.get("fields", ()):
+                self._collect(field["type"])
+            for key in ("items", "values"):
+                if key in schema:
+                    self._collect(schema[key])
+
+    def decoder(self, schema: Any) -> Decoder:
+        if isinstance(schema, str):
+            if schema in _PRIMITIVES:
+                return _PRIMITIVES[schema][0]
+            return self._lazy(lambda: self.decoder(self.named[schema]))
+        if isinstance(schema, list):
+            return self._union_decoder(schema)
+        kind = schema["type"]
+        if kind in _PRIMITIVES:
+            return _PRIMITIVES[kind][0]
+        return getattr(self, f"_{kind}_decoder")(schema)
+
+    @staticmethod
+    def _lazy(make: Callable[[], Decoder]) -> Decoder:
+        cache: list[Decoder] = []
+
+        def decode(buf: bytes, off: int) -> tuple[Any, int]:
+            if not cache:
+                cache.append(make())
+            return cache[0](buf, off)
+
+        return decode
+
+    def _union_decoder(self, branches: list[Any]) -> Decoder:
+        decoders = [self.decoder(b) for b in branches]
+
+        def decode(buf: bytes, off: int) -> tuple[Any, int]:
+            index = I32.unpack_from(buf, off)[0]
+            if not 0 <= index < len(decoders):
+                raise SavepointFormatError(f"Avro union index {index} out of range", offset=off)
+            return decoders[index](buf, off + 4)
+
+        return decode
+
+    def _record_decoder(self, schema: dict[str, Any]) -> Decoder:
+        fields = [(f["name"], self.decoder(f["type"])) for f in schema["fields"]]
+
+        def decode(buf: bytes, off: int) -> tuple[dict[str, Any], int]:
+            record = {}
+            for name, dec in fields:
+                record[name], off = dec(buf, off)
+            return record, off
+
+        return decode
+
+    _error_decoder = _record_decoder
+
+    def _enum_decoder(self, schema: dict[str, Any]) -> Decoder:
+        symbols = schema["symbols"]
+
+        def decode(buf: bytes, off: int) -> tuple[str, int]:
+            return symbols[I32.unpack_from(buf, off)[0]], off + 4
+
+        return decode
+
+    def _fixed_decoder(self, schema: dict[str, Any]) -> Decoder:
+        size = schema["size"]
+
+        def decode(buf: bytes, off: int) -> tuple[bytes, int]:
+            return bytes(buf[off:off + size]), off + size
+
+        return decode
+
+    def _blocks(self, item: Decoder) -> Decoder:
+        def decode(buf: bytes, off: int) -> tuple[list[Any], int]:
+            items = []
+            count, off = decode_leb128(buf, off)
+            while count:
+                for _ in range(count):
+                    value, off = item(buf, off)
+                    items.append(value)
+                count, off = decode_leb128(buf, off)
+            return items, off
+
+        return decode
+
+    def _array_decoder(self, schema: dict[str, Any]) -> Decoder:
+        return self._blocks(self.decoder(schema["items"]))
+
+    def _map_decoder(self, schema: dict[str, Any]) -> Decoder:
+        value = self.decoder(schema["values"])
+
+        def entry(buf: bytes, off: int) -> tuple[tuple[str, Any], int]:
+            key, off = _decode_string(buf, off)
+            item, off = value(buf, off)
+            return (key, item), off
+
+        blocks = self._blocks(entry)
+
+        def decode(buf: bytes, off: int) -> tuple[dict[str, Any], int]:
+            pairs, off = blocks(buf, off)
+            return dict(pairs), off
+
+        return decode
+
+    # -- encoding (records as dicts) ---------------------------------------------------------------------------------
+
+    def encoder(self, schema: Any) -> Encoder:
+        if isinstance(schema, str):
+            return _PRIMITIVES[schema][1] if schema in _PRIMITIVES else self.encoder(self.named[schema])
+        if isinstance(schema, list):
+            return self._union_encoder(schema)
+        kind = schema["type"]
+        if kind in _PRIMITIVES:
+            return _PRIMITIVES[kind][1]
+        if kind in ("record", "error"):
+            fields = [(f["name"], self.encoder(f["type"])) for f in schema["fields"]]
+
+            def encode_record(value: dict[str, Any], out: bytearray) -> None:
+                for name, enc in fields:
+                    enc(value.get(name), out)
+
+            return encode_record
+        if kind == "enum":
+            index = {s: i for i, s in enumerate(schema["symbols"])}
+            return lambda value, out: out.extend(I32.pack(index[value]))
+        if kind == "fixed":
+            return lambda value, out: out.extend(value)
+        item = self.encoder(schema["items"]) if kind == "array" else self._map_entry_encoder(schema)
+
+        def encode_blocks(value: Any, out: bytearray) -> None:
+            items = list(value.items()) if kind == "map" else list(value)
+            if items:
+                out += encode_leb128(len(items))
+                for element in items:
+                    item(element, out)
+            out.append(0)
+
+        return encode_blocks
+
+    def _map_entry_encoder(self, schema: dict[str, Any]) -> Encoder:
+        value = self.encoder(schema["values"])
+
+        def encode(entry: tuple[str, Any], out: bytearray) -> None:
+            _encode_string(entry[0], out)
+            value(entry[1], out)
+
+        return encode
+
+    def _union_encoder(self, branches: list[Any]) -> Encoder:
+        encoders = [self.encoder(b) for b in branches]
+        null_index = branches.index("null") if "null" in branches else None
+
+        def encode(value: Any, out: bytearray) -> None:
+            # Only the common [null, T] unions are resolved automatically; others take the first non-null branch.
+            index = null_index if value is None else next(i for i, b in enumerate(branches) if b != "null")
+            if index is None:
+                raise ValueError("null value for a union without a null branch")
+            out += I32.pack(index)
+            encoders[index](value, out)
+
+        return encode
+
+
+@register
+class AvroSnapshot(TypeSerializerSnapshot):
+    CLASS_NAMES = ("org.apache.flink.formats.avro.typeutils.AvroSerializerSnapshot",)
+
+    def __init__(self, class_name: str, version: int, runtime_type: str | None, schema_json: str) -> None:
+        super().__init__(class_name, version)
+        self.runtime_type = runtime_type
+        self.schema_json = schema_json
+        self.schema = fastavro.parse_schema(json.loads(schema_json), _write_hint=False, _force=True)
+
+    @classmethod
+    def read_payload(cls, class_name: str, version: int, reader: Reader) -> AvroSnapshot:
+        if version == 1:
+            return cls(class_name, version, None, reader.utf())
+        if version == 2:
+            return cls(class_name, version, reader.utf(), reader.utf())
+        if version == 3:
+            runtime_type, schema = reader.sv(), reader.sv()
+            return cls(class_name, version, runtime_type, schema or "")
+        raise reader.error(f"{class_name}: unsupported snapshot version {version}")
+
+    def write_payload(self, writer: Writer) -> None:
+        if self.version == 1:
+            writer.utf(self.schema_json)
+        elif self.version == 2:
+            writer.utf(self.runtime_type or GENERIC_RECORD)
+            writer.utf(self.schema_json)
+        else:
+            writer.sv(self.runtime_type or GENERIC_RECORD)
+            writer.sv(self.schema_json)
+
+    def make_decoder(self) -> Decoder:
+        return AvroCodecBuilder(self.schema).decoder(self.schema)
+
+    def make_encoder(self) -> Encoder:
+        return AvroCodecBuilder(self.schema).encoder(self.schema)
+
+    def type_name(self) -> str:
+        name = self.schema.get("name") if isinstance(self.schema, dict) else None
+        return f"Avro {name or self.runtime_type or 'datum'}"

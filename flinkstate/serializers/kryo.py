@@ -1,0 +1,66 @@
+"""``KryoSerializerSnapshot`` (version 2): ``UTF typeClass`` then three LinkedOptionalMaps (registrations, default
+serializer instances, default serializer classes) whose frames are kept as raw bytes.
+
+Kryo data (``writeClassAndObject``; Kryo 2.24 in Flink 1.x, 5.6 in 2.x) is not decoded: records are opaque and
+have no length of their own, so they can only be returned whole where the stream frames them (a whole state
+value), as :class:`OpaqueValue`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flinkstate.binary import Reader, Writer
+from flinkstate.format_errors import UnsupportedFormat
+from flinkstate.serializers.base import Decoder, TypeSerializerSnapshot
+from flinkstate.serializers.pojo import OptionalMapEntry, read_linked_optional_map, write_linked_optional_map
+from flinkstate.serializers.registry import register
+
+
+@dataclass(frozen=True)
+class OpaqueValue:
+    """A record this library cannot decode: the serializer's type and the record's bytes."""
+
+    type_name: str
+    data: bytes
+
+
+def _raw(frame: Reader) -> bytes:
+    return frame.rest()
+
+
+def _same(data: bytes) -> bytes:
+    return data
+
+
+@register
+class KryoSnapshot(TypeSerializerSnapshot):
+    CLASS_NAMES = ("org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot",)
+    #: The keyed reader hands whole values of an opaque serializer over as OpaqueValue.
+    opaque = True
+
+    def __init__(self, class_name: str, version: int, type_class: str,
+                 maps: tuple[list[OptionalMapEntry], list[OptionalMapEntry], list[OptionalMapEntry]]) -> None:
+        super().__init__(class_name, version)
+        self.type_class = type_class
+        self.registrations, self.default_serializers, self.default_serializer_classes = maps
+
+    @classmethod
+    def read_payload(cls, class_name: str, version: int, reader: Reader) -> KryoSnapshot:
+        if version != 2:
+            raise reader.error(f"{class_name}: unsupported snapshot version {version}")
+        type_class = reader.utf()
+        maps = tuple(read_linked_optional_map(reader, _raw, _raw) for _ in range(3))
+        return cls(class_name, version, type_class, maps)  # type: ignore[arg-type]
+
+    def write_payload(self, writer: Writer) -> None:
+        writer.utf(self.type_class)
+        for entries in (self.registrations, self.default_serializers, self.default_serializer_classes):
+            write_linked_optional_map(writer, entries, _same, _same)
+
+    def make_decoder(self) -> Decoder:
+        raise UnsupportedFormat(f"Kryo-serialized {self.type_class} cannot be decoded (opaque; only whole values "
+                                f"can be passed through)")
+
+    def type_name(self) -> str:
+        return f"Kryo<{self.type_class}>"

@@ -1,0 +1,238 @@
+"""``PojoSerializerSnapshot`` (version 2) and its record codec.
+
+Snapshot payload: ``UTF pojoClassName`` then three LinkedOptionalMaps (``LinkedOptionalMapSerializer``)::
+
+    i64 0x000004F2C69A3D70   i32 n
+    n x { UTF keyName ; bool keyPresent [i32 len; keyFrame] ; bool valuePresent [i32 len; valueFrame] }
+
+1. fields: keyName = field name, keyFrame = ``UTF declaringClass; UTF fieldName``, valueFrame = nested snapshot;
+2. registered subclasses: keyName = class name, empty keyFrame, valueFrame = nested snapshot (tag = index);
+3. non-registered subclasses: same shape.
+
+Because every value is length-framed, a field whose snapshot class is unknown is skipped (kept as raw bytes).
+
+Record: ``u8 flags`` (1 null, 2 no subclass, 4 subclass + ``UTF className``, 8 tagged subclass + ``i8 tag``); for
+"no subclass", per field in snapshot order (Flink sorts them by name with Java ``String.compareTo``):
+``bool isNull`` [+ value]. Python value: dict field → value in snapshot order; a subclass value also carries
+``"@class"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from flinkstate.binary import I8, Reader, Writer, decode_mutf8
+from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot
+from flinkstate.serializers.base import Decoder, Encoder, TypeSerializerSnapshot, UnknownSnapshot
+from flinkstate.serializers.registry import read_snapshot, register, snapshot_bytes
+
+LINKED_OPTIONAL_MAP_HEADER = 0x000004F2C69A3D70
+
+IS_NULL = 1
+NO_SUBCLASS = 2
+IS_SUBCLASS = 4
+IS_TAGGED_SUBCLASS = 8
+
+
+@dataclass
+class OptionalMapEntry:
+    """One LinkedOptionalMap entry: ``key`` / ``value`` are None when absent (class or field no longer loadable)."""
+
+    name: str
+    key: Any
+    value: Any
+
+
+def read_linked_optional_map(reader: Reader, read_key: Any, read_value: Any) -> list[OptionalMapEntry]:
+    start = reader.pos
+    header = reader.i64()
+    if header != LINKED_OPTIONAL_MAP_HEADER:
+        raise reader.error(f"bad LinkedOptionalMap header 0x{header & 0xFFFFFFFFFFFFFFFF:016x}", start)
+    entries = []
+    for _ in range(reader.i32()):
+        name = reader.utf()
+        key = _read_frame(reader, read_key) if reader.bool() else None
+        value = _read_frame(reader, read_value) if reader.bool() else None
+        entries.append(OptionalMapEntry(name, key, value))
+    return entries
+
+
+def _read_frame(reader: Reader, read: Any) -> Any:
+    length = reader.i32()
+    start = reader.pos
+    frame = Reader(reader.bytes(length), 0, reader.path, reader.base + start)
+    return read(frame)
+
+
+def write_linked_optional_map(writer: Writer, entries: list[OptionalMapEntry], write_key: Any,
+                              write_value: Any = snapshot_bytes) -> None:
+    """Mirror of :func:`read_linked_optional_map`; ``write_key``/``write_value`` return each frame's bytes."""
+    writer.i64(LINKED_OPTIONAL_MAP_HEADER)
+    writer.i32(len(entries))
+    for entry in entries:
+        writer.utf(entry.name)
+        for item, write in ((entry.key, write_key), (entry.value, write_value)):
+            writer.bool(item is not None)
+            if item is not None:
+                data = write(item)
+                writer.i32(len(data))
+                writer.bytes(data)
+
+
+def _read_field_key(frame: Reader) -> tuple[str, str]:
+    return frame.utf(), frame.utf()
+
+
+def _write_field_key(key: tuple[str, str]) -> bytes:
+    writer = Writer()
+    writer.utf(key[0])
+    writer.utf(key[1])
+    return writer.getvalue()
+
+
+def _read_nothing(frame: Reader) -> tuple[()]:
+    return ()
+
+
+def _write_nothing(key: Any) -> bytes:
+    return b""
+
+
+def _read_nested_tolerant(frame: Reader) -> TypeSerializerSnapshot:
+    """A nested snapshot; an unknown class becomes an :class:`UnknownSnapshot` since the frame bounds it."""
+    try:
+        return read_snapshot(frame)
+    except UnknownSerializerSnapshot:
+        frame.pos = 0
+        class_name, version = frame.utf(), frame.i32()
+        return UnknownSnapshot(class_name, version, frame.rest())
+
+
+@dataclass
+class PojoField:
+    name: str
+    declaring_class: str | None
+    snapshot: TypeSerializerSnapshot | None
+
+
+@register
+class PojoSnapshot(TypeSerializerSnapshot):
+    CLASS_NAMES = ("org.apache.flink.api.java.typeutils.runtime.PojoSerializerSnapshot",)
+
+    def __init__(self, class_name: str, version: int, pojo_class: str, fields: list[PojoField],
+                 registered_subclasses: list[OptionalMapEntry] | None = None,
+                 nonregistered_subclasses: list[OptionalMapEntry] | None = None) -> None:
+        super().__init__(class_name, version)
+        self.pojo_class = pojo_class
+        self.fields = fields
+        self.registered_subclasses = registered_subclasses or []
+        self.nonregistered_subclasses = nonregistered_subclasses or []
+
+    @classmethod
+    def create(cls, pojo_class: str, fields: list[tuple[str, TypeSerializerSnapshot]]) -> PojoSnapshot:
+        """A snapshot as Flink would write it for ``pojo_class`` (fields sorted like ``PojoTypeInfo``)."""
+        ordered = sorted(fields, key=lambda f: java_string_sort_key(f[0]))
+        return cls(cls.CLASS_NAMES[0], 2, pojo_class, [PojoField(n, pojo_class, s) for n, s in ordered])
+
+    @classmethod
+    def read_payload(cls, class_name: str, version: int, reader: Reader) -> PojoSnapshot:
+        if version != 2:
+            raise reader.error(f"{class_name}: unsupported snapshot version {version}")
+        pojo_class = reader.utf()
+        field_entries = read_linked_optional_map(reader, _read_field_key, _read_nested_tolerant)
+        registered = read_linked_optional_map(reader, _read_nothing, _read_nested_tolerant)
+        nonregistered = read_linked_optional_map(reader, _read_nothing, _read_nested_tolerant)
+        fields = [PojoField(e.name, e.key[0] if e.key else None, e.value) for e in field_entries]
+        return cls(class_name, version, pojo_class, fields, registered, nonregistered)
+
+    def write_payload(self, writer: Writer) -> None:
+        writer.utf(self.pojo_class)
+        field_entries = [OptionalMapEntry(f.name, (f.declaring_class, f.name) if f.declaring_class else None,
+                                          f.snapshot) for f in self.fields]
+        write_linked_optional_map(writer, field_entries, _write_field_key)
+        write_linked_optional_map(writer, self.registered_subclasses, _write_nothing)
+        write_linked_optional_map(writer, self.nonregistered_subclasses, _write_nothing)
+
+    @property
+    def nested(self) -> list[TypeSerializerSnapshot]:
+        return [f.snapshot for f in self.fields if f.snapshot is not None]
+
+    def make_decoder(self) -> Decoder:
+        for field in self.fields:
+            if field.snapshot is None:
+                raise SavepointFormatError(f"POJO {self.pojo_class}: field {field.name} has no serializer snapshot")
+        fields = tuple((f.name, f.snapshot.decoder()) for f in self.fields)  # type: ignore[union-attr]
+        subclass_by_name = {e.name: e.value for e in self.nonregistered_subclasses if e.value is not None}
+        subclass_by_tag = [e.value for e in self.registered_subclasses]
+        pojo_class = self.pojo_class
+
+        def decode(buf: bytes, off: int) -> tuple[Any, int]:
+            flags = buf[off]
+            off += 1
+            if flags == NO_SUBCLASS:  # the hot path: one dict, one null byte per field
+                obj = {}
+                for name, dec in fields:
+                    if buf[off]:
+                        obj[name] = None
+                        off += 1
+                    else:
+                        obj[name], off = dec(buf, off + 1)
+                return obj, off
+            if flags & IS_NULL:
+                return None, off
+            return _decode_subclass(buf, off, flags, pojo_class, subclass_by_name, subclass_by_tag)
+
+        return decode
+
+    def make_encoder(self) -> Encoder:
+        fields = tuple((f.name, f.snapshot.encoder()) for f in self.fields)  # type: ignore[union-attr]
+
+        def encode(value: Any, out: bytearray) -> None:
+            if value is None:
+                out.append(IS_NULL)
+                return
+            out.append(NO_SUBCLASS)
+            for name, enc in fields:
+                item = value.get(name)
+                if item is None:
+                    out.append(1)
+                else:
+                    out.append(0)
+                    enc(item, out)
+
+        return encode
+
+    def type_name(self) -> str:
+        inner = ", ".join(f"{f.name}: {f.snapshot.type_name() if f.snapshot else '?'}" for f in self.fields)
+        return f"POJO {self.pojo_class}{{{inner}}}"
+
+
+def _decode_subclass(buf: bytes, off: int, flags: int, pojo_class: str,
+                     by_name: dict[str, TypeSerializerSnapshot | None],
+                     by_tag: list[TypeSerializerSnapshot | None]) -> tuple[Any, int]:
+    if flags & IS_SUBCLASS:
+        length = (buf[off] << 8) | buf[off + 1]
+        name = decode_mutf8(bytes(buf[off + 2:off + 2 + length]))
+        off += 2 + length
+        snapshot = by_name.get(name)
+    elif flags & IS_TAGGED_SUBCLASS:
+        tag = I8.unpack_from(buf, off)[0]
+        off += 1
+        snapshot = by_tag[tag] if 0 <= tag < len(by_tag) else None
+        name = getattr(snapshot, "pojo_class", f"tag {tag}")
+    else:
+        raise SavepointFormatError(f"POJO {pojo_class}: bad flags byte 0x{flags:02x}", offset=off - 1)
+    if snapshot is None:
+        raise SavepointFormatError(f"POJO {pojo_class}: value of subclass {name} has no serializer snapshot",
+                                   offset=off)
+    value, off = snapshot.decoder()(buf, off)
+    if isinstance(value, dict):
+        value = {"@class": name, **value}
+    return value, off
+
+
+def java_string_sort_key(text: str) -> list[int]:
+    """Sort key equal to Java ``String.compareTo``: lexicographic by UTF-16 code units."""
+    raw = text.encode("utf-16-be", "surrogatepass")
+    return [int.from_bytes(raw[i:i + 2], "big") for i in range(0, len(raw), 2)]

@@ -1,0 +1,76 @@
+"""``TupleSerializerSnapshot`` (composite, outer version 2: ``UTF tupleClass``; nested = field serializers).
+
+Record: the fields back to back, no header and no null support. Python value: a tuple.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flinkstate.binary import Reader, Writer, java_combine_hashes
+from flinkstate.serializers.base import VARIABLE_LENGTH, Decoder, Encoder
+from flinkstate.serializers.composite import CompositeSnapshot
+from flinkstate.serializers.registry import register
+
+TUPLE_PACKAGE = "org.apache.flink.api.java.tuple."
+
+
+@register
+class TupleSnapshot(CompositeSnapshot):
+    CLASS_NAMES = ("org.apache.flink.api.java.typeutils.runtime.TupleSerializerSnapshot",)
+    OUTER_VERSION = 2
+
+    def __init__(self, class_name: str, nested: list[Any], *, tuple_class: str | None = None, **kwargs: Any) -> None:
+        super().__init__(class_name, nested, **kwargs)
+        self.tuple_class = tuple_class or f"{TUPLE_PACKAGE}Tuple{len(nested)}"
+
+    @classmethod
+    def read_outer(cls, reader: Reader, outer_version: int) -> dict[str, object]:
+        return {"tuple_class": reader.utf()}
+
+    def write_outer(self, writer: Writer) -> None:
+        writer.utf(self.tuple_class)
+
+    @property
+    def fixed_length(self) -> int:
+        lengths = [n.fixed_length for n in self.nested]
+        return VARIABLE_LENGTH if any(n < 0 for n in lengths) else sum(lengths)
+
+    def make_decoder(self) -> Decoder:
+        decoders = tuple(n.decoder() for n in self.nested)
+        if len(decoders) == 2:  # the common Tuple2: no loop, no list
+            first, second = decoders
+
+            def decode2(buf: bytes, off: int) -> tuple[tuple[Any, Any], int]:
+                a, off = first(buf, off)
+                b, off = second(buf, off)
+                return (a, b), off
+
+            return decode2
+
+        def decode(buf: bytes, off: int) -> tuple[tuple[Any, ...], int]:
+            values = []
+            for dec in decoders:
+                value, off = dec(buf, off)
+                values.append(value)
+            return tuple(values), off
+
+        return decode
+
+    def make_encoder(self) -> Encoder:
+        encoders = tuple(n.encoder() for n in self.nested)
+
+        def encode(value: Any, out: bytearray) -> None:
+            for enc, item in zip(encoders, value, strict=True):
+                enc(item, out)
+
+        return encode
+
+    def type_name(self) -> str:
+        name = self.tuple_class.rsplit(".", 1)[-1]
+        return f"{name}<{', '.join(n.type_name() for n in self.nested)}>"
+
+    def hash_code(self, value: Any) -> int:
+        # Generated TupleN.hashCode: result = h(f0); result = 31 * result + h(fi) ...; null fields hash to 0.
+        hashes = [0 if v is None else n.hash_code(v) for n, v in zip(self.nested, value, strict=True)]
+        return java_combine_hashes(hashes[1:], hashes[0]) if hashes else 0
