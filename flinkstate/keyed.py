@@ -1,0 +1,535 @@
+"""The keyed-state stream of a canonical savepoint (one per operator subtask; ``FullSnapshotAsyncWriter``).
+
+Layout: a ``KeyedBackendSerializationProxy`` header (key serializer snapshot and the state meta infos), then one
+block per non-empty key group at the offsets the metadata handle records (each block optionally one Snappy-framed
+stream)::
+
+    u16 kvStateId
+    repeat: i32 keyLen; key; i32 valueLen; value
+            if key[0] & 0x80 (set on the last entry of a state's run): u16 next kvStateId, 0xFFFF = end of block
+
+Keys are composite: key-group prefix (1 byte if maxParallelism <= 128, else 2), key, namespace, an ambiguity suffix
+(varint-le lengths) only when key and namespace are both variable-length, and for MapState the user key.
+
+Reading streams block by block: memory is bounded by one key-group block, and a key-group range only reads its
+own blocks.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import cramjam
+
+from flinkstate.binary import I32, U16, KeyGroupRange, Reader, Writer, varint_le_size
+from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot, UnsupportedFormat
+from flinkstate.metadata import (
+    ByteStreamStateHandle,
+    FileStateHandle,
+    KeyGroupsStateHandle,
+    RelativeFileStateHandle,
+    StreamStateHandle,
+)
+from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.registry import read_snapshot, write_snapshot
+from flinkstate.storage import SavepointLocation
+
+KEYED_PROXY_VERSION = 6
+BACKEND_STATE_TYPES = ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE", "KEY_VALUE_V2")
+END_OF_KEY_GROUP_MARK = 0xFFFF
+FIRST_BIT_IN_BYTE_MASK = 0x80
+KEYED_STATE_TYPE = "KEYED_STATE_TYPE"
+VALUE_SERIALIZER = "VALUE_SERIALIZER"
+NAMESPACE_SERIALIZER = "NAMESPACE_SERIALIZER"
+USER_KEY_SERIALIZER = "USER_KEY_SERIALIZER"
+#: The kind reported for priority-queue (timer) states.
+TIMERS = "TIMERS"
+
+_I32_PAIR = struct.Struct(">i")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Header
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StateMetaInfo:
+    """One registered state (``StateMetaInfoSnapshot``). Options and serializers keep their written order so the
+    header can be written back byte for byte."""
+
+    name: str
+    backend_type: str
+    options: list[tuple[str, str]]
+    serializers: list[tuple[str, TypeSerializerSnapshot]]
+
+    def option(self, key: str) -> str | None:
+        return next((v for k, v in self.options if k == key), None)
+
+    def serializer(self, key: str) -> TypeSerializerSnapshot | None:
+        return next((v for k, v in self.serializers if k == key), None)
+
+    @property
+    def kind(self) -> str:
+        """VALUE, LIST, MAP, REDUCING, AGGREGATING, ... for keyed state; TIMERS for priority queues."""
+        if self.backend_type == "PRIORITY_QUEUE":
+            return TIMERS
+        return self.option(KEYED_STATE_TYPE) or "UNKNOWN"
+
+    @property
+    def namespace_serializer(self) -> TypeSerializerSnapshot | None:
+        if self.backend_type == "PRIORITY_QUEUE":
+            timer = self.serializer(VALUE_SERIALIZER)
+            return timer.nested[1] if timer is not None and timer.nested else None
+        return self.serializer(NAMESPACE_SERIALIZER)
+
+    @property
+    def value_serializer(self) -> TypeSerializerSnapshot | None:
+        """The serializer of one stored value: the element for LIST, the user value for MAP (both meta versions);
+        the timer serializer for priority queues."""
+        value = self.serializer(VALUE_SERIALIZER)
+        if value is None or self.backend_type != "KEY_VALUE":
+            return value
+        if self.kind == "LIST":  # V1 meta: ListSerializer(element)
+            return value.nested[0]
+        if self.kind == "MAP":  # V1 meta: MapSerializer(userKey, userValue)
+            return value.nested[1]
+        return value
+
+    @property
+    def user_key_serializer(self) -> TypeSerializerSnapshot | None:
+        if self.kind != "MAP":
+            return None
+        if self.backend_type == "KEY_VALUE":
+            value = self.serializer(VALUE_SERIALIZER)
+            return value.nested[0] if value is not None else None
+        return self.serializer(USER_KEY_SERIALIZER)
+
+
+@dataclass
+class KeyedBackendHeader:
+    """``KeyedBackendSerializationProxy``. ``error`` is set when a state's snapshot could not be parsed: the states
+    before it are still listed, the rest of the header (and so the data) is unreadable."""
+
+    version: int
+    compressed: bool
+    key_serializer: TypeSerializerSnapshot | None
+    states: list[StateMetaInfo] = field(default_factory=list)
+    length: int = 0
+    error: SavepointFormatError | None = None
+
+    def state_index(self, name: str) -> int | None:
+        return next((i for i, s in enumerate(self.states) if s.name == name), None)
+
+    def write(self) -> bytes:
+        """The header bytes (as Flink writes them)."""
+        writer = Writer()
+        writer.i32(self.version)
+        writer.bool(self.compressed)
+        assert self.key_serializer is not None
+        write_snapshot(writer, self.key_serializer, top_level=True)
+        writer.i16(len(self.states))
+        for state in self.states:
+            write_state_meta_info(writer, state)
+        return writer.getvalue()
+
+
+def read_state_meta_info(reader: Reader) -> StateMetaInfo:
+    name = reader.utf()
+    start = reader.pos
+    type_index = reader.i32()
+    if not 0 <= type_index < len(BACKEND_STATE_TYPES):
+        raise reader.error(f"state {name}: unknown backend state type {type_index}", start)
+    options = [(reader.utf(), reader.utf()) for _ in range(_count(reader, "options"))]
+    meta = StateMetaInfo(name, BACKEND_STATE_TYPES[type_index], options, [])
+    for _ in range(_count(reader, "serializers")):
+        key = reader.utf()
+        try:
+            meta.serializers.append((key, read_snapshot(reader, top_level=True)))
+        except SavepointFormatError as exc:
+            raise exc.located(None, 0, f"state {name}, {key}") from None
+    return meta
+
+
+def write_state_meta_info(writer: Writer, meta: StateMetaInfo) -> None:
+    writer.utf(meta.name)
+    writer.i32(BACKEND_STATE_TYPES.index(meta.backend_type))
+    writer.i32(len(meta.options))
+    for key, value in meta.options:
+        writer.utf(key)
+        writer.utf(value)
+    writer.i32(len(meta.serializers))
+    for key, snapshot in meta.serializers:
+        writer.utf(key)
+        write_snapshot(writer, snapshot, top_level=True)
+
+
+def _count(reader: Reader, what: str) -> int:
+    start = reader.pos
+    count = reader.i32()
+    if count < 0 or count > reader.remaining():
+        raise reader.error(f"implausible number of {what}: {count}", start)
+    return count
+
+
+def read_keyed_header(reader: Reader, tolerant: bool = False) -> KeyedBackendHeader:
+    """Parses the proxy. With ``tolerant``, an unknown serializer snapshot ends the state list with ``error`` set
+    instead of raising."""
+    start = reader.pos
+    version = reader.i32()
+    if version != KEYED_PROXY_VERSION:
+        raise UnsupportedFormat(f"keyed state proxy version {version} is not supported (only "
+                                f"{KEYED_PROXY_VERSION})", reader.path, reader.base + start)
+    compressed = reader.bool()
+    header = KeyedBackendHeader(version, compressed, None)
+    try:
+        header.key_serializer = read_snapshot(reader, top_level=True)
+        count = reader.i16()
+        for _ in range(count):
+            header.states.append(read_state_meta_info(reader))
+    except UnknownSerializerSnapshot as exc:
+        if not tolerant:
+            raise
+        header.error = exc
+    header.length = reader.pos
+    return header
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Byte sources
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class StreamSource:
+    """Ranged reads of one state stream, wherever its handle points."""
+
+    def __init__(self, location: SavepointLocation, handle: StreamStateHandle) -> None:
+        self.handle = handle
+        self.location = location
+        if isinstance(handle, ByteStreamStateHandle):
+            self.name = None
+            self.path = f"{location.describe('_metadata')} (inline stream {handle.name})"
+            self.size = len(handle.data)
+            return
+        if isinstance(handle, RelativeFileStateHandle):
+            self.name = handle.relative_path
+        elif isinstance(handle, FileStateHandle):
+            self.name = handle.path
+        else:
+            raise UnsupportedFormat(f"unsupported stream handle {type(handle).__name__}")
+        self.path = location.describe(self.name)
+        self.size = location.size(self.name)
+        if self.size < handle.size:
+            raise SavepointFormatError(f"state file is truncated: {self.size} bytes, the metadata records "
+                                       f"{handle.size}", self.path, self.size)
+
+    def read(self, offset: int, length: int) -> bytes:
+        if self.name is None:
+            assert isinstance(self.handle, ByteStreamStateHandle)
+            return self.handle.data[offset:offset + length]
+        return self.location.read_range(self.name, offset, length)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Entry decoding
+# --------------------------------------------------------------------------------------------------------------------
+
+#: (block bytes, key start, key end, value start, value end) -> entry tuple
+EntryDecoder = Callable[[bytes, int, int, int, int], tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """How to decode the key and namespace at the front of a composite key."""
+
+    prefix_bytes: int
+    key: Callable[[bytes, int], tuple[Any, int]]
+    namespace: Callable[[bytes, int], tuple[Any, int]]
+    ambiguous: bool
+
+    def decoder(self) -> Callable[[bytes, int], tuple[Any, Any, int]]:
+        """``(buf, key start) -> (key, namespace, offset after them)``."""
+        prefix, key_dec, ns_dec = self.prefix_bytes, self.key, self.namespace
+        if not self.ambiguous:
+            def decode(buf: bytes, off: int) -> tuple[Any, Any, int]:
+                key, o = key_dec(buf, off + prefix)
+                namespace, o = ns_dec(buf, o)
+                return key, namespace, o
+
+            return decode
+
+        def decode_ambiguous(buf: bytes, off: int) -> tuple[Any, Any, int]:
+            # Both parts are variable-length, so each is followed by its length as varint-le: skip it.
+            start = off + prefix
+            key, o = key_dec(buf, start)
+            o += varint_le_size(o - start)
+            ns_start = o
+            namespace, o = ns_dec(buf, o)
+            return key, namespace, o + varint_le_size(o - ns_start)
+
+        return decode_ambiguous
+
+
+def _check_end(what: str, end: int, expected: int) -> None:
+    if end != expected:
+        raise SavepointFormatError(f"{what} decoded to {end - expected:+d} bytes beyond its length", offset=expected)
+
+
+def make_entry_decoder(state: StateMetaInfo, layout: KeyLayout) -> EntryDecoder:
+    """The per-entry decoder of one state; see :meth:`KeyedStateStream.iter_blocks` for the tuples."""
+    kind = state.kind
+    if kind == TIMERS:
+        return _timer_entry_decoder(state, layout.prefix_bytes)
+    key_ns = layout.decoder()
+    value_snapshot = state.value_serializer
+    if value_snapshot is None:
+        raise SavepointFormatError(f"state {state.name} has no value serializer")
+    if getattr(value_snapshot, "opaque", False):
+        from flinkstate.serializers.kryo import OpaqueValue
+
+        type_name = value_snapshot.type_name()
+
+        def value_dec(buf: bytes, off: int) -> tuple[Any, int]:  # only valid as a whole-value decoder
+            raise UnsupportedFormat(f"{type_name} values inside {kind} state cannot be decoded")
+
+        if kind not in ("LIST", "MAP"):
+            def decode_opaque(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
+                key, namespace, _ = key_ns(buf, ks)
+                return key, namespace, OpaqueValue(type_name, bytes(buf[vs:ve]))
+
+            return decode_opaque
+    else:
+        value_dec = value_snapshot.decoder()
+    if kind == "LIST":
+        return _list_entry_decoder(key_ns, value_dec)
+    if kind == "MAP":
+        user_key = state.user_key_serializer
+        assert user_key is not None
+        return _map_entry_decoder(key_ns, user_key.decoder(), value_dec)
+
+    def decode_value(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
+        key, namespace, _ = key_ns(buf, ks)
+        value, end = value_dec(buf, vs)
+        if end != ve:
+            _check_end("value", end, ve)
+        return key, namespace, value
+
+    return decode_value
+
+
+def _list_entry_decoder(key_ns: Callable[[bytes, int], tuple[Any, Any, int]],
+                        element: Callable[[bytes, int], tuple[Any, int]]) -> EntryDecoder:
+    def decode(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
+        key, namespace, _ = key_ns(buf, ks)
+        items = []
+        o = vs
+        while o < ve:
+            item, o = element(buf, o)
+            items.append(item)
+            if o < ve:
+                if buf[o] != 0x2C:  # ListDelimitedSerializer's ','
+                    raise SavepointFormatError(f"list element not followed by ',' (0x{buf[o]:02x})", offset=o)
+                o += 1
+        _check_end("list value", o, ve)
+        return key, namespace, items
+
+    return decode
+
+
+def _map_entry_decoder(key_ns: Callable[[bytes, int], tuple[Any, Any, int]],
+                       user_key_dec: Callable[[bytes, int], tuple[Any, int]],
+                       value_dec: Callable[[bytes, int], tuple[Any, int]]) -> EntryDecoder:
+    def decode(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
+        key, namespace, o = key_ns(buf, ks)
+        user_key, o = user_key_dec(buf, o)
+        _check_end("map user key", o, ke)
+        if buf[vs]:  # isNull: older heap backends may still have written bytes after it; they are ignored
+            return key, namespace, user_key, None
+        value, end = value_dec(buf, vs + 1)
+        _check_end("map value", end, ve)
+        return key, namespace, user_key, value
+
+    return decode
+
+
+def _timer_entry_decoder(state: StateMetaInfo, prefix: int) -> EntryDecoder:
+    timer_snapshot = state.value_serializer
+    if timer_snapshot is None:
+        raise SavepointFormatError(f"timer state {state.name} has no serializer")
+    timer_dec = timer_snapshot.decoder()
+
+    def decode(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
+        timer, o = timer_dec(buf, ks + prefix)
+        _check_end("timer", o, ke)
+        return timer.key, timer.namespace, timer.timestamp
+
+    return decode
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The stream
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def key_group_prefix_bytes(max_parallelism: int) -> int:
+    """``CompositeKeySerializationUtils.computeRequiredBytesInKeyGroupPrefix``."""
+    return 1 if max_parallelism <= 128 else 2
+
+
+class KeyedStateStream:
+    """One subtask's keyed-state stream. ``context`` (e.g. ``operator stats``) prefixes error messages."""
+
+    def __init__(self, location: SavepointLocation, handle: KeyGroupsStateHandle, max_parallelism: int,
+                 context: str) -> None:
+        if handle.delegate is None:
+            raise SavepointFormatError(f"{context}: keyed state handle without a stream")
+        self.handle = handle
+        self.context = context
+        self.prefix_bytes = key_group_prefix_bytes(max_parallelism)
+        self.source = StreamSource(location, handle.delegate)
+        self._blocks = self._block_table()
+        self._header: KeyedBackendHeader | None = None
+
+    def _block_table(self) -> list[tuple[int, int, int]]:
+        """(key group, start, end) of every non-empty key group, in stream order."""
+        offsets = self.handle.offsets
+        present = sorted((off, kg) for kg, off in zip(offsets.key_group_range, offsets.offsets, strict=True) if off)
+        table = []
+        for i, (off, kg) in enumerate(present):
+            end = present[i + 1][0] if i + 1 < len(present) else self.source.size
+            if not 0 < off <= end <= self.source.size:
+                raise SavepointFormatError(f"{self.context}: key group {kg} block offset {off} outside the stream "
+                                           f"({self.source.size} bytes)", self.source.path, off)
+            table.append((kg, off, end))
+        return table
+
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self.handle.key_group_range
+
+    def header(self, tolerant: bool = False) -> KeyedBackendHeader:
+        """The parsed header (read once: from offset 0 to the first block)."""
+        if self._header is None or (self._header.error is not None and not tolerant):
+            end = self._blocks[0][1] if self._blocks else self.source.size
+            data = self.source.read(0, end)
+            try:
+                self._header = read_keyed_header(Reader(data, 0, self.source.path), tolerant)
+            except SavepointFormatError as exc:
+                raise exc.located(self.source.path, 0, self.context) from None
+            if self._header.error is None and self._header.length != end:
+                raise SavepointFormatError(f"{self.context}: keyed state header ends at {self._header.length}, "
+                                           f"the first key-group block starts at {end}", self.source.path,
+                                           self._header.length)
+        return self._header
+
+    def read_block(self, key_group: int, start: int, end: int) -> bytes:
+        data = self.source.read(start, end - start)
+        if len(data) != end - start:
+            raise SavepointFormatError(f"{self.context}: key group {key_group} block truncated ({len(data)} of "
+                                       f"{end - start} bytes)", self.source.path, start + len(data))
+        if not self.header().compressed:
+            return data
+        try:
+            return bytes(cramjam.snappy.decompress(data))
+        except Exception as exc:  # cramjam raises its own DecompressionError
+            raise SavepointFormatError(f"{self.context}: key group {key_group}: corrupted snappy block ({exc})",
+                                       self.source.path, start) from None
+
+    def iter_blocks(self, state_name: str, key_group_range: KeyGroupRange | None = None
+                    ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+        """Yields ``(key group, entries)`` for every non-empty key group (within ``key_group_range``). Entries are
+        ``(key, namespace, value)``; MAP state ``(key, namespace, user_key, value)``; timers
+        ``(key, namespace, timestamp)``."""
+        header = self.header()
+        index = header.state_index(state_name)
+        if index is None:
+            return
+        layout = self._key_layout(header, header.states[index])
+        try:
+            decode_entry = make_entry_decoder(header.states[index], layout)
+        except SavepointFormatError as exc:
+            raise exc.located(self.source.path, 0, f"{self.context}, state {state_name}") from None
+        for key_group, start, end in self._blocks:
+            if key_group_range is not None and key_group not in key_group_range:
+                continue
+            data = self.read_block(key_group, start, end)
+            entries = self._decode_block(data, key_group, index, decode_entry, start, state_name)
+            if entries:
+                yield key_group, entries
+
+    def _key_layout(self, header: KeyedBackendHeader, state: StateMetaInfo) -> KeyLayout:
+        key = header.key_serializer
+        namespace = state.namespace_serializer
+        if key is None or namespace is None:
+            raise SavepointFormatError(f"{self.context}, state {state.name}: no key or namespace serializer")
+        ambiguous = key.fixed_length < 0 and namespace.fixed_length < 0
+        return KeyLayout(self.prefix_bytes, key.decoder(), namespace.decoder(), ambiguous)
+
+    def _decode_block(self, data: bytes, key_group: int, wanted: int, decode_entry: EntryDecoder,
+                      block_offset: int, state_name: str) -> list[tuple[Any, ...]]:
+        entries: list[tuple[Any, ...]] = []
+        pos = 0
+        try:
+            pos = self._scan_block(data, key_group, wanted, decode_entry, entries)
+        except SavepointFormatError as exc:
+            raise self._block_error(exc.what, exc.offset if exc.offset is not None else pos, key_group,
+                                    block_offset, state_name) from None
+        except (struct.error, IndexError, ValueError, UnicodeDecodeError, KeyError) as exc:
+            raise self._block_error(f"undecodable entry ({type(exc).__name__}: {exc})", None, key_group,
+                                    block_offset, state_name) from None
+        return entries
+
+    def _block_error(self, what: str, offset: int | None, key_group: int, block_offset: int,
+                     state_name: str) -> SavepointFormatError:
+        context = f"{self.context}, state {state_name}, key group {key_group}"
+        if self.header().compressed:
+            where = f" (at {offset} in the decompressed block)" if offset is not None else ""
+            return SavepointFormatError(f"{context}: {what}{where}", self.source.path, block_offset)
+        return SavepointFormatError(f"{context}: {what}", self.source.path,
+                                    block_offset + (offset or 0))
+
+    def _scan_block(self, data: bytes, key_group: int, wanted: int, decode_entry: EntryDecoder,
+                    entries: list[tuple[Any, ...]]) -> int:
+        """Walks every entry of a block, decoding those of state ``wanted``. Hot loop: locals only."""
+        unpack_i32 = I32.unpack_from
+        unpack_u16 = U16.unpack_from
+        size = len(data)
+        two_byte_prefix = self.prefix_bytes == 2
+        append = entries.append
+        if size < 2:
+            raise SavepointFormatError("empty key-group block", offset=0)
+        state_id = unpack_u16(data, 0)[0]
+        pos = 2
+        while True:
+            entry_start = pos
+            key_len = unpack_i32(data, pos)[0]
+            key_start = pos + 4
+            value_pos = key_start + key_len
+            if key_len <= 0 or value_pos + 4 > size:
+                raise SavepointFormatError(f"bad key length {key_len}", offset=entry_start)
+            value_len = unpack_i32(data, value_pos)[0]
+            value_start = value_pos + 4
+            pos = value_start + value_len
+            if value_len < 0 or pos > size:
+                raise SavepointFormatError(f"bad value length {value_len}", offset=value_pos)
+            first = data[key_start]
+            group = ((first & 0x7F) << 8 | data[key_start + 1]) if two_byte_prefix else first & 0x7F
+            if group != key_group:
+                raise SavepointFormatError(f"entry of key group {group} in the block of key group {key_group}",
+                                           offset=key_start)
+            if state_id == wanted:
+                append(decode_entry(data, key_start, value_pos, value_start, pos))
+            if first & FIRST_BIT_IN_BYTE_MASK:
+                if pos + 2 > size:
+                    raise SavepointFormatError("missing state id after the last entry of a run", offset=pos)
+                state_id = unpack_u16(data, pos)[0]
+                pos += 2
+                if state_id == END_OF_KEY_GROUP_MARK:
+                    if pos != size:
+                        raise SavepointFormatError(f"{size - pos} bytes after the end-of-key-group mark", offset=pos)
+                    return pos
+            elif pos >= size:
+                raise SavepointFormatError("block ends without an end-of-key-group mark", offset=pos)
