@@ -419,6 +419,8 @@ class KeyedStateStream:
                 self._header = read_keyed_header(Reader(data, 0, self.source.path), tolerant)
             except SavepointFormatError as exc:
                 raise exc.located(self.source.path, 0, self.context) from None
+            if self._header.error is not None:
+                self._header.error = self._header.error.located(self.source.path, 0, self.context)
             if self._header.error is None and self._header.length != end:
                 raise SavepointFormatError(f"{self.context}: keyed state header ends at {self._header.length}, "
                                            f"the first key-group block starts at {end}", self.source.path,

@@ -17,6 +17,8 @@ from flinkstate.errors import FlinkStateError
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES = (
     "flinkstate.cli.cluster",
+    "flinkstate.cli.describe",
+    "flinkstate.cli.dump",
 )
 
 EXIT_OK = 0

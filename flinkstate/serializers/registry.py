@@ -27,6 +27,7 @@ _FAMILY_MODULES = (
 )
 
 _REGISTRY: dict[str, type[TypeSerializerSnapshot]] = {}
+_loaded: list[bool] = []  # whether every family module has been imported (they register on import)
 
 
 def register(cls: type[TypeSerializerSnapshot]) -> type[TypeSerializerSnapshot]:
@@ -37,9 +38,11 @@ def register(cls: type[TypeSerializerSnapshot]) -> type[TypeSerializerSnapshot]:
 
 
 def _load_families() -> None:
-    if not _REGISTRY:
+    # Not "if not _REGISTRY": importing one family directly registers it before the others are loaded.
+    if not _loaded:
         for module in _FAMILY_MODULES:
             importlib.import_module(f"flinkstate.serializers.{module}")
+        _loaded.append(True)
 
 
 def lookup(class_name: str) -> type[TypeSerializerSnapshot] | None:

@@ -1,0 +1,50 @@
+"""``flinkstate describe SAVEPOINT [--json]``: metadata version, checkpoint id, operators and their keyed states
+with kinds and types."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from flinkstate.savepoint import Savepoint
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("describe", help="show a savepoint's operators and keyed states",
+                                   description="Show the metadata version, checkpoint id, operators and, for each "
+                                               "keyed state, its kind and key/namespace/value/user-key types.")
+    parser.add_argument("savepoint", metavar="SAVEPOINT", help="savepoint directory or its _metadata file")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    description = Savepoint.open(args.savepoint).describe()
+    if args.json:
+        print(json.dumps(description, indent=2))
+    else:
+        print(render_text(description))
+    return 0
+
+
+def render_text(description: dict[str, Any]) -> str:
+    lines = [f"savepoint {description['path']}",
+             f"  metadata version {description['metadata_version']}, checkpoint {description['checkpoint_id']}"]
+    for op in description["operators"]:
+        names = ", ".join(f"{k} {op[k]}" for k in ("uid", "name") if op[k])
+        lines.append(f"operator {op['id']}" + (f" ({names})" if names else ""))
+        lines.append(f"  parallelism {op['parallelism']}, max parallelism {op['max_parallelism']}")
+        if op["operator_states"]:
+            lines.append(f"  operator state: {', '.join(op['operator_states'])}")
+        if op["coordinator_state_bytes"] is not None:
+            lines.append(f"  coordinator state: {op['coordinator_state_bytes']} bytes")
+        for state in op["keyed_states"]:
+            lines.append(f"  keyed state {state['name']}: {state['kind']}")
+            lines.append(f"    key {state['key_type']}, namespace {state['namespace_type']}")
+            if state["user_key_type"]:
+                lines.append(f"    user key {state['user_key_type']}")
+            lines.append(f"    value {state['value_type']}")
+        if "error" in op:
+            lines.append(f"  error: {op['error']}")
+    return "\n".join(lines)

@@ -1,0 +1,41 @@
+"""``flinkstate dump SAVEPOINT --operator UID_OR_HEX_ID --state NAME``: one JSON line per entry,
+``{"key": K, "namespace": N, "value": V}`` (MAP state adds ``"user_key"``, one line per user key; timer states give
+the timestamp as value). Value encoding: see :mod:`flinkstate.jsonify`; VoidNamespace is null."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from flinkstate.jsonify import to_json
+from flinkstate.savepoint import Savepoint
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("dump", help="print a keyed state's entries as JSON Lines",
+                                   description="Print every entry of one keyed state as JSON Lines.")
+    parser.add_argument("savepoint", metavar="SAVEPOINT", help="savepoint directory or its _metadata file")
+    parser.add_argument("--operator", required=True, metavar="UID_OR_HEX_ID",
+                        help="operator uid (hashed like Flink) or 32-hex operator id")
+    parser.add_argument("--state", required=True, metavar="NAME", help="keyed state name")
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    savepoint = Savepoint.open(args.savepoint)
+    operator = savepoint.operator(args.operator)
+    is_map = savepoint.state_info(operator, args.state).kind == "MAP"
+    write = sys.stdout.write
+    dumps = json.dumps
+    for entry in savepoint.iter_entries(operator, args.state):
+        if is_map:
+            key, namespace, user_key, value = entry
+            record = {"key": to_json(key), "namespace": to_json(namespace), "user_key": to_json(user_key),
+                      "value": to_json(value)}
+        else:
+            key, namespace, value = entry
+            record = {"key": to_json(key), "namespace": to_json(namespace), "value": to_json(value)}
+        write(dumps(record) + "\n")
+    return 0

@@ -1,0 +1,53 @@
+"""Decoded state values → JSON-ready Python values, the encoding ``flinkstate dump`` promises:
+POJO → object; Row and Tuple → array by position; List/Set → array; byte[] → base64 string; null → null;
+BigDecimal → string (no precision loss); dates and times → ISO-8601 strings; VoidNamespace → null;
+TimeWindow → {"start", "end"}; TTL values → {"value", "last_access"}; Kryo (opaque) values →
+{"type", "base64"}; Enum → constant name.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+from flinkstate.serializers.kryo import OpaqueValue
+from flinkstate.serializers.namespaces import TimeWindow
+from flinkstate.serializers.timer import Timer
+from flinkstate.serializers.ttl import TtlValue
+
+
+def to_json(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, dict):
+        return {_key(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, TimeWindow):
+        return {"start": value.start, "end": value.end}
+    if isinstance(value, TtlValue):
+        return {"value": to_json(value.value), "last_access": value.last_access}
+    if isinstance(value, Timer):
+        return {"timestamp": value.timestamp, "key": to_json(value.key), "namespace": to_json(value.namespace)}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((to_json(v) for v in value), key=repr)
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, OpaqueValue):
+        return {"type": value.type_name, "base64": base64.b64encode(value.data).decode("ascii")}
+    raise TypeError(f"no JSON encoding for {type(value).__name__}")
+
+
+def _key(key: Any) -> str:
+    """JSON object keys must be strings (map keys of other types are rendered as their JSON text)."""
+    if isinstance(key, str):
+        return key
+    import json
+
+    return json.dumps(to_json(key))
