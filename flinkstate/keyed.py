@@ -427,17 +427,19 @@ class KeyedStateStream:
                                            self._header.length)
         return self._header
 
-    def read_block(self, key_group: int, start: int, end: int) -> bytes:
+    def read_block(self, key_group: int, start: int, end: int, state_name: str | None = None) -> bytes:
+        """The (decompressed) block of one key group; ``state_name`` only names the state being read in errors."""
+        context = f"{self.context}, state {state_name}" if state_name else self.context
         data = self.source.read(start, end - start)
         if len(data) != end - start:
-            raise SavepointFormatError(f"{self.context}: key group {key_group} block truncated ({len(data)} of "
+            raise SavepointFormatError(f"{context}: key group {key_group} block truncated ({len(data)} of "
                                        f"{end - start} bytes)", self.source.path, start + len(data))
         if not self.header().compressed:
             return data
         try:
             return bytes(cramjam.snappy.decompress(data))
         except Exception as exc:  # cramjam raises its own DecompressionError
-            raise SavepointFormatError(f"{self.context}: key group {key_group}: corrupted snappy block ({exc})",
+            raise SavepointFormatError(f"{context}: key group {key_group}: corrupted snappy block ({exc})",
                                        self.source.path, start) from None
 
     def iter_blocks(self, state_name: str, key_group_range: KeyGroupRange | None = None
@@ -457,7 +459,7 @@ class KeyedStateStream:
         for key_group, start, end in self._blocks:
             if key_group_range is not None and key_group not in key_group_range:
                 continue
-            data = self.read_block(key_group, start, end)
+            data = self.read_block(key_group, start, end, state_name)
             entries = self._decode_block(data, key_group, index, decode_entry, start, state_name)
             if entries:
                 yield key_group, entries
