@@ -2,11 +2,16 @@
 # Sets up everything the demo and the tests need, idempotently; a re-run with nothing changed takes seconds.
 #   .venv        Airflow 3.3, the Spark provider, PySpark 4.3, fastavro, boto3, pytest, and flinkstate (editable)
 #   .venv-flink  Flink 2.3 from PyPI (apache-flink): the local cluster's distribution
-#   examples/sample-job/build/sample-job-v{1,2,3}.jar
+#   .flink-dists/<version>  older Flink distributions for the version matrix (FLINK_MATRIX_VERSIONS)
+#   examples/sample-job/build/sample-job-v{1,2,3}.jar, and build/flink-<version>/ for each matrix version
 # Checks for Java 17+ first. Environment: PYTHON (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+# Flink versions besides 2.3 that the tests read savepoints of (metadata version 4 and 6). Each is the PyPI
+# apache-flink (scripts, conf/) and apache-flink-libraries (jars) of that version, unpacked with --no-deps into
+# .flink-dists/<version>: only the Java distribution is used, so no Python dependencies are needed.
+FLINK_MATRIX_VERSIONS=${FLINK_MATRIX_VERSIONS-"1.20.3 2.2.0"}
 logs=.work/setup
 mkdir -p "$logs"
 
@@ -55,16 +60,34 @@ setup_flink_venv() {
   echo "$want" > .venv-flink/.setup-fingerprint
 }
 
-# The two environments are independent: install them side by side.
-setup_project_venv > "$logs/venv.log" 2>&1 & project=$!
-setup_flink_venv > "$logs/venv-flink.log" 2>&1 & flink=$!
+setup_flink_dist() {
+  local version=$1 dir=.flink-dists/$1
+  [ -x "$dir/pyflink/bin/jobmanager.sh" ] && [ -f "$dir/.complete" ] && return 0
+  say "unpacking Flink $version into $dir"
+  rm -rf "$dir"
+  "$PYTHON" -m pip install -q --no-deps --target "$dir" "apache-flink==$version" "apache-flink-libraries==$version"
+  touch "$dir/.complete"
+}
+
+# The environments are independent: install them side by side.
+pids=()
+setup_project_venv > "$logs/venv.log" 2>&1 & pids+=($!)
+setup_flink_venv > "$logs/venv-flink.log" 2>&1 & pids+=($!)
+for version in $FLINK_MATRIX_VERSIONS; do
+  setup_flink_dist "$version" > "$logs/flink-$version.log" 2>&1 & pids+=($!)
+done
 status=0
-wait $project || { status=1; cat "$logs/venv.log" >&2; say "the project environment failed (log above)"; }
-wait $flink || { status=1; cat "$logs/venv-flink.log" >&2; say "the Flink environment failed (log above)"; }
-[ $status -eq 0 ] || exit 1
-grep -h '^setup:' "$logs/venv.log" "$logs/venv-flink.log" || true
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+if [ $status -ne 0 ]; then
+  for log in "$logs"/*.log; do printf '\n--- %s\n' "$log" >&2; cat "$log" >&2; done
+  die "installing an environment failed (logs above)"
+fi
+cat "$logs"/*.log | grep '^setup:' || true
 
 flink_home=$(ls -d .venv-flink/lib/python*/site-packages/pyflink 2>/dev/null | head -1)
 [ -n "$flink_home" ] && [ -x "$flink_home/bin/jobmanager.sh" ] || die "no Flink distribution in .venv-flink"
 examples/sample-job/build.sh "$flink_home"
+for version in $FLINK_MATRIX_VERSIONS; do
+  examples/sample-job/build.sh ".flink-dists/$version/pyflink" "examples/sample-job/build/flink-$version"
+done
 say "ready (Java $major, $(.venv/bin/python --version), Flink $(ls "$flink_home"/lib/flink-dist-*.jar | sed 's/.*flink-dist-\(.*\)\.jar/\1/'))"

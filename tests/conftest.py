@@ -24,6 +24,12 @@ SAVEPOINT_VARIANTS: dict[str, tuple[str, bool, int]] = {
     "rocksdb-p2-snappy": ("rocksdb", True, 2),
 }
 SAVEPOINT_KEYS = 20
+#: Older Flink versions (installed by scripts/setup.sh into .flink-dists/) and the savepoints written on each.
+MATRIX_VERSIONS = ("1.20.3", "2.2.0")
+MATRIX_VARIANTS: dict[str, tuple[str, bool, int]] = {
+    "heap-p2": ("hashmap", False, 2),
+    "rocksdb-p2-snappy": ("rocksdb", True, 2),
+}
 
 
 @pytest.fixture(scope="session")
@@ -37,26 +43,34 @@ def flink_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFli
         cluster.stop()
 
 
+def write_savepoints(
+    cluster: LocalFlinkCluster, root: Path, variants: dict[str, tuple[str, bool, int]], *,
+    flink_version: str, build_dir: Path | None = None,
+) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """Runs v1 of the sample job once per variant and stops it with a savepoint moved to root/<name>/savepoint."""
+    written: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for name, (backend, compression, parallelism) in variants.items():
+        audit = root / name / "audit"
+        run = sample_job.submit(cluster.client, "v1", audit, keys=SAVEPOINT_KEYS, rate=400, build_dir=build_dir,
+                                parallelism=parallelism, state_backend=backend, compression=compression)
+        run.wait_for_keys()
+        time.sleep(0.5)  # let keys see a few events each, so that lists and maps hold more than one entry
+        location = cluster.client.stop_with_savepoint(run.job_id, str(root / name))
+        target = root / name / "savepoint"
+        shutil.move(location.removeprefix("file:"), target)
+        info = {"backend": backend, "compression": compression, "parallelism": parallelism,
+                "keys": SAVEPOINT_KEYS, "version": "v1", "flink_version": flink_version}
+        (root / name / "info.json").write_text(json.dumps(info))
+        written[name] = (target, info)
+    return written
+
+
 @pytest.fixture(scope="session")
 def _written_savepoints(
     flink_cluster: LocalFlinkCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, tuple[Path, dict[str, Any]]]:
-    root = tmp_path_factory.mktemp("savepoints")
-    written: dict[str, tuple[Path, dict[str, Any]]] = {}
-    for name, (backend, compression, parallelism) in SAVEPOINT_VARIANTS.items():
-        audit = root / name / "audit"
-        run = sample_job.submit(flink_cluster.client, "v1", audit, keys=SAVEPOINT_KEYS, rate=400,
-                                parallelism=parallelism, state_backend=backend, compression=compression)
-        run.wait_for_keys()
-        time.sleep(0.5)  # let keys see a few events each, so that lists and maps hold more than one entry
-        location = flink_cluster.client.stop_with_savepoint(run.job_id, str(root / name))
-        target = root / name / "savepoint"
-        shutil.move(location.removeprefix("file:"), target)
-        info = {"backend": backend, "compression": compression, "parallelism": parallelism,
-                "keys": SAVEPOINT_KEYS, "version": "v1"}
-        (root / name / "info.json").write_text(json.dumps(info))
-        written[name] = (target, info)
-    return written
+    return write_savepoints(flink_cluster, tmp_path_factory.mktemp("savepoints"), SAVEPOINT_VARIANTS,
+                            flink_version="2.3.0")
 
 
 @pytest.fixture(scope="session")
@@ -70,3 +84,20 @@ def flink_savepoints(_written_savepoints: dict[str, tuple[Path, dict[str, Any]]]
 def flink_savepoints_info(_written_savepoints: dict[str, tuple[Path, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """name -> {backend, compression, parallelism, keys, version} of each savepoint in ``flink_savepoints``."""
     return {name: info for name, (_, info) in _written_savepoints.items()}
+
+
+@pytest.fixture(scope="session")
+def flink_matrix_savepoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """``<flink version>/<variant>`` -> (savepoint directory, info) for savepoints written by Flink 1.20.3
+    (metadata version 4) and 2.2.0 (version 6) in this test run, each on its own short-lived local cluster."""
+    written: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for version in MATRIX_VERSIONS:
+        flink_home = sample_job.ROOT / ".flink-dists" / version / "pyflink"
+        if not flink_home.is_dir():
+            pytest.fail(f"Flink {version} is missing at {flink_home}: run 'make setup'")
+        work = tmp_path_factory.mktemp(f"flink-{version}")
+        with LocalFlinkCluster(work / "cluster", flink_home=flink_home, slots=2) as cluster:
+            for name, entry in write_savepoints(cluster, work, MATRIX_VARIANTS, flink_version=version,
+                                                build_dir=sample_job.JOB_DIR / "build" / f"flink-{version}").items():
+                written[f"{version}/{name}"] = entry
+    return written

@@ -129,6 +129,17 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
+def _ensure_scripts_executable(flink_home: Path) -> None:
+    """Flink's scripts call each other directly; pip installs (``--target`` in particular) can drop the x bit."""
+    for script in (flink_home / "bin").glob("*.sh"):
+        mode = script.stat().st_mode
+        if not mode & 0o100:
+            try:
+                script.chmod(mode | 0o755)
+            except OSError as exc:
+                raise EnvironmentProblem(f"{script} is not executable and cannot be made so ({exc})") from None
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -269,8 +280,9 @@ class LocalFlinkCluster:
             folder.mkdir(parents=True, exist_ok=True)
         self._write_conf(flink_home, rest_port, rpc_port)
         env = self._env(flink_home)
+        _ensure_scripts_executable(flink_home)
         for daemon in ("jobmanager", "taskmanager"):
-            result = subprocess.run([str(flink_home / "bin" / f"{daemon}.sh"), "start"], env=env,
+            result = subprocess.run(["bash", str(flink_home / "bin" / f"{daemon}.sh"), "start"], env=env,
                                     capture_output=True, text=True, check=False)
             if result.returncode != 0:
                 self.stop()
@@ -390,12 +402,17 @@ class LocalFlinkCluster:
         bundled = flink_home / "conf"
         if self.conf_dir.exists():
             shutil.rmtree(self.conf_dir)
+        if not bundled.is_dir():
+            raise EnvironmentProblem(f"{flink_home} has no conf/ folder (install apache-flink beside "
+                                     "apache-flink-libraries: the scripts and conf/ come from apache-flink)")
         shutil.copytree(bundled, self.conf_dir)
+        # The distribution's own options first (its env.java.opts.all carries the --add-opens Java 17 needs).
         options: dict[str, Any] = {}
         bundled_yaml = bundled / "config.yaml"
         if bundled_yaml.exists():
             _flatten("", yaml.safe_load(bundled_yaml.read_text()) or {}, options)
-            (self.conf_dir / "flink-conf.yaml").unlink(missing_ok=True)
+        # Flink 1.19+ reads config.yaml; a legacy flink-conf.yaml beside it would win on 1.x.
+        (self.conf_dir / "flink-conf.yaml").unlink(missing_ok=True)
         options.update(BASE_OPTIONS)
         options.update({
             "taskmanager.numberOfTaskSlots": self.slots,
