@@ -204,7 +204,16 @@ class AvroCodecBuilder:
 
     def encoder(self, schema: Any) -> Encoder:
         if isinstance(schema, str):
-            return _PRIMITIVES[schema][1] if schema in _PRIMITIVES else self.encoder(self.named[schema])
+            if schema in _PRIMITIVES:
+                return _PRIMITIVES[schema][1]
+            cache: list[Encoder] = []  # named reference: resolved at first use so recursive schemas terminate
+
+            def encode_named(value: Any, out: bytearray) -> None:
+                if not cache:
+                    cache.append(self.encoder(self.named[schema]))
+                cache[0](value, out)
+
+            return encode_named
         if isinstance(schema, list):
             return self._union_encoder(schema)
         kind = schema["type"]
