@@ -101,7 +101,7 @@ class MapSnapshot(CompositeSnapshot):
         return f"Map<{self.nested[0].type_name()}, {self.nested[1].type_name()}>"
 
 
-def _flagged_sequence_codec(elem_dec: Decoder, elem_enc: Encoder, present_flag: int) -> tuple[Decoder, Encoder]:
+def _flagged_sequence_decoder(elem_dec: Decoder, present_flag: int) -> Decoder:
     """``i32 n`` then per element a boolean flag (``present_flag`` = the value meaning "an element follows")."""
 
     def decode(buf: bytes, off: int) -> tuple[list[Any], int]:
@@ -118,6 +118,10 @@ def _flagged_sequence_codec(elem_dec: Decoder, elem_enc: Encoder, present_flag: 
                 items.append(None)
         return items, off
 
+    return decode
+
+
+def _flagged_sequence_encoder(elem_enc: Encoder, present_flag: int) -> Encoder:
     def encode(value: Any, out: bytearray) -> None:
         items = list(value)
         out += I32.pack(len(items))
@@ -128,7 +132,7 @@ def _flagged_sequence_codec(elem_dec: Decoder, elem_enc: Encoder, present_flag: 
                 out.append(present_flag)
                 elem_enc(item, out)
 
-    return decode, encode
+    return encode
 
 
 @register
@@ -137,7 +141,7 @@ class SetSnapshot(CompositeSnapshot):
     ARITY = 1
 
     def make_decoder(self) -> Decoder:
-        decode_list = _flagged_sequence_codec(self.nested[0].decoder(), self.nested[0].encoder, 0)[0]
+        decode_list = _flagged_sequence_decoder(self.nested[0].decoder(), 0)
 
         def decode(buf: bytes, off: int) -> tuple[Any, int]:
             items, off = decode_list(buf, off)
@@ -149,7 +153,7 @@ class SetSnapshot(CompositeSnapshot):
         return decode
 
     def make_encoder(self) -> Encoder:
-        return _flagged_sequence_codec(self.nested[0].decoder(), self.nested[0].encoder(), 0)[1]
+        return _flagged_sequence_encoder(self.nested[0].encoder(), 0)
 
     def type_name(self) -> str:
         return f"Set<{self.nested[0].type_name()}>"
@@ -173,10 +177,10 @@ class GenericArraySnapshot(CompositeSnapshot):
         writer.utf(self.component_class)
 
     def make_decoder(self) -> Decoder:
-        return _flagged_sequence_codec(self.nested[0].decoder(), self.nested[0].encoder, 1)[0]
+        return _flagged_sequence_decoder(self.nested[0].decoder(), 1)
 
     def make_encoder(self) -> Encoder:
-        return _flagged_sequence_codec(self.nested[0].decoder(), self.nested[0].encoder(), 1)[1]
+        return _flagged_sequence_encoder(self.nested[0].encoder(), 1)
 
     def type_name(self) -> str:
         return f"{self.nested[0].type_name()}[]"
