@@ -92,13 +92,6 @@ class TypeSerializerSnapshot:
         """Nested snapshots (composite types); empty for leaves."""
         return []
 
-    # -- compatibility (later issue) ---------------------------------------------------------------------------------
-
-    def resolve_compatibility(self, new: TypeSerializerSnapshot) -> Any:
-        """Flink's ``resolveSchemaCompatibility(oldSnapshot)`` seen from the old side. Each family overrides this
-        with its rule (§8 of the format notes); not implemented yet."""
-        raise NotImplementedError("schema compatibility resolution is not implemented yet")
-
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.type_name()}>"
 
