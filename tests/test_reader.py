@@ -24,11 +24,10 @@ from flinkstate.errors import FlinkStateError
 from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot
 from flinkstate.keyed import KeyedStateStream
 from flinkstate.savepoint import Savepoint
-from tests.support.sample_job import OPERATOR_UID, SOURCE_UID, counts_for_position, expected_state, key_name
+from tests.support.sample_job import OPERATOR_UID, SOURCE_UID, counts_for_position, expected_state
+from tests.support.state_checks import EVENT_TIMERS, PROCESSING_TIMERS, assert_sample_state
 
 NAMES = ("heap-p1", "heap-p2", "heap-p2-snappy", "rocksdb-p2", "rocksdb-p2-snappy")
-PROCESSING_TIMERS = "_timer_state/processing_user-timers"
-EVENT_TIMERS = "_timer_state/event_user-timers"
 
 
 @pytest.fixture(params=NAMES)
@@ -37,57 +36,9 @@ def case(request: pytest.FixtureRequest, flink_savepoints: dict[str, Path],
     return flink_savepoints[request.param], flink_savepoints_info[request.param]
 
 
-def _collect(savepoint: Savepoint, state: str) -> dict[str, list[tuple[int, tuple[Any, ...]]]]:
-    """key -> [(key group, entry)] of one state, checking every block against its subtask's key-group range."""
-    op = savepoint.operator(OPERATOR_UID)
-    found: dict[str, list[tuple[int, tuple[Any, ...]]]] = defaultdict(list)
-    for index, stream in savepoint.keyed_streams(op):
-        standard = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, index)
-        assert stream.key_group_range == standard
-        for key_group, entries in stream.iter_blocks(state):
-            assert key_group in standard
-            for entry in entries:
-                assert key_group == assign_key_group(java_string_hash(entry[0]), op.max_parallelism), entry
-                assert entry[1] is None  # VoidNamespace
-                found[entry[0]].append((key_group, entry))
-    return found
-
-
-def _single(found: dict[str, list[tuple[int, tuple[Any, ...]]]]) -> dict[str, Any]:
-    for key, entries in found.items():
-        assert len(entries) == 1, (key, entries)
-    return {key: entries[0][1][2] for key, entries in found.items()}
-
-
 def test_every_entry_matches_what_the_job_wrote(case: tuple[Path, dict[str, Any]]) -> None:
     path, info = case
-    savepoint = Savepoint.open(path)
-    keys = [key_name(i) for i in range(info["keys"])]
-
-    counts = _single(_collect(savepoint, "count"))
-    assert sorted(counts) == sorted(keys)
-    position = sum(counts.values())
-    assert counts == counts_for_position(position, info["keys"])
-
-    stats = _single(_collect(savepoint, "stats"))
-    recent = _single(_collect(savepoint, "recent"))
-    timers = _single(_collect(savepoint, PROCESSING_TIMERS))
-    buckets: dict[str, dict[str, list[Any]]] = defaultdict(dict)
-    for key, entries in _collect(savepoint, "buckets").items():
-        for _, (_, _, user_key, value) in entries:
-            assert user_key not in buckets[key]
-            buckets[key][user_key] = list(value)
-    assert not _collect(savepoint, EVENT_TIMERS)
-    for name, found in (("stats", stats), ("recent", recent), ("buckets", buckets), ("timers", timers)):
-        assert sorted(found) == sorted(keys), name
-
-    for key in keys:
-        expected = expected_state(key, counts[key])
-        assert stats[key] == expected["stats"]
-        assert list(stats[key]) == sorted(expected["stats"])  # POJO fields in Flink's (sorted) order
-        assert [list(item) for item in recent[key]] == expected["recent"]
-        assert buckets[key] == expected["buckets"]
-        assert isinstance(timers[key], int) and timers[key] > 0
+    assert_sample_state(path, info["keys"])
 
 
 def test_metadata_and_operators(case: tuple[Path, dict[str, Any]]) -> None:
