@@ -1,0 +1,780 @@
+"""The migration engine: "migrate one (operator, subtask) keyed stream" + "assemble the metadata".
+
+Both halves are deterministic functions of (source savepoint, plan), so a Spark job can run
+:func:`migrate_subtask` once per (operator, subtask) in parallel and :func:`assemble_metadata` once on the driver,
+and get the same bytes as :func:`migrate_savepoint`, which does everything in one process::
+
+    plan = plan_migration(source, targets)                       # MigrationPlan, built once
+    for operator_id, subtask in plan.units():                    # the parallel units
+        result = migrate_subtask(source, plan, operator_id, subtask, output)   # -> SubtaskResult
+    metadata = assemble_metadata(source, plan, results, output, version)       # copies the rest, writes _metadata
+
+Keyed streams are rewritten block by block in the source's order: entries of states that are not migrated keep
+their bytes, migrated states are decoded with the old snapshot's codec, transformed, and encoded with the new one.
+When the key changes, entries move to the key group Flink hashes the new key to, which may belong to another
+subtask: then each subtask reads the operator's every stream and keeps its own key groups.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from flinkstate.binary import I32, U16, KeyGroupRange, assign_key_group, encode_varint_le, operator_id_from_uid
+from flinkstate.errors import FlinkStateError
+from flinkstate.format_errors import SavepointFormatError
+from flinkstate.jsonify import to_json
+from flinkstate.keyed import (
+    END_OF_KEY_GROUP_MARK,
+    FIRST_BIT_IN_BYTE_MASK,
+    TIMERS,
+    VALUE_SERIALIZER,
+    KeyedBackendHeader,
+    KeyLayout,
+    StateMetaInfo,
+    make_entry_decoder,
+)
+from flinkstate.metadata import CheckpointMetadata, KeyGroupsStateHandle, OperatorState, OperatorSubtaskState
+from flinkstate.migration.spec import NO_MIGRATION, StateMigration
+from flinkstate.migration.transforms import (
+    MigrationPlanError,
+    RowNames,
+    Transform,
+    build_transform,
+    chain,
+    conversion,
+    load_function,
+)
+from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.registry import snapshot_bytes
+from flinkstate.serializers.timer import Timer
+from flinkstate.writer import (
+    CopiedFile,
+    KeyedStreamWriter,
+    SavepointOutput,
+    copy_stream_handle,
+    encode_block,
+    keyed_stream_file_name,
+    write_metadata,
+)
+
+#: A user function returns this to drop an entry.
+DROP = object()
+
+
+class MigrationError(FlinkStateError):
+    """A migration run failed (bad plan, or an entry failed under the ``fail`` policy)."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# What the new version wants (built from the manifest, or directly in Python)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StateTarget:
+    """One keyed state of the new version. ``value`` / ``user_key`` are the new snapshots of the stored value
+    (the element for LIST, the user value for MAP) and of MapState user keys; None keeps the old ones. ``key`` is
+    the operator's new key snapshot (every state of the operator must agree)."""
+
+    name: str
+    value: TypeSerializerSnapshot | None = None
+    user_key: TypeSerializerSnapshot | None = None
+    key: TypeSerializerSnapshot | None = None
+    migration: StateMigration = NO_MIGRATION
+    renamed_from: str | None = None
+    row_names: RowNames = field(default_factory=dict)
+
+
+@dataclass
+class OperatorTarget:
+    uid: str
+    renamed_from: str | None = None  # the old uid (or 32-hex operator id)
+    states: list[StateTarget] = field(default_factory=list)
+    dropped_states: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The compiled plan
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StateRewrite:
+    """How one old state becomes one new state."""
+
+    old_name: str
+    new_name: str
+    new_id: int
+    kind: str
+    transform: Transform | None  # None: values keep their bytes
+    user_key_transform: Transform | None
+    dead_letter: bool
+    reencode: bool  # decode and encode even without a transform (identity rewrite)
+
+    @property
+    def touches_values(self) -> bool:
+        return self.reencode or self.transform is not None or self.user_key_transform is not None
+
+
+@dataclass
+class OperatorPlan:
+    source: OperatorState
+    new_operator_id: str
+    new_uid: str | None
+    old_header: KeyedBackendHeader | None
+    new_header: KeyedBackendHeader | None
+    rewrites: list[StateRewrite | None]  # by old state id; None = dropped
+    key_transform: Transform | None = None
+    key_dead_letter: bool = False
+
+    @property
+    def rewrites_stream(self) -> bool:
+        if self.old_header is None or self.new_header is None:
+            return False
+        return (self.key_transform is not None or any(r is None or r.touches_values or r.new_id != i
+                                                      for i, r in enumerate(self.rewrites))
+                or self.old_header.write() != self.new_header.write())
+
+
+@dataclass
+class MigrationPlan:
+    operators: dict[str, OperatorPlan]  # by source operator id; only operators with a target
+    compressed: bool | None = None  # None: as the source
+
+    def units(self) -> list[tuple[str, int]]:
+        """(source operator id, subtask) of every keyed stream that is rewritten: the parallel work units."""
+        return [(op_id, subtask) for op_id, plan in sorted(self.operators.items()) if plan.rewrites_stream
+                for subtask in sorted(plan.source.subtasks) if plan.source.subtasks[subtask].managed_keyed_state]
+
+
+def _with_nested(snapshot: TypeSerializerSnapshot, nested: list[TypeSerializerSnapshot]) -> TypeSerializerSnapshot:
+    """A copy of a composite snapshot (List, Map, Timer) with other nested snapshots."""
+    clone = copy.copy(snapshot)
+    clone._nested = list(nested)  # type: ignore[attr-defined]
+    clone._decoder = clone._encoder = None
+    return clone
+
+
+def _new_meta(meta: StateMetaInfo, name: str, value: TypeSerializerSnapshot | None,
+              user_key: TypeSerializerSnapshot | None, key: TypeSerializerSnapshot | None) -> StateMetaInfo:
+    serializers = []
+    for skey, snap in meta.serializers:
+        if skey == VALUE_SERIALIZER and meta.kind == TIMERS and key is not None:
+            snap = _with_nested(snap, [key, snap.nested[1]])
+        elif skey == VALUE_SERIALIZER and meta.backend_type == "KEY_VALUE" and meta.kind == "LIST" and value:
+            snap = _with_nested(snap, [value])
+        elif skey == VALUE_SERIALIZER and meta.backend_type == "KEY_VALUE" and meta.kind == "MAP" \
+                and (value or user_key):
+            snap = _with_nested(snap, [user_key or snap.nested[0], value or snap.nested[1]])
+        elif skey == VALUE_SERIALIZER and value is not None:
+            snap = value
+        elif skey == "USER_KEY_SERIALIZER" and user_key is not None:
+            snap = user_key
+        serializers.append((skey, snap))
+    return StateMetaInfo(name, meta.backend_type, list(meta.options), serializers)
+
+
+def plan_migration(source: Savepoint, targets: list[OperatorTarget], *, compressed: bool | None = None,
+                   reencode: bool = False) -> MigrationPlan:
+    """Compiles the targets against the source savepoint. ``reencode`` decodes and re-encodes every entry of every
+    targeted operator even where nothing changes (the identity rewrite)."""
+    plans: dict[str, OperatorPlan] = {}
+    for target in targets:
+        old_ref = target.renamed_from or target.uid
+        op = source.operator(old_ref)
+        if op.operator_id in plans:
+            raise MigrationError(f"operator {old_ref} is the target of two entries")
+        plans[op.operator_id] = _plan_operator(source, op, target, reencode)
+    return MigrationPlan(plans, compressed)
+
+
+def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget, reencode: bool) -> OperatorPlan:
+    label = f"operator {target.uid}"
+    header = source.keyed_header(op)
+    new_id = operator_id_from_uid(target.uid)
+    new_uid = target.uid if (op.uid is not None or target.renamed_from) else op.uid
+    if header is None:
+        if target.states or target.dropped_states:
+            raise MigrationError(f"{label}: the savepoint holds no keyed state for it")
+        return OperatorPlan(op, new_id, new_uid, None, None, [])
+    by_old_name = {(t.renamed_from or t.name): t for t in target.states}
+    known = {s.name for s in header.states}
+    for name in [*by_old_name, *target.dropped_states]:
+        if name not in known:
+            raise MigrationError(f"{label}: no state {name!r} in the savepoint (states: {', '.join(sorted(known))})")
+    keys = {snapshot_bytes(t.key): t for t in target.states if t.key is not None}
+    if len(keys) > 1:
+        raise MigrationError(f"{label}: states declare different new key types")
+    key_target = next(iter(keys.values()), None)
+    new_key = key_target.key if key_target is not None else None
+    key_transform: Transform | None = None
+    if new_key is not None and header.key_serializer is not None:
+        assert key_target is not None
+        try:
+            if key_target.migration.key is not None:
+                key_transform = conversion(key_target.migration.key, header.key_serializer, new_key)
+            elif snapshot_bytes(new_key) != snapshot_bytes(header.key_serializer):
+                raise MigrationPlanError(f"the key type changed from {header.key_serializer.type_name()} to "
+                                         f"{new_key.type_name()}: declare key: {{convert: ...}}")
+        except MigrationPlanError as exc:
+            raise MigrationError(f"{label}: key: {exc}") from None
+    rewrites: list[StateRewrite | None] = []
+    new_states: list[StateMetaInfo] = []
+    for meta in header.states:
+        if meta.name in target.dropped_states:
+            rewrites.append(None)
+            continue
+        t = by_old_name.get(meta.name)
+        new_name = t.name if t is not None else meta.name
+        value_t = user_key_t = None
+        if t is not None and meta.kind != TIMERS:
+            try:
+                value_t, user_key_t = _state_transforms(meta, t)
+            except MigrationPlanError as exc:
+                raise MigrationError(f"{label}, state {meta.name}: {exc}") from None
+        rewrites.append(StateRewrite(meta.name, new_name, len(new_states), meta.kind, value_t, user_key_t,
+                                     bool(t and t.migration.dead_letter), reencode))
+        new_states.append(_new_meta(meta, new_name, t.value if t else None, t.user_key if t else None, new_key))
+    names = [s.name for s in new_states]
+    if len(set(names)) != len(names):
+        raise MigrationError(f"{label}: two states would be named alike after renaming: {names}")
+    new_header = KeyedBackendHeader(header.version, header.compressed, new_key or header.key_serializer, new_states)
+    return OperatorPlan(op, new_id, new_uid, header, new_header, rewrites, key_transform,
+                        bool(key_target and key_target.migration.dead_letter))
+
+
+def _state_transforms(meta: StateMetaInfo, target: StateTarget) -> tuple[Transform | None, Transform | None]:
+    old_value = meta.value_serializer
+    assert old_value is not None
+    spec = target.migration
+    value_t = build_transform(old_value, target.value or old_value, rules=spec.fields, convert=spec.value,
+                              row_names=target.row_names)
+    if spec.function is not None:
+        value_t = chain(value_t, load_function(spec.function))
+    user_key_t = None
+    if meta.kind == "MAP":
+        old_uk = meta.user_key_serializer
+        assert old_uk is not None
+        user_key_t = build_transform(old_uk, target.user_key or old_uk, convert=spec.user_key)
+    elif spec.user_key is not None:
+        raise MigrationPlanError("user_key applies to MapState only")
+    return value_t, user_key_t
+
+
+def plan_value_migration(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, migration: StateMigration,
+                         row_names: RowNames | None = None) -> tuple[bool, str]:
+    """Whether ``migration`` turns stored values of ``old`` into ``new``, and why (not)."""
+    try:
+        transform = build_transform(old, new, rules=migration.fields, convert=migration.value, row_names=row_names)
+        if migration.function is not None:
+            load_function(migration.function)
+    except MigrationPlanError as exc:
+        if migration.function is not None and "cannot load" not in str(exc):
+            return True, f"the function {migration.function} maps old values to new ones"
+        return False, str(exc)
+    if transform is None and migration.function is None:
+        return True, "no change"
+    return True, "migrated by flinkstate migrate"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# One subtask
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StateCount:
+    read: int = 0
+    written: int = 0
+    dead_lettered: int = 0
+
+
+@dataclass
+class SubtaskResult:
+    operator_id: str  # the source operator id
+    subtask: int
+    handle: KeyGroupsStateHandle | None
+    counts: dict[str, StateCount]  # by new state name
+    dead_letters: list[dict[str, Any]]
+
+
+def _raw_entries(data: bytes) -> Iterator[tuple[int, int, int, int, int]]:
+    """(state id, key start, key end, value start, value end) of every entry of an uncompressed block. The block
+    was already validated by nothing: lengths are checked here."""
+    unpack_i32, unpack_u16 = I32.unpack_from, U16.unpack_from
+    size = len(data)
+    state_id = unpack_u16(data, 0)[0]
+    pos = 2
+    while pos < size:
+        key_len = unpack_i32(data, pos)[0]
+        ks = pos + 4
+        ke = ks + key_len
+        value_len = unpack_i32(data, ke)[0]
+        vs = ke + 4
+        pos = vs + value_len
+        if key_len <= 0 or value_len < 0 or pos > size:
+            raise SavepointFormatError(f"bad entry lengths {key_len}/{value_len}", offset=ks - 4)
+        yield state_id, ks, ke, vs, pos
+        if data[ks] & FIRST_BIT_IN_BYTE_MASK:
+            state_id = unpack_u16(data, pos)[0]
+            pos += 2
+            if state_id == END_OF_KEY_GROUP_MARK:
+                return
+    raise SavepointFormatError("block ends without an end-of-key-group mark", offset=pos)
+
+
+def _clear_flag(data: bytes, ks: int, ke: int) -> bytes:
+    first = data[ks]
+    if first & FIRST_BIT_IN_BYTE_MASK:
+        return bytes((first & 0x7F,)) + data[ks + 1:ke]
+    return data[ks:ke]
+
+
+class _Rekeyed(Exception):
+    """Internal: an entry's new key group is outside this subtask (rekey mode)."""
+
+
+class _StateCodec:
+    """Decode (old) and encode (new) of one state's entries: the reader's entry decoder and its mirror."""
+
+    def __init__(self, plan: OperatorPlan, rewrite: StateRewrite, prefix_bytes: int) -> None:
+        assert plan.old_header is not None and plan.new_header is not None
+        old_meta = plan.old_header.states[plan.rewrites.index(rewrite)]
+        new_meta = plan.new_header.states[rewrite.new_id]
+        self.rewrite = rewrite
+        self.prefix_bytes = prefix_bytes
+        self.decode = make_entry_decoder(old_meta, _layout(plan.old_header, old_meta, prefix_bytes))
+        key_snap, ns_snap = plan.new_header.key_serializer, new_meta.namespace_serializer
+        assert key_snap is not None and ns_snap is not None
+        self.key_hash = key_snap.hash_code
+        key_enc, ns_enc = key_snap.encoder(), ns_snap.encoder()
+        ambiguous = key_snap.fixed_length < 0 and ns_snap.fixed_length < 0
+
+        def key_ns(key: Any, namespace: Any, out: bytearray) -> None:
+            start = len(out)
+            key_enc(key, out)
+            if ambiguous:
+                out += encode_varint_le(len(out) - start)
+            start = len(out)
+            ns_enc(namespace, out)
+            if ambiguous:
+                out += encode_varint_le(len(out) - start)
+
+        self.key_ns = key_ns
+        value = new_meta.value_serializer
+        assert value is not None
+        self.value_enc = value.encoder()
+        user_key = new_meta.user_key_serializer
+        self.user_key_enc = user_key.encoder() if user_key is not None else None
+
+    def prefix(self, key_group: int) -> bytes:
+        return key_group.to_bytes(self.prefix_bytes, "big")
+
+    def encode_value(self, value: Any) -> bytes | None:
+        """The stored value bytes; None when nothing is stored (an empty list)."""
+        out = bytearray()
+        kind = self.rewrite.kind
+        if kind == "LIST":
+            if not value:
+                return None
+            enc = self.value_enc
+            for i, item in enumerate(value):
+                if i:
+                    out.append(0x2C)
+                enc(item, out)
+        elif kind == "MAP":
+            if value is None:
+                out.append(1)
+            else:
+                out.append(0)
+                self.value_enc(value, out)
+        elif kind == TIMERS:
+            return b""
+        else:
+            self.value_enc(value, out)
+        return bytes(out)
+
+
+def _layout(header: KeyedBackendHeader, meta: StateMetaInfo, prefix_bytes: int) -> KeyLayout:
+    key, namespace = header.key_serializer, meta.namespace_serializer
+    assert key is not None and namespace is not None
+    return KeyLayout(prefix_bytes, key.decoder(), namespace.decoder(),
+                     key.fixed_length < 0 and namespace.fixed_length < 0)
+
+
+class _SubtaskMigrator:
+    def __init__(self, source: Savepoint, plan: OperatorPlan, subtask: int) -> None:
+        self.source = source
+        self.plan = plan
+        self.subtask = subtask
+        self.streams = dict(source.keyed_streams(plan.source))
+        self.stream = self.streams[subtask]
+        self.prefix_bytes = self.stream.prefix_bytes
+        self.codecs = [_StateCodec(plan, r, self.prefix_bytes) if r is not None else None for r in plan.rewrites]
+        assert plan.new_header is not None
+        self.counts = {s.name: StateCount() for s in plan.new_header.states}
+        self.dead_letters: list[dict[str, Any]] = []
+        self.label = f"operator {plan.new_uid or plan.new_operator_id}"
+
+    def _failed(self, rewrite: StateRewrite, entry: tuple[Any, ...] | None, key_group: int, exc: Exception,
+                dead_letter: bool) -> None:
+        key = entry[0] if entry else None
+        if not dead_letter:
+            raise MigrationError(f"{self.label}, state {rewrite.old_name}, key {to_json(key)!r} (key group "
+                                 f"{key_group}): {type(exc).__name__}: {exc}") from exc
+        record = {"operator": self.plan.new_uid or self.plan.new_operator_id, "state": rewrite.old_name,
+                  "key_group": key_group, "key": to_json(key),
+                  "namespace": to_json(entry[1]) if entry else None, "error": f"{type(exc).__name__}: {exc}"}
+        if entry is not None and rewrite.kind == "MAP":
+            record["user_key"] = to_json(entry[2])
+        self.dead_letters.append(record)
+        self.counts[rewrite.new_name].dead_lettered += 1
+
+    def _convert(self, codec: _StateCodec, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """The new entry tuple (same shape as the reader's), or None to drop it."""
+        r = codec.rewrite
+        if r.kind == TIMERS:
+            return entry
+        if r.kind == "MAP":
+            key, ns, user_key, value = entry
+            if r.user_key_transform is not None:
+                user_key = r.user_key_transform(user_key)
+            if r.transform is not None and value is not None:
+                value = r.transform(value)
+                if value is DROP:
+                    return None
+            return key, ns, user_key, value
+        key, ns, value = entry
+        if r.transform is not None:
+            if r.kind == "LIST":
+                value = [v for v in map(r.transform, value) if v is not DROP]
+            else:
+                value = r.transform(value)
+                if value is DROP:
+                    return None
+        return key, ns, value
+
+    def _encode(self, codec: _StateCodec, entry: tuple[Any, ...], key_group: int, raw_key: bytes | None
+                ) -> tuple[bytes, bytes] | None:
+        r = codec.rewrite
+        if r.kind == TIMERS:
+            key, ns, timestamp = entry
+            out = bytearray(codec.prefix(key_group))
+            codec.value_enc(Timer(timestamp, key, ns), out)  # the timer serializer encodes the whole key
+            return bytes(out), b""
+        value = entry[3] if r.kind == "MAP" else entry[2]
+        value_bytes = codec.encode_value(value)
+        if value_bytes is None:
+            return None
+        if raw_key is not None:
+            return raw_key, value_bytes
+        out = bytearray(codec.prefix(key_group))
+        codec.key_ns(entry[0], entry[1], out)
+        if r.kind == "MAP":
+            assert codec.user_key_enc is not None
+            codec.user_key_enc(entry[2], out)
+        return bytes(out), value_bytes
+
+    # -- the common case: keys stay where they are ---------------------------------------------------------------
+
+    def run_in_place(self, writer: KeyedStreamWriter) -> None:
+        stream, plan = self.stream, self.plan
+        recompress = plan.new_header.compressed != plan.old_header.compressed  # type: ignore[union-attr]
+        only_copies = not recompress and all(r is not None and not r.touches_values and r.new_id == i
+                                             for i, r in enumerate(plan.rewrites))
+        for key_group, start, end in stream._blocks:
+            if only_copies:
+                # No state of this operator changes its bytes: the stored block is copied as it is (only the
+                # header changed), but still scanned for the entry counts.
+                raw = stream.source.read(start, end - start)
+                self._count_block(stream.read_block(key_group, start, end), key_group)
+                writer.write_raw_block(key_group, raw)
+                continue
+            data = stream.read_block(key_group, start, end)
+            writer.write_block(key_group, encode_block(self._rewrite_block(data, key_group)))
+
+    def _count_block(self, data: bytes, key_group: int) -> None:
+        for state_id, *_ in _raw_entries(data):
+            rewrite = self.plan.rewrites[state_id]
+            assert rewrite is not None
+            count = self.counts[rewrite.new_name]
+            count.read += 1
+            count.written += 1
+
+    def _rewrite_block(self, data: bytes, key_group: int) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
+        runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
+        rewrites, codecs = self.plan.rewrites, self.codecs
+        for state_id, ks, ke, vs, ve in _raw_entries(data):
+            rewrite = rewrites[state_id]
+            if rewrite is None:
+                continue
+            count = self.counts[rewrite.new_name]
+            count.read += 1
+            if not rewrite.touches_values:
+                pair = (_clear_flag(data, ks, ke), data[vs:ve])
+            else:
+                codec = codecs[state_id]
+                assert codec is not None
+                entry = None
+                try:
+                    entry = codec.decode(data, ks, ke, vs, ve)
+                    new_entry = self._convert(codec, entry)
+                    if new_entry is None:
+                        continue
+                    # Keys keep their bytes unless a MapState user key was rewritten.
+                    raw_key = None if rewrite.user_key_transform is not None or rewrite.reencode \
+                        else _clear_flag(data, ks, ke)
+                    encoded = self._encode(codec, new_entry, key_group, raw_key)
+                except (MigrationError, SavepointFormatError):
+                    raise
+                except Exception as exc:  # conversions raise ConversionError, user functions anything
+                    self._failed(rewrite, entry, key_group, exc, rewrite.dead_letter)
+                    continue
+                if encoded is None:
+                    continue
+                pair = encoded
+            count.written += 1
+            if runs and runs[-1][0] == rewrite.new_id:
+                runs[-1][1].append(pair)
+            else:
+                runs.append((rewrite.new_id, [pair]))
+        return runs
+
+    # -- key changes: entries move between key groups (and subtasks) -------------------------------------------------
+
+    def run_rekeyed(self, writer: KeyedStreamWriter, key_group_range: KeyGroupRange,
+                    max_parallelism: int) -> None:
+        plan = self.plan
+        key_f = plan.key_transform
+        assert key_f is not None
+        buckets: dict[int, dict[int, list[tuple[bytes, bytes]]]] = {}
+        for _, stream in sorted(self.streams.items()):
+            for key_group, start, end in stream._blocks:
+                data = stream.read_block(key_group, start, end)
+                for state_id, ks, ke, vs, ve in _raw_entries(data):
+                    rewrite = plan.rewrites[state_id]
+                    codec = self.codecs[state_id]
+                    if rewrite is None or codec is None:
+                        continue
+                    entry = codec.decode(data, ks, ke, vs, ve)
+                    count = self.counts[rewrite.new_name]
+                    dead_letter = rewrite.dead_letter or plan.key_dead_letter
+                    try:
+                        new_key = key_f(entry[0])
+                    except Exception as exc:
+                        if key_group in key_group_range:  # reported once: by the subtask owning the old key group
+                            count.read += 1
+                            self._failed(rewrite, entry, key_group, exc, dead_letter)
+                        continue
+                    new_group = assign_key_group(codec.key_hash(new_key), max_parallelism)
+                    if new_group not in key_group_range:
+                        continue  # another subtask's
+                    count.read += 1
+                    try:
+                        new_entry = self._convert(codec, (new_key, *entry[1:]))
+                        encoded = self._encode(codec, new_entry, new_group, None) if new_entry else None
+                    except MigrationError:
+                        raise
+                    except Exception as exc:  # a user function may raise anything
+                        self._failed(rewrite, entry, new_group, exc, dead_letter)
+                        continue
+                    if encoded is None:
+                        continue
+                    self.counts[rewrite.new_name].written += 1
+                    buckets.setdefault(new_group, {}).setdefault(rewrite.new_id, []).append(encoded)
+        for key_group in key_group_range:
+            runs = buckets.get(key_group)
+            if runs:
+                # RocksDB writes a key group's states by id and keys in byte order: do the same, deterministically.
+                writer.write_block(key_group, encode_block((sid, sorted(runs[sid])) for sid in sorted(runs)))
+
+
+def migrate_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, subtask: int,
+                    output: SavepointOutput) -> SubtaskResult:
+    """Rewrites the keyed stream of one (source operator id, subtask) into ``output``; the file name derives from
+    the new operator id and the subtask, so the result does not depend on who runs it."""
+    op_plan = plan.operators[operator_id]
+    assert op_plan.new_header is not None
+    header = copy.copy(op_plan.new_header)
+    if plan.compressed is not None:
+        header.compressed = plan.compressed
+    op_plan_for_run = copy.copy(op_plan)
+    op_plan_for_run.new_header = header
+    migrator = _SubtaskMigrator(source, op_plan_for_run, subtask)
+    name = keyed_stream_file_name(op_plan.new_operator_id, subtask)
+    kg_range = migrator.stream.key_group_range
+    with output.open(name) as sink:
+        writer = KeyedStreamWriter(sink, header, kg_range, name)
+        if op_plan.key_transform is not None:
+            migrator.run_rekeyed(writer, kg_range, op_plan.source.max_parallelism)
+        else:
+            migrator.run_in_place(writer)
+        handle = writer.finish()
+    return SubtaskResult(operator_id, subtask, handle, migrator.counts, migrator.dead_letters)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Assembly
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def assemble_metadata(source: Savepoint, plan: MigrationPlan, results: list[SubtaskResult],
+                      output: SavepointOutput, version: int | None = None) -> CheckpointMetadata:
+    """Copies every state file that is not rewritten into ``output`` byte for byte, writes ``_metadata`` (last, so
+    a directory without it is visibly unfinished) and returns the new metadata."""
+    by_unit = {(r.operator_id, r.subtask): r for r in results}
+    missing = [u for u in plan.units() if u not in by_unit]
+    if missing:
+        raise MigrationError(f"results missing for (operator, subtask) {missing}")
+    copied: dict[str, CopiedFile] = {}
+    old = source.metadata
+    operators = []
+    new_ids = {p.new_operator_id for p in plan.operators.values()}
+    for op in old.operators:
+        op_plan = plan.operators.get(op.operator_id)
+        if op_plan is None and op.operator_id in new_ids:
+            raise MigrationError(f"operator {op.uid or op.operator_id} clashes with a renamed operator's new id")
+        new_op = OperatorState(op.operator_id, op.parallelism, op.max_parallelism, op.name, op.uid,
+                               op.coordinator_state, {}, set(op.finished_subtasks), op.fully_finished)
+        if op_plan is not None:
+            new_op.operator_id = op_plan.new_operator_id
+            new_op.uid = op_plan.new_uid
+        for index, sub in sorted(op.subtasks.items()):
+            result = by_unit.get((op.operator_id, index))
+            keyed = result.handle if result is not None else _copy_keyed(sub.managed_keyed_state, source, output,
+                                                                           copied)
+            new_op.subtasks[index] = OperatorSubtaskState(
+                _copy_operator_handle(sub.managed_operator_state, source, output, copied),
+                _copy_operator_handle(sub.raw_operator_state, source, output, copied),
+                keyed,
+                _copy_keyed(sub.raw_keyed_state, source, output, copied),
+                list(sub.input_channel_state), list(sub.result_subpartition_state))
+        operators.append(new_op)
+    metadata = CheckpointMetadata(version or old.version, old.checkpoint_id, list(old.master_states), operators,
+                                  old.trailer if (version or old.version) >= 4 else b"")
+    output.write_bytes("_metadata", write_metadata(metadata))
+    return metadata
+
+
+def _copy_keyed(handle: KeyGroupsStateHandle | None, source: Savepoint, output: SavepointOutput,
+                copied: dict[str, CopiedFile]) -> KeyGroupsStateHandle | None:
+    if handle is None:
+        return None
+    return KeyGroupsStateHandle(handle.code, handle.offsets,
+                                copy_stream_handle(handle.delegate, source.location, output, copied),
+                                handle.state_handle_id)
+
+
+def _copy_operator_handle(handle: Any, source: Savepoint, output: SavepointOutput,
+                          copied: dict[str, CopiedFile]) -> Any:
+    if handle is None:
+        return None
+    return type(handle)(handle.states, copy_stream_handle(handle.delegate, source.location, output, copied))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Single process: plan, migrate, assemble, verify, publish
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MigrationReport:
+    source: str
+    output: str
+    metadata_version: int
+    counts: dict[str, dict[str, StateCount]]  # operator label -> state -> counts
+    dead_letters: list[dict[str, Any]]
+    verification: list[str]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def entries_written(self) -> int:
+        return sum(c.written for states in self.counts.values() for c in states.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "output": self.output, "metadata_version": self.metadata_version,
+                "states": {op: {name: c.__dict__ for name, c in states.items()}
+                           for op, states in self.counts.items()},
+                "dead_letters": len(self.dead_letters), "verification": self.verification,
+                "seconds": self.seconds}
+
+
+def merge_counts(plan: MigrationPlan, results: list[SubtaskResult]) -> dict[str, dict[str, StateCount]]:
+    totals: dict[str, dict[str, StateCount]] = {}
+    for result in results:
+        op_plan = plan.operators[result.operator_id]
+        states = totals.setdefault(op_plan.new_uid or op_plan.new_operator_id, {})
+        for name, count in result.counts.items():
+            total = states.setdefault(name, StateCount())
+            total.read += count.read
+            total.written += count.written
+            total.dead_lettered += count.dead_lettered
+    return totals
+
+
+def verify_output(staged: Savepoint, plan: MigrationPlan, results: list[SubtaskResult],
+                  extra_check: Callable[[Savepoint], list[str]] | None = None) -> list[str]:
+    """Re-reads the new savepoint: every rewritten state decodes with its new snapshot and holds exactly the
+    entries written, and its header carries exactly the planned snapshots. Raises MigrationError on mismatch;
+    returns what was checked."""
+    checked = []
+    totals = merge_counts(plan, results)
+    for op_plan in plan.operators.values():
+        if op_plan.new_header is None:
+            continue
+        label = op_plan.new_uid or op_plan.new_operator_id
+        op = staged.operator(op_plan.new_operator_id)
+        header = staged.keyed_header(op)
+        if header is None:
+            raise MigrationError(f"verification: operator {label} lost its keyed state")
+        for want, got in zip(op_plan.new_header.states, header.states, strict=False):
+            if want.name != got.name or any(snapshot_bytes(a) != snapshot_bytes(b) for (_, a), (_, b)
+                                            in zip(want.serializers, got.serializers, strict=True)):
+                raise MigrationError(f"verification: operator {label}, state {want.name}: the written snapshot "
+                                     f"differs from the planned one")
+        if len(header.states) != len(op_plan.new_header.states):
+            raise MigrationError(f"verification: operator {label}: {len(header.states)} states written, "
+                                 f"{len(op_plan.new_header.states)} planned")
+        if not op_plan.rewrites_stream:
+            continue
+        for name, count in totals.get(label, {}).items():
+            found = sum(len(entries) for _, entries in staged.iter_key_groups(op, name))
+            expected = count.written
+            if found != expected:
+                raise MigrationError(f"verification: operator {label}, state {name}: {found} entries read back, "
+                                     f"{expected} written")
+            checked.append(f"{label}/{name}: {found} entries decode with the new snapshot")
+    if extra_check is not None:
+        checked += extra_check(staged)
+    return checked
+
+
+def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: SavepointOutput, *,
+                      metadata_version: int | None = None, compressed: bool | None = None, reencode: bool = False,
+                      extra_check: Callable[[Savepoint], list[str]] | None = None) -> MigrationReport:
+    """The whole migration in one process; the output is published only after verification, and removed on any
+    failure."""
+    import time
+
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    try:
+        source = Savepoint.open(source_path)
+        plan = plan_migration(source, targets, compressed=compressed, reencode=reencode)
+        results = [migrate_subtask(source, plan, op_id, subtask, output) for op_id, subtask in plan.units()]
+        metadata = assemble_metadata(source, plan, results, output, metadata_version)
+        timings["migrate"] = time.perf_counter() - start
+        verify_start = time.perf_counter()
+        checked = verify_output(Savepoint(output.staged()), plan, results, extra_check)
+        timings["verify"] = time.perf_counter() - verify_start
+        output.publish()
+    except BaseException:
+        output.abort()
+        raise
+    dead = [d for r in results for d in r.dead_letters]
+    return MigrationReport(source.location.uri, output.uri, metadata.version, merge_counts(plan, results), dead,
+                           checked, timings)
