@@ -4,6 +4,7 @@ job on it (HashMap and RocksDB, snappy on and off, parallelism 1 and 2)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -101,3 +102,29 @@ def flink_matrix_savepoints(tmp_path_factory: pytest.TempPathFactory) -> dict[st
                                                 build_dir=sample_job.JOB_DIR / "build" / f"flink-{version}").items():
                 written[f"{version}/{name}"] = entry
     return written
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A real S3 endpoint on 127.0.0.1 (moto's server), with AWS_* variables pointing boto3 at it."""
+    from moto.server import ThreadedMotoServer
+
+    from flinkstate.engine.local import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    variables = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                 "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
