@@ -3,21 +3,24 @@
 1. starts (or reuses) a local Flink 2.3 cluster in .work/demo/cluster;
 2. runs v1 of the sample job (examples/sample-job) until every key holds state, cancelling any earlier demo job;
 3. takes a canonical savepoint through Flink's REST API while the job keeps running;
-4. prints the savepoint directory and a summary of what is in it.
+4. prints the savepoint directory, then reads it with flinkstate: operators, states, types and a few entries.
 
 It leaves the cluster running with v1 RUNNING (web UI address printed); `make cluster-stop` stops it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-import struct
 import sys
 import time
 from pathlib import Path
 
+from flinkstate.cli.describe import render_text
 from flinkstate.engine import FlinkRestClient, LocalFlinkCluster
 from flinkstate.errors import FlinkStateError
+from flinkstate.jsonify import to_json
+from flinkstate.savepoint import Savepoint
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".work" / "demo"
@@ -42,14 +45,17 @@ def keys_with_state(audit: Path) -> set[str]:
     return {json.loads(line)["key"] for path in audit.glob("*.jsonl") for line in path.read_text().splitlines()}
 
 
-def describe_directory(savepoint: Path) -> None:
-    metadata = (savepoint / "_metadata").read_bytes()
-    magic, version, checkpoint_id = struct.unpack_from(">iiq", metadata)
-    print(f"   _metadata: {len(metadata)} bytes, magic {magic:#010x}, metadata version {version}, "
-          f"checkpoint id {checkpoint_id}")
-    for path in sorted(savepoint.iterdir()):
-        if path.name != "_metadata":
-            print(f"   {path.name}: {path.stat().st_size} bytes of operator or keyed state")
+def show_savepoint(savepoint: Path) -> None:
+    """What flinkstate reads from the savepoint: its operators and states, and a few decoded entries."""
+    opened = Savepoint.open(savepoint)
+    for line in render_text(opened.describe()).splitlines():
+        print(f"   {line}")
+    print("\n   a few entries of each state of operator 'stats' (flinkstate dump gives them all as JSON Lines):")
+    for info in opened.keyed_states("stats"):
+        for entry in itertools.islice(opened.iter_entries("stats", info.name), 2):
+            key, value = entry[0], entry[-1]
+            where = f"{key} / {entry[2]}" if len(entry) == 4 else key
+            print(f"   {info.name:<38} {where:<14} {json.dumps(to_json(value))}")
 
 
 def main() -> int:
@@ -79,8 +85,12 @@ def main() -> int:
     print(f"   savepoint: {savepoint}")
     print(f"   job state afterwards: {client.job_state(job_id)}")
 
-    step("What the savepoint directory holds (self-contained: state files are referenced by relative names)")
-    describe_directory(savepoint)
+    step("The savepoint directory: _metadata plus state files referenced by relative names (relocatable)")
+    for path in sorted(savepoint.iterdir()):
+        print(f"   {path.name:<40} {path.stat().st_size:>8} bytes")
+
+    step("What is inside, read by flinkstate without a JVM (flinkstate describe / dump)")
+    show_savepoint(savepoint)
 
     step("Left running")
     print(f"   cluster: {cluster.rest_url} (work folder {cluster.work_dir})")
