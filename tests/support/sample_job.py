@@ -158,3 +158,21 @@ def submit(
     if wait:
         client.wait_until_running(job_id, timeout=120)
     return run
+
+
+def restore_audit(client: FlinkRestClient, version: str, savepoint: str | os.PathLike[str], audit_dir: Path, *,
+                  keys: int, state_backend: str = "hashmap", parallelism: int = 2) -> list[dict[str, Any]]:
+    """Starts ``version`` from ``savepoint``, waits until every key has reported the state it found, cancels the
+    job and returns those audit records (one per key)."""
+    run = submit(client, version, audit_dir, keys=keys, rate=200, parallelism=parallelism,
+                 state_backend=state_backend, savepoint_path=savepoint)
+    try:
+        records = run.wait_for_keys()
+        restored_from = client.checkpoints(run.job_id).restored_from
+    finally:
+        client.cancel(run.job_id)
+    assert restored_from is not None and Path(restored_from.removeprefix("file:")) == Path(savepoint), restored_from
+    first: dict[str, dict[str, Any]] = {}
+    for record in records:
+        first.setdefault(record["key"], record)
+    return [first[key] for key in sorted(first)]
