@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "flinkstate.cli.cluster",
     "flinkstate.cli.describe",
     "flinkstate.cli.dump",
+    "flinkstate.cli.migrate",
 )
 
 EXIT_OK = 0
