@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "flinkstate.cli.describe",
     "flinkstate.cli.dump",
     "flinkstate.cli.migrate",
+    "flinkstate.cli.schema", "flinkstate.cli.check",
 )
 
 EXIT_OK = 0

@@ -18,6 +18,7 @@ from typing import Any
 import fastavro
 
 from flinkstate.binary import F32, F64, I32, I64, Reader, Writer, decode_leb128, encode_leb128
+from flinkstate.compatibility import AFTER_MIGRATION, INCOMPATIBLE, Compatibility, Finding
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.serializers.base import Decoder, Encoder, TypeSerializerSnapshot
 from flinkstate.serializers.registry import register
@@ -308,3 +309,92 @@ class AvroSnapshot(TypeSerializerSnapshot):
     def type_name(self) -> str:
         name = self.schema.get("name") if isinstance(self.schema, dict) else None
         return f"Avro {name or self.runtime_type or 'datum'}"
+
+    def resolve_same_family(self, old: Any, path: str) -> Compatibility:
+        # AvroSerializerSnapshot: equal schemas are as is; otherwise Avro's reader/writer rule (new = reader,
+        # old = writer) decides between "after migration" and "incompatible". The runtime class is not compared.
+        if self.schema == old.schema:
+            return Compatibility.as_is()
+        problem = avro_read_problem(self.schema, old.schema, _named_types(self.schema), _named_types(old.schema))
+        if problem is None:
+            return Compatibility.of(Finding("AVRO_SCHEMA_EVOLVED", path, "the Avro schema evolved compatibly; "
+                                            "Flink migrates the values", AFTER_MIGRATION, old.type_name(),
+                                            self.type_name()))
+        return Compatibility.of(Finding("AVRO_SCHEMA_INCOMPATIBLE", path, f"the new Avro schema cannot read the old "
+                                        f"data: {problem}", INCOMPATIBLE, old.type_name(), self.type_name()))
+
+
+# -- Avro SchemaCompatibility.checkReaderWriterCompatibility -----------------------------------------------------------
+
+_PROMOTIONS = {"int": {"long", "float", "double"}, "long": {"float", "double"}, "float": {"double"},
+               "string": {"bytes"}, "bytes": {"string"}}
+
+
+def _named_types(schema: Any) -> dict[str, Any]:
+    return AvroCodecBuilder(schema).named
+
+
+def _kind(schema: Any, named: dict[str, Any]) -> tuple[str, Any]:
+    if isinstance(schema, list):
+        return "union", schema
+    if isinstance(schema, str):
+        return (schema, schema) if schema in _PRIMITIVES else _kind(named[schema], named)
+    if isinstance(schema["type"], (dict, list)):  # {"type": {...}}: a wrapped type
+        return _kind(schema["type"], named)
+    return schema["type"], schema
+
+
+def avro_read_problem(reader: Any, writer: Any, reader_named: dict[str, Any], writer_named: dict[str, Any],
+                      seen: set[tuple[str, str]] | None = None) -> str | None:
+    """None if data written with ``writer`` can be read with ``reader`` (Avro's schema resolution), else why not."""
+    seen = set() if seen is None else seen
+    r_kind, r = _kind(reader, reader_named)
+    w_kind, w = _kind(writer, writer_named)
+    if w_kind == "union":
+        for branch in w:
+            problem = avro_read_problem(reader, branch, reader_named, writer_named, seen)
+            if problem is not None:
+                return problem
+        return None
+    if r_kind == "union":
+        if any(avro_read_problem(b, writer, reader_named, writer_named, seen) is None for b in r):
+            return None
+        return f"no branch of the reader union reads {w_kind}"
+    if r_kind != w_kind:
+        return None if r_kind in _PROMOTIONS.get(w_kind, ()) else f"{w_kind} cannot be read as {r_kind}"
+    if r_kind in ("record", "error", "enum", "fixed"):
+        if _short(r["name"]) != _short(w["name"]) and _short(w["name"]) not in map(_short, r.get("aliases", ())):
+            return f"named type {w['name']} cannot be read as {r['name']}"
+    if r_kind in ("record", "error"):
+        pair = (r["name"], w["name"])
+        if pair in seen:  # recursive types: assume compatible while the check is in progress
+            return None
+        seen.add(pair)
+        writer_fields = {f["name"]: f for f in w["fields"]}
+        for field in r["fields"]:
+            source = writer_fields.get(field["name"]) or next(
+                (writer_fields[a] for a in field.get("aliases", ()) if a in writer_fields), None)
+            if source is None:
+                if "default" not in field:
+                    return f"reader field {field['name']} has no default and is missing in the old data"
+                continue
+            problem = avro_read_problem(field["type"], source["type"], reader_named, writer_named, seen)
+            if problem is not None:
+                return f"field {field['name']}: {problem}"
+        return None
+    if r_kind == "enum":
+        missing = [s for s in w["symbols"] if s not in r["symbols"]]
+        if missing and "default" not in r:
+            return f"enum symbols {', '.join(missing)} are unknown to the reader"
+        return None
+    if r_kind == "fixed":
+        return None if r["size"] == w["size"] else f"fixed size {w['size']} became {r['size']}"
+    if r_kind == "array":
+        return avro_read_problem(r["items"], w["items"], reader_named, writer_named, seen)
+    if r_kind == "map":
+        return avro_read_problem(r["values"], w["values"], reader_named, writer_named, seen)
+    return None
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from flinkstate.binary import Reader, Writer
+from flinkstate.compatibility import INCOMPATIBLE, Compatibility, Finding, type_changed
 from flinkstate.format_errors import UnsupportedKeyType
 
 Decoder = Callable[[bytes, int], tuple[Any, int]]
@@ -92,6 +93,21 @@ class TypeSerializerSnapshot:
         """Nested snapshots (composite types); empty for leaves."""
         return []
 
+    # -- compatibility -----------------------------------------------------------------------------------------------
+
+    def resolve_compatibility(self, old: TypeSerializerSnapshot, path: str = "") -> Compatibility:
+        """Flink's ``newSnapshot.resolveSchemaCompatibility(oldSnapshot)``, with findings located at ``path``
+        (e.g. ``value.count``). Every Flink rule starts with "an old snapshot of another class is incompatible";
+        the family rule proper is :meth:`resolve_same_family`."""
+        if type(old) is not type(self) or old.class_name != self.class_name:
+            return type_changed(self, old, path)
+        return self.resolve_same_family(old, path)
+
+    def resolve_same_family(self, old: Any, path: str) -> Compatibility:
+        """The family rule for an old snapshot of the same class. Leaves whose class identifies the serializer
+        (``SimpleTypeSerializerSnapshot``, namespaces) are compatible as is."""
+        return Compatibility.as_is()
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.type_name()}>"
 
@@ -114,3 +130,11 @@ class UnknownSnapshot(TypeSerializerSnapshot):
 
     def type_name(self) -> str:
         return f"?{self.class_name}"
+
+    def resolve_same_family(self, old: Any, path: str) -> Compatibility:
+        # Without the family's rule only identical bytes can be judged: Flink's snapshots are deterministic.
+        if old.version == self.version and old.raw == self.raw:
+            return Compatibility.as_is()
+        return Compatibility.of(Finding("UNKNOWN_SERIALIZER", path, f"cannot judge changes of {self.class_name}, "
+                                        f"whose rule this tool does not know", INCOMPATIBLE,
+                                        old.type_name(), self.type_name()))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from flinkstate.binary import I32, Reader, Writer
+from flinkstate.compatibility import INCOMPATIBLE, Compatibility, Finding
 from flinkstate.serializers.base import Decoder, Encoder
 from flinkstate.serializers.composite import CompositeSnapshot
 from flinkstate.serializers.registry import register
@@ -58,6 +59,9 @@ class ListSnapshot(CompositeSnapshot):
     def type_name(self) -> str:
         return f"List<{self.element.type_name()}>"
 
+    def nested_labels(self) -> list[str | None]:
+        return ["element"]
+
 
 @register
 class MapSnapshot(CompositeSnapshot):
@@ -99,6 +103,9 @@ class MapSnapshot(CompositeSnapshot):
 
     def type_name(self) -> str:
         return f"Map<{self.nested[0].type_name()}, {self.nested[1].type_name()}>"
+
+    def nested_labels(self) -> list[str | None]:
+        return ["key", "value"]
 
 
 def _flagged_sequence_decoder(elem_dec: Decoder, present_flag: int) -> Decoder:
@@ -158,6 +165,9 @@ class SetSnapshot(CompositeSnapshot):
     def type_name(self) -> str:
         return f"Set<{self.nested[0].type_name()}>"
 
+    def nested_labels(self) -> list[str | None]:
+        return ["element"]
+
 
 @register
 class GenericArraySnapshot(CompositeSnapshot):
@@ -184,3 +194,15 @@ class GenericArraySnapshot(CompositeSnapshot):
 
     def type_name(self) -> str:
         return f"{self.nested[0].type_name()}[]"
+
+    def nested_labels(self) -> list[str | None]:
+        return ["element"]
+
+    def resolve_outer(self, old: GenericArraySnapshot, path: str) -> Compatibility:
+        # GenericArraySerializerSnapshot: the component class must be the same.
+        if old.component_class != self.component_class:
+            return Compatibility.of(Finding("ARRAY_COMPONENT_CLASS_CHANGED", path,
+                                            f"array component class changed from {old.component_class} to "
+                                            f"{self.component_class}", INCOMPATIBLE, old.type_name(),
+                                            self.type_name()))
+        return Compatibility.as_is()

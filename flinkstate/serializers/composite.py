@@ -9,9 +9,10 @@ Subclasses implement the outer payload and the codec built from the nested snaps
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from flinkstate.binary import Reader, Writer
+from flinkstate.compatibility import INCOMPATIBLE, Compatibility, Finding, join, relabel_type_change
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.registry import read_snapshot, write_snapshot
@@ -52,6 +53,8 @@ class CompositeSnapshot(TypeSerializerSnapshot):
 
     OUTER_VERSION: ClassVar[int] = 1
     ARITY: ClassVar[int | None] = None  # expected number of nested snapshots, when fixed
+    #: Finding code for a nested serializer of another type (e.g. ``TUPLE_FIELD_TYPE_CHANGED``).
+    NESTED_TYPE_CHANGED: ClassVar[str] = "TYPE_CHANGED"
 
     def __init__(self, class_name: str, nested: list[TypeSerializerSnapshot], *, version: int = COMPOSITE_VERSION,
                  outer_version: int | None = None) -> None:
@@ -104,3 +107,32 @@ class CompositeSnapshot(TypeSerializerSnapshot):
             writer.i32(self.outer_version)
         self.write_outer(writer)
         write_nested_snapshots(writer, self._nested)
+
+    # -- compatibility (CompositeTypeSerializerSnapshot.resolveSchemaCompatibility) ---------------------------------
+
+    def nested_labels(self) -> list[str | None]:
+        """Path segment of each nested serializer in findings; None keeps the parent's path (wrappers)."""
+        return [str(i) for i in range(len(self._nested))]
+
+    def resolve_same_family(self, old: Any, path: str) -> Compatibility:
+        if len(old.nested) != len(self._nested):
+            return self.resolve_arity_change(old, path)
+        result = self.resolve_outer(old, path)
+        if result.verdict is INCOMPATIBLE:
+            return result
+        # CompositeTypeSerializerUtil: the worst nested result decides (reconfigured nested serializers make the
+        # outer one reconfigured).
+        for label, new, previous in zip(self.nested_labels(), self._nested, old.nested, strict=True):
+            nested_path = path if label is None else join(path, label)
+            nested = new.resolve_compatibility(previous, nested_path)
+            result.merge(relabel_type_change(nested, nested_path, self.NESTED_TYPE_CHANGED))
+        return result
+
+    def resolve_outer(self, old: Any, path: str) -> Compatibility:
+        """``resolveOuterSchemaCompatibility``: the family's own configuration; as is by default."""
+        return Compatibility.as_is()
+
+    def resolve_arity_change(self, old: Any, path: str) -> Compatibility:
+        return Compatibility.of(Finding("ARITY_CHANGED", path, f"{len(old.nested)} nested serializers became "
+                                        f"{len(self._nested)}", INCOMPATIBLE, old.type_name(), self.type_name()))
+

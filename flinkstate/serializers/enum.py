@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from flinkstate.binary import I32, Reader, Writer
+from flinkstate.compatibility import INCOMPATIBLE, RECONFIGURED, Compatibility, Finding
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.serializers.base import Decoder, Encoder, TypeSerializerSnapshot
 from flinkstate.serializers.registry import register
@@ -62,3 +63,25 @@ class EnumSnapshot(TypeSerializerSnapshot):
 
     def type_name(self) -> str:
         return f"Enum {self.enum_class}"
+
+    def resolve_same_family(self, old: Any, path: str) -> Compatibility:
+        def finding(code: str, message: str, verdict: Any) -> Compatibility:
+            return Compatibility.of(Finding(code, path, message, verdict, old.type_name(), self.type_name()))
+
+        if old.enum_class != self.enum_class:
+            return finding("ENUM_CLASS_CHANGED", f"enum class changed from {old.enum_class} to {self.enum_class}",
+                           INCOMPATIBLE)
+        removed = [c for c in old.constants if c not in self.constants]
+        if removed:
+            # Reading the old snapshot resolves every old constant by name: Flink fails before comparing anything
+            # ("Could not create a restore serializer for enum ... Probably because an enum value was removed.").
+            return finding("ENUM_CONSTANT_REMOVED", f"constant(s) {', '.join(removed)} removed", INCOMPATIBLE)
+        if old.constants == self.constants:
+            return Compatibility.as_is()
+        # Data holds ordinals into the old list: Flink keeps the old order and appends the new constants.
+        if self.constants[:len(old.constants)] == old.constants:
+            added = self.constants[len(old.constants):]
+            return finding("ENUM_CONSTANT_ADDED", f"constant(s) {', '.join(added)} appended", RECONFIGURED)
+        return finding("ENUM_CONSTANTS_REORDERED", "constants reordered or inserted (" + ", ".join(old.constants)
+                       + " -> " + ", ".join(self.constants) + "); stored ordinals keep their old meaning",
+                       RECONFIGURED)

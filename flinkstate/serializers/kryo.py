@@ -9,8 +9,10 @@ value), as :class:`OpaqueValue`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from flinkstate.binary import Reader, Writer
+from flinkstate.compatibility import INCOMPATIBLE, RECONFIGURED, Compatibility, Finding
 from flinkstate.format_errors import UnsupportedFormat
 from flinkstate.serializers.base import Decoder, TypeSerializerSnapshot
 from flinkstate.serializers.pojo import OptionalMapEntry, read_linked_optional_map, write_linked_optional_map
@@ -64,3 +66,26 @@ class KryoSnapshot(TypeSerializerSnapshot):
 
     def type_name(self) -> str:
         return f"Kryo<{self.type_class}>"
+
+    def resolve_same_family(self, old: Any, path: str) -> Compatibility:
+        def finding(code: str, message: str, verdict: Any) -> Compatibility:
+            return Compatibility.of(Finding(code, path, message, verdict, old.type_name(), self.type_name()))
+
+        if old.type_class != self.type_class:
+            return finding("KRYO_CLASS_CHANGED", f"Kryo type changed from {old.type_class} to {self.type_class}",
+                           INCOMPATIBLE)
+        lists = (("registrations", old.registrations, self.registrations),
+                 ("default serializers", old.default_serializers, self.default_serializers),
+                 ("default serializer classes", old.default_serializer_classes, self.default_serializer_classes))
+        for what, before, _ in lists:
+            absent = [e.name for e in before if e.key is None or e.value is None]
+            if absent:
+                return finding("KRYO_REGISTRATION_ABSENT", f"{what} no longer resolvable: {', '.join(absent)}",
+                               INCOMPATIBLE)
+        for what, before, after in lists:
+            names, new_names = [e.name for e in before], [e.name for e in after]
+            if new_names[:len(names)] != names:
+                # LinkedOptionalMap.mergeRightIntoLeft keeps the old order, so old registration ids stay valid.
+                return finding("KRYO_REGISTRATIONS_CHANGED", f"{what} changed order; Flink keeps the old order and "
+                               f"appends new entries", RECONFIGURED)
+        return Compatibility.as_is()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from flinkstate.binary import Reader, Writer
+from flinkstate.compatibility import AFTER_MIGRATION, Compatibility, Finding
 from flinkstate.serializers.base import VARIABLE_LENGTH, Decoder, Encoder
 from flinkstate.serializers.composite import CompositeSnapshot
 from flinkstate.serializers.registry import register
@@ -63,6 +64,17 @@ class NullableSnapshot(CompositeSnapshot):
 
     def type_name(self) -> str:
         return f"Nullable<{self.nested[0].type_name()}>"
+
+    def nested_labels(self) -> list[str | None]:
+        return [None]
+
+    def resolve_outer(self, old: NullableSnapshot, path: str) -> Compatibility:
+        # NullableSerializerSnapshot: a different null padding changes the record layout.
+        if old.null_padding != self.null_padding:
+            return Compatibility.of(Finding("NULLABLE_PADDING_CHANGED", path, f"null padding changed from "
+                                            f"{old.null_padding} to {self.null_padding} bytes", AFTER_MIGRATION,
+                                            old.type_name(), self.type_name()))
+        return Compatibility.as_is()
 
     def hash_code(self, value: Any) -> int:
         return self.nested[0].hash_code(value)

@@ -1,5 +1,6 @@
 """``RowSerializer$RowSerializerSnapshot`` (composite; outer version 4 writes ``bool supportsRowKind``, version 3
-implies true, older ones false). Field names are not stored.
+implies true, older ones false). Field names are not stored: a snapshot built from a schema manifest carries them
+in ``field_names`` (never written), which lets the compatibility rule spot fields swapped by name.
 
 Record: a bit mask, MSB first, of ``(supportsRowKind ? 2 : 0) + arity`` bits (the two RowKind bits: bit0 = kind & 1,
 bit1 = kind & 2; then one "is null" bit per field), then the non-null fields in position order.
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from flinkstate.binary import Reader, Writer, java_combine_hashes
+from flinkstate.compatibility import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, Compatibility, Finding
 from flinkstate.serializers.base import Decoder, Encoder
 from flinkstate.serializers.composite import CompositeSnapshot
 from flinkstate.serializers.registry import register
@@ -34,10 +36,13 @@ class KindedRow(tuple):
 class RowSnapshot(CompositeSnapshot):
     CLASS_NAMES = ("org.apache.flink.api.java.typeutils.runtime.RowSerializer$RowSerializerSnapshot",)
     OUTER_VERSION = 4
+    NESTED_TYPE_CHANGED = "ROW_FIELD_TYPE_CHANGED"
 
-    def __init__(self, class_name: str, nested: list[Any], *, supports_row_kind: bool = True, **kwargs: Any) -> None:
+    def __init__(self, class_name: str, nested: list[Any], *, supports_row_kind: bool = True,
+                 field_names: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(class_name, nested, **kwargs)
         self.supports_row_kind = supports_row_kind
+        self.field_names = field_names
 
     @classmethod
     def read_outer(cls, reader: Reader, outer_version: int) -> dict[str, object]:
@@ -100,6 +105,55 @@ class RowSnapshot(CompositeSnapshot):
 
     def type_name(self) -> str:
         return f"Row({', '.join(_sql_name(n.type_name()) for n in self.nested)})"
+
+    # -- compatibility (RowSerializerSnapshot) ------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        """Field names: declared ones, else Flink's defaults f0, f1, ..."""
+        return self.field_names or [f"f{i}" for i in range(len(self.nested))]
+
+    def nested_labels(self) -> list[str | None]:
+        return list(self.names())
+
+    def resolve_arity_change(self, old: Any, path: str) -> Compatibility:
+        # Flink compares Row fields by position, so any change of arity is incompatible.
+        old_names, new_names = old.names(), self.names()
+        if len(self.nested) > len(old.nested):
+            added = [n for n in new_names if n not in old_names] if old.field_names else new_names[len(old_names):]
+            code, what = "ROW_FIELD_ADDED", f"field(s) {', '.join(added)} added"
+        else:
+            removed = [n for n in old_names if n not in new_names] if old.field_names else old_names[len(new_names):]
+            code, what = "ROW_FIELD_REMOVED", f"field(s) {', '.join(removed)} removed"
+        return Compatibility.of(Finding(code, path, f"{what}: Row arity {len(old.nested)} -> {len(self.nested)} "
+                                        f"is incompatible (fields are matched by position)", INCOMPATIBLE,
+                                        old.type_name(), self.type_name()))
+
+    def resolve_outer(self, old: RowSnapshot, path: str) -> Compatibility:
+        if old.supports_row_kind != self.supports_row_kind:
+            return Compatibility.of(Finding("ROW_KIND_FLAG_CHANGED", path, "the RowKind header changed "
+                                            f"({old.supports_row_kind} -> {self.supports_row_kind})",
+                                            AFTER_MIGRATION, old.type_name(), self.type_name()))
+        return Compatibility.as_is()
+
+    def resolve_same_family(self, old: Any, path: str) -> Compatibility:
+        result = super().resolve_same_family(old, path)
+        if old.field_names and self.field_names and len(old.field_names) == len(self.field_names) \
+                and old.field_names != self.field_names and result.verdict is not INCOMPATIBLE:
+            result.add(self._name_change(old, path))
+        return result
+
+    def _name_change(self, old: RowSnapshot, path: str) -> Finding:
+        old_names, new_names = list(old.field_names or ()), list(self.field_names or ())
+        if sorted(old_names) == sorted(new_names):
+            # Flink matches by position and the types agree, so it restores as is: the values of the swapped
+            # fields land in each other's field. Nothing fails; the data is wrong.
+            return Finding("ROW_FIELDS_REORDERED", path, f"fields reordered ({', '.join(old_names)} -> "
+                           f"{', '.join(new_names)}); Flink matches Row fields by position and would restore "
+                           f"them into the wrong fields", AS_IS, old.type_name(), self.type_name(),
+                           silent_misread=True)
+        renamed = [f"{a} -> {b}" for a, b in zip(old_names, new_names, strict=True) if a != b]
+        return Finding("ROW_FIELD_RENAMED", path, f"field(s) renamed ({', '.join(renamed)}); Flink matches by "
+                       f"position, so the values keep their positions", AS_IS, old.type_name(), self.type_name())
 
     def hash_code(self, value: Any) -> int:
         # RowUtils.deepHashCodeRow: kind byte, then 31 * kind + Arrays-style hash where each leaf is 31 + hashCode.

@@ -62,3 +62,6 @@ class TimerSnapshot(CompositeSnapshot):
 
     def type_name(self) -> str:
         return f"Timer<{self.key.type_name()}, {self.namespace.type_name()}>"
+
+    def nested_labels(self) -> list[str | None]:
+        return ["key", "namespace"]

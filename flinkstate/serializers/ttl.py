@@ -52,3 +52,6 @@ class TtlSnapshot(CompositeSnapshot):
 
     def type_name(self) -> str:
         return f"TTL<{self.user.type_name()}>"
+
+    def nested_labels(self) -> list[str | None]:
+        return ["last_access", None]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from flinkstate.binary import Reader, Writer, java_combine_hashes
+from flinkstate.compatibility import INCOMPATIBLE, Compatibility, Finding
 from flinkstate.serializers.base import VARIABLE_LENGTH, Decoder, Encoder
 from flinkstate.serializers.composite import CompositeSnapshot
 from flinkstate.serializers.registry import register
@@ -19,6 +20,7 @@ TUPLE_PACKAGE = "org.apache.flink.api.java.tuple."
 class TupleSnapshot(CompositeSnapshot):
     CLASS_NAMES = ("org.apache.flink.api.java.typeutils.runtime.TupleSerializerSnapshot",)
     OUTER_VERSION = 2
+    NESTED_TYPE_CHANGED = "TUPLE_FIELD_TYPE_CHANGED"
 
     def __init__(self, class_name: str, nested: list[Any], *, tuple_class: str | None = None, **kwargs: Any) -> None:
         super().__init__(class_name, nested, **kwargs)
@@ -69,6 +71,13 @@ class TupleSnapshot(CompositeSnapshot):
     def type_name(self) -> str:
         name = self.tuple_class.rsplit(".", 1)[-1]
         return f"{name}<{', '.join(n.type_name() for n in self.nested)}>"
+
+    def nested_labels(self) -> list[str | None]:
+        return [f"f{i}" for i in range(len(self.nested))]
+
+    def resolve_arity_change(self, old: Any, path: str) -> Compatibility:
+        return Compatibility.of(Finding("TUPLE_ARITY_CHANGED", path, f"tuple arity changed from {len(old.nested)} "
+                                        f"to {len(self.nested)}", INCOMPATIBLE, old.type_name(), self.type_name()))
 
     def hash_code(self, value: Any) -> int:
         # Generated TupleN.hashCode: result = h(f0); result = 31 * result + h(fi) ...; null fields hash to 0.

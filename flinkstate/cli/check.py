@@ -1,0 +1,57 @@
+"""``flinkstate check SAVEPOINT --schema MANIFEST [--format json|markdown]``: what Flink will do with the savepoint's
+state when the version MANIFEST describes restores it, and why.
+
+Exit status: 0 restorable as is or reconfigured; 3 migration required and possible; 4 incompatible; 1 error;
+2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+from flinkstate.errors import FlinkStateError
+from flinkstate.resolution import BACKENDS, MigrationPlanner, check
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("check", help="check a savepoint against the new version's state schema",
+                                   description="Resolve every state of the manifest against the savepoint's "
+                                               "serializer snapshots as Flink would, and report the verdicts. "
+                                               "Exit status: 0 restorable (as is or reconfigured), 3 migration "
+                                               "required and possible, 4 incompatible, 1 error, 2 usage.")
+    parser.add_argument("savepoint", metavar="SAVEPOINT", help="savepoint directory or its _metadata file")
+    parser.add_argument("--schema", required=True, metavar="MANIFEST", help="the new version's schema manifest")
+    parser.add_argument("--previous", metavar="MANIFEST",
+                        help="the manifest of the version that wrote the savepoint (knows Row field names)")
+    parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="report format")
+    parser.add_argument("--backend", choices=BACKENDS,
+                        help="the new job's state backend (default: the stricter rule of both)")
+    parser.add_argument("--allow-non-restored-state", action="store_true",
+                        help="the new job will run with allowNonRestoredState (removed operators are skipped)")
+    parser.add_argument("--migration-planner", metavar="MODULE:FUNCTION",
+                        help="callable(old_state, new_state) -> (possible, reason) judging declared migrations")
+    parser.set_defaults(handler=_run)
+
+
+def load_planner(spec: str) -> MigrationPlanner:
+    module_name, _, function = spec.partition(":")
+    if not module_name or not function:
+        raise FlinkStateError(f"--migration-planner: expected MODULE:FUNCTION, got {spec!r}")
+    try:
+        planner = getattr(importlib.import_module(module_name), function)
+    except (ImportError, AttributeError) as exc:
+        raise FlinkStateError(f"--migration-planner: cannot load {spec}: {exc}") from None
+    if not callable(planner):
+        raise FlinkStateError(f"--migration-planner: {spec} is not callable")
+    return planner  # type: ignore[no-any-return]
+
+
+def _run(args: argparse.Namespace) -> int:
+    planner = load_planner(args.migration_planner) if args.migration_planner else None
+    report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=planner,
+                   backend=args.backend, allow_non_restored_state=args.allow_non_restored_state)
+    print(report.render_json() if args.format == "json" else report.render_markdown(), end="\n"
+          if args.format == "json" else "")
+    return report.exit_code

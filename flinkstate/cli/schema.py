@@ -1,0 +1,38 @@
+"""``flinkstate schema SAVEPOINT [-o FILE] [--job NAME]``: the state schema manifest describing a savepoint, the
+starting point of the next job version's manifest."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from flinkstate.errors import FlinkStateError
+from flinkstate.manifest import manifest_from_savepoint
+from flinkstate.savepoint import Savepoint
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("schema", help="write the state schema manifest describing a savepoint",
+                                   description="Write the YAML state schema manifest (operators, keyed states, "
+                                               "kinds and types) describing SAVEPOINT. Edit it into the next "
+                                               "version's manifest and give it to 'flinkstate check'.")
+    parser.add_argument("savepoint", metavar="SAVEPOINT", help="savepoint directory or its _metadata file")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+    parser.add_argument("--job", metavar="NAME", help="the job name to record in the manifest")
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    manifest = manifest_from_savepoint(Savepoint.open(args.savepoint), args.job)
+    text = (f"# State schema of {manifest.path}, written by 'flinkstate schema'.\n"
+            "# Row field names are not stored in savepoints (f0, f1, ...): rename them to the job's names.\n"
+            + manifest.dump())
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise FlinkStateError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+    else:
+        print(text, end="")
+    return 0

@@ -1,0 +1,335 @@
+"""State schema manifests: one YAML file per job version declaring every operator's keyed states and their types.
+
+    manifest_version: 1
+    job: keyed-stats                      # optional, for people
+    operators:
+      stats:                              # operator uid (or any label plus `id: <32 hex>`, or the 32-hex id)
+        max_parallelism: 128              # optional; when set, the savepoint's must be equal
+        key: String                       # the keyed backend's key type (one per operator)
+        renamed_from: old-uid             # optional: the uid this operator had in the savepoint
+        dropped_states: [old-state]       # optional: savepoint states this version no longer has
+        states:
+          stats:
+            kind: VALUE                   # VALUE | LIST | MAP | REDUCING | AGGREGATING | TIMERS
+            namespace: VoidNamespace      # optional (default VoidNamespace)
+            value: {pojo: sample.Stats, fields: {count: Long, key: String, total: Long}}
+          buckets: {kind: MAP, user_key: String, value: {row: {id: Integer, label: String, ratio: Double}}}
+          renamed: {kind: VALUE, value: Long, renamed_from: old-name, migration: {...}}
+      sequence-source: {}                 # an operator whose state is not keyed: listed so that it is kept
+
+Types are in the notation of :mod:`flinkstate.typenotation`. For LIST state ``value`` is the element type, for MAP
+``user_key`` and ``value`` are the map's key and value types. ``migration`` blocks are kept as they are, for the
+migration engine (:mod:`flinkstate.migration`) to interpret. Every validation error names the file, the path
+inside it and what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flinkstate.binary import operator_id_from_uid
+from flinkstate.errors import FlinkStateError
+from flinkstate.keyed import TIMERS, KeyedBackendHeader, StateMetaInfo
+from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.collections import ListSnapshot, MapSnapshot
+from flinkstate.serializers.namespaces import VoidNamespaceSnapshot
+from flinkstate.serializers.timer import TimerSnapshot
+from flinkstate.typenotation import TypeNotationError, to_notation, to_snapshot
+
+MANIFEST_VERSION = 1
+KINDS = ("VALUE", "LIST", "MAP", "REDUCING", "AGGREGATING", TIMERS)
+_HEX_ID = re.compile(r"^[0-9a-f]{32}$")
+_STATE_KEYS = {"kind", "key", "namespace", "value", "user_key", "migration", "renamed_from"}
+_OPERATOR_KEYS = {"id", "max_parallelism", "key", "states", "renamed_from", "dropped_states"}
+
+
+class ManifestError(FlinkStateError):
+    """A malformed manifest: ``file: path.inside: what is wrong``."""
+
+    def __init__(self, file: str, path: str, message: str) -> None:
+        self.file = file
+        self.path = path
+        self.message = message
+        super().__init__(": ".join(part for part in (file, path, message) if part))
+
+
+@dataclass
+class StateSchema:
+    """One keyed state as the new job version registers it."""
+
+    name: str
+    kind: str
+    key: TypeSerializerSnapshot
+    namespace: TypeSerializerSnapshot
+    value: TypeSerializerSnapshot | None  # element type for LIST; None for TIMERS
+    user_key: TypeSerializerSnapshot | None = None
+    migration: Mapping[str, Any] | None = None
+    renamed_from: str | None = None
+
+    def state_serializer(self) -> TypeSerializerSnapshot:
+        """The ``VALUE_SERIALIZER`` snapshot Flink writes in the state's meta info (keyed state V1): the list
+        serializer for LIST, the map serializer for MAP, the timer serializer for TIMERS."""
+        if self.kind == TIMERS:
+            return TimerSnapshot(TimerSnapshot.CLASS_NAMES[0], [self.key, self.namespace])
+        assert self.value is not None
+        if self.kind == "LIST":
+            return ListSnapshot(ListSnapshot.CLASS_NAMES[0], [self.value])
+        if self.kind == "MAP":
+            assert self.user_key is not None
+            return MapSnapshot(MapSnapshot.CLASS_NAMES[0], [self.user_key, self.value])
+        return self.value
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"kind": self.kind}
+        if not isinstance(self.namespace, VoidNamespaceSnapshot):
+            result["namespace"] = to_notation(self.namespace)
+        if self.user_key is not None:
+            result["user_key"] = to_notation(self.user_key)
+        if self.value is not None:
+            result["value"] = to_notation(self.value)
+        if self.renamed_from is not None:
+            result["renamed_from"] = self.renamed_from
+        if self.migration is not None:
+            result["migration"] = dict(self.migration)
+        return result
+
+
+@dataclass
+class OperatorSchema:
+    label: str  # the key in the manifest: the uid, or a name for an operator known by id
+    operator_id: str
+    uid: str | None
+    key: TypeSerializerSnapshot | None = None
+    states: dict[str, StateSchema] = field(default_factory=dict)
+    max_parallelism: int | None = None
+    renamed_from: str | None = None
+    dropped_states: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        if self.uid is None or operator_id_from_uid(self.label) != self.operator_id:
+            result["id"] = self.operator_id
+        if self.max_parallelism is not None:
+            result["max_parallelism"] = self.max_parallelism
+        if self.renamed_from is not None:
+            result["renamed_from"] = self.renamed_from
+        if self.key is not None:
+            result["key"] = to_notation(self.key)
+        if self.dropped_states:
+            result["dropped_states"] = list(self.dropped_states)
+        if self.states:
+            result["states"] = {name: state.to_dict() for name, state in self.states.items()}
+        return result
+
+
+@dataclass
+class Manifest:
+    operators: dict[str, OperatorSchema]
+    job: str | None = None
+    path: str | None = None
+
+    def find(self, operator_id: str) -> OperatorSchema | None:
+        return next((op for op in self.operators.values() if op.operator_id == operator_id), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"manifest_version": MANIFEST_VERSION}
+        if self.job:
+            result["job"] = self.job
+        result["operators"] = {label: op.to_dict() for label, op in self.operators.items()}
+        return result
+
+    def dump(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, width=120, allow_unicode=True)
+
+
+# -- describing a savepoint ------------------------------------------------------------------------------------------
+
+
+def manifest_from_savepoint(savepoint: Savepoint, job: str | None = None) -> Manifest:
+    """The manifest describing ``savepoint`` (``flinkstate schema``): every operator that holds state, and every
+    keyed state with its types. Row field names are not stored in savepoints: they come out as f0, f1, ..."""
+    from flinkstate.resolution import has_state
+
+    operators: dict[str, OperatorSchema] = {}
+    for op in savepoint.operators:
+        if not has_state(op):
+            continue
+        label = op.uid or op.operator_id
+        header = savepoint.keyed_header(op)
+        schema = OperatorSchema(label, op.operator_id, op.uid)
+        if header is not None:
+            schema.key = header.key_serializer
+            for meta in header.states:
+                schema.states[meta.name] = _state_schema(meta, header)
+        operators[label] = schema
+    return Manifest(operators, job, savepoint.location.uri)
+
+
+def _state_schema(meta: StateMetaInfo, header: KeyedBackendHeader) -> StateSchema:
+    assert header.key_serializer is not None
+    namespace = meta.namespace_serializer or VoidNamespaceSnapshot()
+    value = None if meta.kind == TIMERS else meta.value_serializer
+    return StateSchema(meta.name, meta.kind, header.key_serializer, namespace, value, meta.user_key_serializer)
+
+
+# -- loading ----------------------------------------------------------------------------------------------------------
+
+
+def load_manifest(path: str | os.PathLike[str]) -> Manifest:
+    file = os.fspath(path)
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ManifestError(file, "", f"cannot read: {exc.strerror or exc}") from None
+    manifest = parse_manifest(text, file)
+    manifest.path = file
+    return manifest
+
+
+def parse_manifest(text: str, file: str = "<manifest>") -> Manifest:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ManifestError(file, where, f"invalid YAML: {problem}") from None
+    return _Parser(file).manifest(data)
+
+
+class _Parser:
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def fail(self, path: str, message: str) -> ManifestError:
+        return ManifestError(self.file, path, message)
+
+    def mapping(self, value: Any, path: str, allowed: set[str] | None = None) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"expected a mapping, got {_show(value)}")
+        if allowed is not None:
+            unknown = [str(k) for k in value if k not in allowed]
+            if unknown:
+                raise self.fail(f"{path}.{unknown[0]}" if path else unknown[0],
+                                f"unknown key (expected one of {', '.join(sorted(allowed))})")
+        return value
+
+    def text(self, value: Any, path: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(path, f"expected a non-empty string, got {_show(value)}")
+        return value
+
+    def type(self, notation: Any, path: str) -> TypeSerializerSnapshot:
+        if notation is None:
+            raise self.fail(path, "missing type")
+        try:
+            return to_snapshot(notation)
+        except TypeNotationError as exc:
+            raise self.fail(f"{path}.{exc.path}" if exc.path else path, exc.message) from None
+
+    def manifest(self, data: Any) -> Manifest:
+        top = self.mapping(data, "", {"manifest_version", "job", "operators"})
+        if "manifest_version" not in top:
+            raise self.fail("manifest_version", "missing (this format is version 1)")
+        if top["manifest_version"] != MANIFEST_VERSION:
+            raise self.fail("manifest_version", f"unsupported version {_show(top['manifest_version'])} "
+                                                f"(expected {MANIFEST_VERSION})")
+        job = top.get("job")
+        if job is not None and not isinstance(job, str):
+            raise self.fail("job", f"expected a string, got {_show(job)}")
+        operators: dict[str, OperatorSchema] = {}
+        seen_ids: dict[str, str] = {}
+        for label, body in self.mapping(top.get("operators"), "operators").items():
+            op = self.operator(str(label), body, f"operators.{label}")
+            if op.operator_id in seen_ids:
+                raise self.fail(f"operators.{label}", f"same operator as operators.{seen_ids[op.operator_id]}")
+            seen_ids[op.operator_id] = op.label
+            operators[op.label] = op
+        return Manifest(operators, job)
+
+    def operator(self, label: str, body: Any, path: str) -> OperatorSchema:
+        spec = self.mapping(body, path, _OPERATOR_KEYS)
+        if "id" in spec:
+            operator_id = self.text(spec["id"], f"{path}.id").lower()
+            if not _HEX_ID.match(operator_id):
+                raise self.fail(f"{path}.id", "expected 32 hex digits (an operator id)")
+            uid = None
+        elif _HEX_ID.match(label.lower()):
+            operator_id, uid = label.lower(), None
+        else:
+            operator_id, uid = operator_id_from_uid(label), label
+        max_parallelism = spec.get("max_parallelism")
+        if max_parallelism is not None and (not isinstance(max_parallelism, int) or isinstance(max_parallelism, bool)
+                                            or not 1 <= max_parallelism <= 32768):
+            raise self.fail(f"{path}.max_parallelism", f"expected an integer from 1 to 32768, got "
+                                                       f"{_show(max_parallelism)}")
+        renamed_from = spec.get("renamed_from")
+        if renamed_from is not None:
+            renamed_from = self.text(renamed_from, f"{path}.renamed_from")
+        dropped = spec.get("dropped_states") or []
+        if not isinstance(dropped, list) or not all(isinstance(d, str) and d for d in dropped):
+            raise self.fail(f"{path}.dropped_states", "expected a list of state names")
+        op_key = self.type(spec["key"], f"{path}.key") if "key" in spec else None
+        op = OperatorSchema(label, operator_id, uid, op_key, {}, max_parallelism, renamed_from, list(dropped))
+        for name, state in self.mapping(spec.get("states"), f"{path}.states").items():
+            op.states[str(name)] = self.state(op, str(name), state, f"{path}.states.{name}")
+        for name in dropped:
+            if name in op.states:
+                raise self.fail(f"{path}.dropped_states", f"{name!r} is both dropped and declared in states")
+        if op.states and op.key is None:
+            raise self.fail(f"{path}.key", "missing: the key type of the operator's keyed state")
+        return op
+
+    def state(self, op: OperatorSchema, name: str, body: Any, path: str) -> StateSchema:
+        spec = self.mapping(body, path, _STATE_KEYS)
+        kind = spec.get("kind")
+        if kind not in KINDS:
+            raise self.fail(f"{path}.kind", f"expected one of {', '.join(KINDS)}, got {_show(kind)}")
+        if "key" in spec:
+            key = self.type(spec["key"], f"{path}.key")
+            if op.key is None:
+                op.key = key
+            elif to_notation(key) != to_notation(op.key):
+                raise self.fail(f"{path}.key", f"{to_notation(key)} differs from the operator's key type "
+                                               f"{to_notation(op.key)} (an operator has one key type)")
+        if op.key is None:
+            raise self.fail(f"{path}.key", "missing: declare the key type on the operator or the state")
+        namespace = self.type(spec["namespace"], f"{path}.namespace") if "namespace" in spec \
+            else VoidNamespaceSnapshot()
+        if kind == TIMERS:
+            if "value" in spec or "user_key" in spec:
+                raise self.fail(path, "TIMERS state has no value or user_key, only key and namespace")
+            value, user_key = None, None
+        else:
+            value = self.type(spec.get("value"), f"{path}.value")
+            user_key = None
+            if kind == "MAP":
+                user_key = self.type(spec.get("user_key"), f"{path}.user_key")
+            elif "user_key" in spec:
+                raise self.fail(f"{path}.user_key", f"only MAP state has a user key, not {kind}")
+        migration = spec.get("migration")
+        if migration is not None and not isinstance(migration, Mapping):
+            raise self.fail(f"{path}.migration", f"expected a mapping, got {_show(migration)}")
+        renamed_from = spec.get("renamed_from")
+        if renamed_from is not None:
+            renamed_from = self.text(renamed_from, f"{path}.renamed_from")
+        return StateSchema(name, kind, op.key, namespace, value, user_key, migration, renamed_from)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+__all__ = ["KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "OperatorSchema", "StateSchema",
+           "load_manifest", "manifest_from_savepoint", "parse_manifest"]

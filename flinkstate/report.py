@@ -1,0 +1,162 @@
+"""The compatibility report: one row per (operator, state) with Flink's verdict and the tool's, the findings, and
+their renderings: JSON for machines (``report_version`` 1) and Markdown for people and alerts.
+
+Two verdicts per row:
+
+* ``flink_verdict``: what Flink answers when the new version registers the state;
+* ``verdict``: what an upgrade must act on. It is Flink's, made INCOMPATIBLE where Flink would accept the state
+  but restore wrong values or lose them (findings with ``silent_misread``).
+
+Exit status of ``flinkstate check``: 0 restorable as is or reconfigured; 3 migration required and possible (Flink
+migrates, or every blocking finding has a migration this tool can run); 4 incompatible; 1 error; 2 usage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from flinkstate.compatibility import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, Finding, Verdict
+
+REPORT_VERSION = 1
+EXIT_OK = 0
+EXIT_MIGRATION = 3
+EXIT_INCOMPATIBLE = 4
+
+
+@dataclass
+class StateRow:
+    """One keyed state (or an operator without keyed state, ``state`` None) as the check sees it."""
+
+    operator: str
+    state: str | None
+    status: str  # "kept", "renamed", "added", "removed", "dropped", "not-declared", "operator-removed", ...
+    kind: str | None = None
+    old_kind: str | None = None
+    old_types: dict[str, str] = field(default_factory=dict)
+    new_types: dict[str, str] = field(default_factory=dict)
+    flink_verdict: Verdict = AS_IS
+    verdict: Verdict = AS_IS
+    migration: str | None = None  # "flink", "declared", "declared (possible: ...)", ...
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def migration_possible(self) -> bool:
+        """Whether every finding that blocks a direct restore can be migrated (by Flink or this tool)."""
+        return all(f.migratable is True for f in self.findings if f.effective_verdict >= AFTER_MIGRATION)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operator": self.operator, "state": self.state, "status": self.status, "kind": self.kind,
+                "old_kind": self.old_kind, "old_types": self.old_types, "new_types": self.new_types,
+                "flink_verdict": self.flink_verdict.name, "verdict": self.verdict.name,
+                "migration": self.migration, "migration_possible": self.migration_possible,
+                "findings": [f.code for f in self.findings]}
+
+
+@dataclass
+class Report:
+    savepoint: str
+    manifest: str | None
+    rows: list[StateRow] = field(default_factory=list)
+    backend: str | None = None
+    allow_non_restored_state: bool = False
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for row in self.rows for f in row.findings]
+
+    @property
+    def flink_verdict(self) -> Verdict:
+        return max((row.flink_verdict for row in self.rows), default=AS_IS)
+
+    @property
+    def verdict(self) -> Verdict:
+        return max((row.verdict for row in self.rows), default=AS_IS)
+
+    @property
+    def migration_possible(self) -> bool:
+        return all(row.migration_possible for row in self.rows)
+
+    @property
+    def outcome(self) -> str:
+        """``restore`` (as is / reconfigured), ``migrate`` (required and possible) or ``incompatible``."""
+        if self.verdict <= Verdict.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER:
+            return "restore"
+        return "migrate" if self.migration_possible else "incompatible"
+
+    @property
+    def exit_code(self) -> int:
+        return {"restore": EXIT_OK, "migrate": EXIT_MIGRATION, "incompatible": EXIT_INCOMPATIBLE}[self.outcome]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "report_version": REPORT_VERSION,
+            "savepoint": self.savepoint,
+            "manifest": self.manifest,
+            "backend": self.backend or "any",
+            "allow_non_restored_state": self.allow_non_restored_state,
+            "flink_verdict": self.flink_verdict.name,
+            "verdict": self.verdict.name,
+            "outcome": self.outcome,
+            "exit_code": self.exit_code,
+            "states": [row.to_json() for row in self.rows],
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+    def render_json(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+    def render_markdown(self) -> str:
+        lines = [f"# Compatibility check: {_OUTCOME_TEXT[self.outcome]}", "",
+                 f"- savepoint: `{self.savepoint}`", f"- manifest: `{self.manifest}`",
+                 f"- Flink's verdict: **{self.flink_verdict.name}**; verdict: **{self.verdict.name}**", "",
+                 "| operator | state | kind | old type | new type | Flink | verdict | migration |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for row in self.rows:
+            kind = row.kind or row.old_kind or ""
+            if row.old_kind and row.kind and row.old_kind != row.kind:
+                kind = f"{row.old_kind} → {row.kind}"
+            lines.append("| " + " | ".join([
+                _cell(row.operator), _cell(row.state or "—"), kind, _cell(_types(row.old_types)),
+                _cell(_types(row.new_types)), _short(row.flink_verdict), _short(row.verdict),
+                _cell(row.migration or "")]) + " |")
+        findings = self.findings
+        lines += ["", f"## Findings ({len(findings)})", ""]
+        if not findings:
+            lines.append("None: every state restores as is.")
+        for f in findings:
+            where = " / ".join(part for part in (f.operator, f.state, f.path) if part)
+            flags = []
+            if f.silent_misread:
+                flags.append("**silent: Flink would not fail**")
+            if f.effective_verdict >= AFTER_MIGRATION:
+                flags.append({True: "migratable", False: "not migratable",
+                              None: "migration declared, not evaluated"}[f.migratable])
+            change = f" (`{f.old_type}` → `{f.new_type}`)" if f.old_type or f.new_type else ""
+            lines.append(f"- `{f.code}` at `{where}`: {_short(f.verdict)}. {f.message}{change}"
+                         + (f" [{'; '.join(flags)}]" if flags else ""))
+        return "\n".join(lines) + "\n"
+
+
+_OUTCOME_TEXT = {"restore": "restorable", "migrate": "migration required and possible",
+                 "incompatible": "INCOMPATIBLE"}
+_SHORT = {Verdict.COMPATIBLE_AS_IS: "as is", Verdict.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER: "reconfigured",
+          Verdict.COMPATIBLE_AFTER_MIGRATION: "after migration", INCOMPATIBLE: "**INCOMPATIBLE**"}
+
+
+def _short(verdict: Verdict) -> str:
+    return _SHORT[verdict]
+
+
+def _types(types: dict[str, str]) -> str:
+    if set(types) == {"value"}:
+        return types["value"]
+    return "; ".join(f"{k} {v}" for k, v in types.items())
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+__all__ = ["EXIT_INCOMPATIBLE", "EXIT_MIGRATION", "EXIT_OK", "REPORT_VERSION", "Report", "StateRow"]

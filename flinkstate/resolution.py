@@ -1,0 +1,339 @@
+"""What Flink will do with a savepoint's state when the job version a manifest describes restores it, and why.
+
+    report = check("/savepoints/savepoint-1", "examples/sample-job/manifests/v2.yaml")
+    report.outcome        # "restore" | "migrate" | "incompatible"
+    report.exit_code      # 0 | 3 | 4
+
+Only the savepoint's metadata and keyed-state headers are read (one header per operator), never the entries, so the
+time does not grow with the amount of state.
+
+Rules beyond the serializer families (Flink's backends and ``Checkpoints.loadAndValidateCheckpoint``):
+
+* key serializer: only as is or reconfigured, anything else fails the restore ("The new key serializer ... must be
+  compatible"); namespace serializer: no migration either;
+* state kind: must be equal ("Incompatible key/value state types");
+* MapState on RocksDB: a value migration requires the user key to be compatible as is;
+* an operator of the savepoint with state that the new job lacks: the restore fails unless allowNonRestoredState,
+  which drops that state; operators without state are skipped by Flink;
+* max parallelism: must be equal when the new job sets it;
+* a keyed state the new version no longer registers is still restored by Flink (heap deserializes it with the
+  snapshot's serializer) and written into later savepoints: no failure, but it is not dropped either;
+* a state or operator renamed in the manifest (``renamed_from``) is, for Flink, a new empty state next to the old
+  one (or a removed operator): a silent loss unless migrated.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from flinkstate.binary import operator_id_from_uid
+from flinkstate.compatibility import (
+    AFTER_MIGRATION,
+    AS_IS,
+    INCOMPATIBLE,
+    RECONFIGURED,
+    Compatibility,
+    Finding,
+)
+from flinkstate.keyed import TIMERS, KeyedBackendHeader, StateMetaInfo
+from flinkstate.manifest import Manifest, OperatorSchema, StateSchema, load_manifest
+from flinkstate.metadata import OperatorState
+from flinkstate.report import Report, StateRow
+from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.namespaces import VoidNamespaceSnapshot
+from flinkstate.serializers.row import RowSnapshot
+from flinkstate.serializers.ttl import TtlSnapshot
+
+BACKENDS = ("hashmap", "rocksdb")
+
+
+#: ``planner(old_state, new_state) -> (possible, reason)``: whether the migration declared for ``new_state`` can
+#: turn the savepoint's ``old_state`` into it (the migration engine's answer, e.g.
+#: ``flinkstate.migration.manifest_targets.plan_state_migration``).
+MigrationPlanner = Callable[[StateMetaInfo, StateSchema], tuple[bool, str]]
+
+
+def check(savepoint: Savepoint | str | os.PathLike[str], manifest: Manifest | str | os.PathLike[str], *,
+          previous: Manifest | str | os.PathLike[str] | None = None,
+          migration_planner: MigrationPlanner | None = None, backend: str | None = None,
+          allow_non_restored_state: bool = False) -> Report:
+    """Resolves every state of ``manifest`` against ``savepoint``.
+
+    ``previous`` is the manifest of the version that wrote the savepoint, when known: it supplies what the savepoint
+    does not store (Row field names), so that fields swapped by name are caught. ``backend`` ("hashmap" or
+    "rocksdb") narrows backend-specific rules; by default the worse of the two applies.
+    """
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    sp = savepoint if isinstance(savepoint, Savepoint) else Savepoint.open(savepoint)
+    new = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    old_manifest = previous if isinstance(previous, Manifest) or previous is None else load_manifest(previous)
+    checker = _Checker(sp, old_manifest, migration_planner, backend, allow_non_restored_state)
+    report = Report(sp.location.uri, new.path, backend=backend, allow_non_restored_state=allow_non_restored_state)
+    matched: set[str] = set()
+    for op_schema in new.operators.values():
+        old_op, renamed = checker.find_old_operator(op_schema)
+        if old_op is None:
+            report.rows += checker.added_operator(op_schema)
+            continue
+        matched.add(old_op.operator_id)
+        report.rows += checker.operator(old_op, op_schema, renamed)
+    for old_op in sp.operators:
+        if old_op.operator_id not in matched and has_state(old_op):
+            report.rows.append(checker.removed_operator(old_op))
+    return report
+
+
+def has_state(op: OperatorState) -> bool:
+    """Whether Flink would refuse to skip this operator without allowNonRestoredState."""
+    return op.coordinator_state is not None or any(
+        s.managed_keyed_state or s.raw_keyed_state or s.managed_operator_state or s.raw_operator_state
+        or s.input_channel_state or s.result_subpartition_state for s in op.subtasks.values())
+
+
+def operator_label(op: OperatorState) -> str:
+    return op.uid or op.operator_id
+
+
+class _Checker:
+    def __init__(self, savepoint: Savepoint, previous: Manifest | None, planner: MigrationPlanner | None,
+                 backend: str | None, allow_non_restored_state: bool) -> None:
+        self.savepoint = savepoint
+        self.previous = previous
+        self.planner = planner
+        self.backend = backend
+        self.allow_non_restored = allow_non_restored_state
+
+    # -- operators ---------------------------------------------------------------------------------------------------
+
+    def find_old_operator(self, op: OperatorSchema) -> tuple[OperatorState | None, bool]:
+        by_id = {o.operator_id: o for o in self.savepoint.operators}
+        if op.operator_id in by_id:
+            return by_id[op.operator_id], False
+        if op.renamed_from is not None:
+            old_id = op.renamed_from.lower() if len(op.renamed_from) == 32 and op.renamed_from.isalnum() \
+                else operator_id_from_uid(op.renamed_from)
+            if old_id in by_id:
+                return by_id[old_id], True
+        return None, False
+
+    def added_operator(self, op: OperatorSchema) -> list[StateRow]:
+        note = Finding("OPERATOR_ADDED", "", "new operator: it starts without state", AS_IS, operator=op.label)
+        rows = [self._new_state_row(op.label, state) for state in op.states.values()]
+        if not rows:
+            rows = [StateRow(op.label, None, "added")]
+        rows[0].findings.insert(0, note)
+        return rows
+
+    def removed_operator(self, old: OperatorState) -> StateRow:
+        label = operator_label(old)
+        row = StateRow(label, None, "operator-removed")
+        if self.allow_non_restored:
+            finding = Finding("OPERATOR_REMOVED", "", "operator removed: with allowNonRestoredState Flink skips its "
+                              "state, which is lost", AS_IS, operator=label, migratable=True)
+        else:
+            finding = Finding("OPERATOR_REMOVED", "", "operator removed: Flink refuses the savepoint unless "
+                              "allowNonRestoredState is set (its state is then dropped)", INCOMPATIBLE,
+                              operator=label, migratable=False)
+        row.findings.append(finding)
+        row.flink_verdict = row.verdict = finding.verdict
+        return row
+
+    def operator(self, old: OperatorState, op: OperatorSchema, renamed: bool) -> list[StateRow]:
+        label = op.label
+        header = self.savepoint.keyed_header(old)
+        operator_findings: list[Finding] = []
+        if renamed:
+            # Flink maps state by operator id: the old id is missing from the new job (state not restored) and the
+            # new operator starts empty.
+            operator_findings.append(Finding(
+                "OPERATOR_RENAMED", "", f"uid {op.renamed_from} -> {label}: Flink cannot map the old state to the "
+                f"renamed operator (the restore fails without allowNonRestoredState and the state is lost with it)",
+                INCOMPATIBLE, operator=label, migratable=None if self.planner is None else False))
+        if op.max_parallelism is not None and op.max_parallelism != old.max_parallelism:
+            operator_findings.append(Finding(
+                "MAX_PARALLELISM_CHANGED", "", f"max parallelism {old.max_parallelism} -> {op.max_parallelism}: Flink "
+                f"cannot map the key groups", INCOMPATIBLE, str(old.max_parallelism), str(op.max_parallelism),
+                operator=label))
+        key_result = Compatibility.as_is()
+        if header is not None and op.key is not None and header.key_serializer is not None:
+            key_result = _key_compatibility(op.key, header.key_serializer, label)
+        rows: list[StateRow] = []
+        old_states = {s.name: s for s in header.states} if header is not None else {}
+        used: set[str] = set()
+        for state in op.states.values():
+            source = state.renamed_from or state.name
+            meta = old_states.get(source)
+            if meta is None:
+                rows.append(self._new_state_row(label, state))
+                continue
+            used.add(source)
+            assert header is not None
+            rows.append(self.state(old, header, meta, label, state, key_result, renamed))
+        for name, meta in old_states.items():
+            if name not in used:
+                rows.append(self._leftover_state_row(label, meta, header, name in op.dropped_states))
+        if not rows:
+            rows.append(StateRow(label, None, "renamed" if renamed else "kept"))
+        # Operator-wide findings go first; the key's findings once (on the first row), its verdict on every row.
+        rows[0].findings[:0] = operator_findings + [f.at(operator=label) for f in key_result.findings]
+        operator_verdict = max([key_result.verdict, *(f.verdict for f in operator_findings)])
+        for row in rows:
+            row.flink_verdict = max(row.flink_verdict, operator_verdict)
+            row.verdict = max(row.verdict, operator_verdict, *(f.effective_verdict for f in row.findings))
+        return rows
+
+    # -- states ------------------------------------------------------------------------------------------------------
+
+    def state(self, old_op: OperatorState, header: KeyedBackendHeader, meta: StateMetaInfo, label: str,
+              new: StateSchema, key_result: Compatibility, operator_renamed: bool) -> StateRow:
+        row = StateRow(label, new.name, "renamed" if new.renamed_from else "kept", kind=new.kind,
+                       old_kind=meta.kind, old_types=_old_types(meta), new_types=_new_types(new))
+        result = Compatibility.as_is()
+        if meta.kind != new.kind:
+            result.add(Finding("STATE_KIND_CHANGED", "", f"state kind {meta.kind} -> {new.kind}: Flink requires the "
+                               f"same kind", INCOMPATIBLE, meta.kind, new.kind))
+        else:
+            result.merge(self._namespace(new, meta))
+            if new.kind != TIMERS:
+                result.merge(self._values(new, meta, self._previous_state(old_op, meta.name)))
+        if new.renamed_from:
+            result.add(Finding("STATE_RENAMED", "", f"state {new.renamed_from} -> {new.name}: Flink restores the old "
+                               f"state under its old name and starts {new.name} empty", AS_IS, silent_misread=True))
+        declared = new.migration is not None or new.renamed_from is not None or operator_renamed
+        row.findings = [f.at(operator=label, state=new.name) for f in result.findings]
+        row.flink_verdict = result.verdict
+        if declared:
+            row.migration, possible = self._plan(meta, new)
+            row.findings = [f.at(migratable=possible) if f.effective_verdict >= AFTER_MIGRATION else f
+                            for f in row.findings]
+        else:
+            # Flink migrates values itself; what it cannot do has no declared way through.
+            row.findings = [f.at(migratable=f.effective_verdict <= AFTER_MIGRATION) for f in row.findings]
+            if result.verdict is AFTER_MIGRATION:
+                row.migration = "flink"
+        row.verdict = max([result.verdict, *(f.effective_verdict for f in row.findings)])
+        return row
+
+    def _plan(self, old: StateMetaInfo, new: StateSchema) -> tuple[str, bool | None]:
+        if self.planner is None:
+            return "declared, not evaluated", None
+        possible, reason = self.planner(old, new)
+        return (f"declared: {reason}" if reason else "declared"), bool(possible)
+
+    def _namespace(self, new: StateSchema, meta: StateMetaInfo) -> Compatibility:
+        old_ns = meta.namespace_serializer
+        if old_ns is None:
+            return Compatibility.as_is()
+        result = new.namespace.resolve_compatibility(old_ns, "namespace")
+        if result.verdict >= AFTER_MIGRATION:
+            return Compatibility.of(Finding("NAMESPACE_CHANGED", "namespace", f"namespace {old_ns.type_name()} -> "
+                                            f"{new.namespace.type_name()}: namespace serializers cannot be migrated",
+                                            INCOMPATIBLE, old_ns.type_name(), new.namespace.type_name()))
+        return result
+
+    def _previous_state(self, old_op: OperatorState, name: str) -> StateSchema | None:
+        previous_op = self.previous.find(old_op.operator_id) if self.previous is not None else None
+        return previous_op.states.get(name) if previous_op is not None else None
+
+    def _values(self, new: StateSchema, meta: StateMetaInfo, previous: StateSchema | None) -> Compatibility:
+        result = Compatibility.as_is()
+        user_key = Compatibility.as_is()
+        if new.kind == "MAP" and new.user_key is not None and meta.user_key_serializer is not None:
+            _annotate_row_names(meta.user_key_serializer, previous.user_key if previous else None)
+            user_key = new.user_key.resolve_compatibility(meta.user_key_serializer, "user_key")
+            result.merge(user_key)
+        old_value = meta.value_serializer
+        if new.value is not None and old_value is not None:
+            _annotate_row_names(old_value, previous.value if previous else None)
+            result.merge(self._resolve_value(new.value, old_value))
+        if new.kind == "MAP" and result.verdict is AFTER_MIGRATION and user_key.verdict is not AS_IS \
+                and self.backend != "hashmap":
+            # RocksDBKeyedStateBackend.migrateStateValues: user keys are part of RocksDB keys and are not rewritten.
+            result.add(Finding("MAP_USER_KEY_CHANGED", "user_key", "RocksDB migrates MapState values only; a user key "
+                               "that is not compatible as is fails the restore (heap migrates it)", INCOMPATIBLE,
+                               meta.user_key_serializer.type_name() if meta.user_key_serializer else None,
+                               new.user_key.type_name() if new.user_key else None))
+        return result
+
+    def _resolve_value(self, new: TypeSerializerSnapshot, old: TypeSerializerSnapshot) -> Compatibility:
+        new_ttl, old_ttl = isinstance(new, TtlSnapshot), isinstance(old, TtlSnapshot)
+        if new_ttl == old_ttl:
+            return new.resolve_compatibility(old, "value")
+        # Flink 2.x (TtlAwareSerializer) migrates state when TTL is switched on or off.
+        user_new, user_old = new.nested[1] if new_ttl else new, old.nested[1] if old_ttl else old
+        result = user_new.resolve_compatibility(user_old, "value")
+        return result.add(Finding("TTL_ENABLED" if new_ttl else "TTL_DISABLED", "value",
+                                  f"TTL {'enabled' if new_ttl else 'disabled'}: Flink rewrites the values",
+                                  AFTER_MIGRATION, old.type_name(), new.type_name()))
+
+    def _new_state_row(self, label: str, state: StateSchema) -> StateRow:
+        row = StateRow(label, state.name, "added", kind=state.kind, new_types=_new_types(state))
+        row.findings.append(Finding("STATE_ADDED", "", "new state: it starts empty", AS_IS, operator=label,
+                                    state=state.name, migratable=True))
+        return row
+
+    def _leftover_state_row(self, label: str, meta: StateMetaInfo, header: KeyedBackendHeader | None,
+                            dropped: bool) -> StateRow:
+        row = StateRow(label, meta.name, "dropped" if dropped else "not-declared", old_kind=meta.kind,
+                       old_types=_old_types(meta))
+        if dropped:
+            finding = Finding("STATE_DROPPED", "", "state dropped by the manifest: Flink itself would still restore "
+                              "it (heap deserializes it with its old serializer) and keep it in later savepoints; "
+                              "the migration removes it", AS_IS, operator=label, state=meta.name, migratable=True)
+        else:
+            finding = Finding("STATE_NOT_DECLARED", "", "the new version does not declare this state: Flink still "
+                              "restores it (heap deserializes it with its old serializer, whose classes must still "
+                              "exist) and keeps it in later savepoints", AS_IS, operator=label, state=meta.name,
+                              migratable=True)
+        row.findings.append(finding)
+        return row
+
+
+def _key_compatibility(new: TypeSerializerSnapshot, old: TypeSerializerSnapshot, label: str) -> Compatibility:
+    result = new.resolve_compatibility(old, "key")
+    if result.verdict in (AS_IS, RECONFIGURED):
+        return result
+    return Compatibility.of(Finding("KEY_TYPE_CHANGED", "key", f"key {old.type_name()} -> {new.type_name()}: the "
+                                    f"key serializer must be compatible as is or reconfigured (Flink cannot migrate "
+                                    f"keys)", INCOMPATIBLE, old.type_name(), new.type_name()))
+
+
+def _annotate_row_names(old: TypeSerializerSnapshot, previous: TypeSerializerSnapshot | None) -> None:
+    """Copies Row field names from the previous manifest's type onto the savepoint's snapshot (which has none) where
+    the two have the same shape."""
+    if previous is None or type(previous) is not type(old) or len(previous.nested) != len(old.nested):
+        return
+    if isinstance(old, RowSnapshot) and isinstance(previous, RowSnapshot) and previous.field_names:
+        old.field_names = list(previous.field_names)
+    for old_nested, previous_nested in zip(old.nested, previous.nested, strict=True):
+        _annotate_row_names(old_nested, previous_nested)
+
+
+def _old_types(meta: StateMetaInfo) -> dict[str, str]:
+    # The key is the operator's (one key serializer per keyed backend): findings name it when it changes.
+    types: dict[str, str] = {}
+    namespace = meta.namespace_serializer
+    if namespace is not None and not isinstance(namespace, VoidNamespaceSnapshot):
+        types["namespace"] = namespace.type_name()
+    if meta.user_key_serializer is not None:
+        types["user_key"] = meta.user_key_serializer.type_name()
+    if meta.kind != TIMERS and meta.value_serializer is not None:
+        types["value"] = meta.value_serializer.type_name()
+    return types
+
+
+def _new_types(state: StateSchema) -> dict[str, str]:
+    types: dict[str, str] = {}
+    if not isinstance(state.namespace, VoidNamespaceSnapshot):
+        types["namespace"] = state.namespace.type_name()
+    if state.user_key is not None:
+        types["user_key"] = state.user_key.type_name()
+    if state.value is not None:
+        types["value"] = state.value.type_name()
+    return types
+
+
+__all__ = ["BACKENDS", "MigrationPlanner", "check", "has_state", "operator_label"]

@@ -1,0 +1,448 @@
+"""The readable type notation of schema manifests, both ways:
+
+* :func:`to_snapshot` turns a notation into the exact ``TypeSerializerSnapshot`` Flink writes for that type (current
+  snapshot versions; POJO fields sorted like ``PojoTypeInfo``; Row with the RowKind header; ``TupleN`` classes), so
+  a savepoint writer can write new states from a manifest;
+* :func:`to_notation` turns any snapshot the reader parses into a notation (``flinkstate schema``).
+
+Notation (YAML values):
+
+* strings: simple types (``Long``, ``Integer``, ``String``, ``Double``, ``Boolean``, ``BigDecimal``, ``LocalDate``,
+  ``byte[]``, ``long[]``, ``String[]``, ...), namespaces (``VoidNamespace``, ``TimeWindow``, ``GlobalWindow``),
+  generics (``List<Long>``, ``Map<String, Long>``, ``Set<String>``, ``Tuple2<Long, String>``, ``Nullable<Long>``,
+  ``TTL<Long>``, ``Timer<String, VoidNamespace>``) and boxed arrays (``Long[]``);
+* mappings for structured types: ``{pojo: CLASS, fields: {name: TYPE}}`` (optional ``subclasses: {CLASS: TYPE}``,
+  ``declaring_classes: {field: CLASS}`` for inherited fields), ``{row: {name: TYPE}}`` (optional
+  ``row_kind: false``), ``{enum: CLASS, constants: [...]}``, ``{avro: CLASS, schema: {...}}``,
+  ``{kryo: CLASS}``, and the mapping forms of the generics, needed when an argument is structured:
+  ``{list: T}``, ``{set: T}``, ``{map: {key: K, value: V}}``, ``{tuple: [T, ...]}``, ``{nullable: T, padding: N}``,
+  ``{ttl: T}``, ``{array: T, component_class: C}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from flinkstate.binary import Reader, Writer
+from flinkstate.errors import FlinkStateError
+from flinkstate.serializers import registry
+from flinkstate.serializers.avro import GENERIC_RECORD, AvroSnapshot
+from flinkstate.serializers.base import TypeSerializerSnapshot, UnknownSnapshot
+from flinkstate.serializers.collections import GenericArraySnapshot, ListSnapshot, MapSnapshot, SetSnapshot
+from flinkstate.serializers.enum import EnumSnapshot
+from flinkstate.serializers.kryo import KryoSnapshot
+from flinkstate.serializers.namespaces import GlobalWindowSnapshot, TimeWindowSnapshot, VoidNamespaceSnapshot
+from flinkstate.serializers.nullable import NullableSnapshot
+from flinkstate.serializers.pojo import OptionalMapEntry, PojoField, PojoSnapshot, java_string_sort_key
+from flinkstate.serializers.primitives import SIMPLE_TYPES, SimpleSnapshot
+from flinkstate.serializers.row import RowSnapshot
+from flinkstate.serializers.timer import TimerSnapshot
+from flinkstate.serializers.ttl import TtlSnapshot
+from flinkstate.serializers.tuple import TUPLE_PACKAGE, TupleSnapshot
+
+Notation = str | dict[str, Any]
+
+
+class TypeNotationError(FlinkStateError):
+    """A notation that names no type; ``path`` is where inside the notation (``fields.count``)."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        self.message = message
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+    def within(self, prefix: str) -> TypeNotationError:
+        return TypeNotationError(self.message, f"{prefix}.{self.path}" if self.path else prefix)
+
+
+# -- names ------------------------------------------------------------------------------------------------------------
+
+_SIMPLE_BY_NAME = {spec.type_name: class_name for class_name, spec in SIMPLE_TYPES.items()}
+_ALIASES = {"Int": "Integer", "int": "Integer", "long": "Long", "short": "Short", "byte": "Byte", "float": "Float",
+            "double": "Double", "boolean": "Boolean", "char": "Character", "Char": "Character",
+            "BigInt": "BigInteger"}
+_NAMESPACES = {cls.NAME: cls for cls in (VoidNamespaceSnapshot, TimeWindowSnapshot, GlobalWindowSnapshot)}
+#: Java classes of the simple types, the component class of their boxed arrays (``Long[]``).
+_JAVA_CLASSES = {"Long": "java.lang.Long", "Integer": "java.lang.Integer", "Short": "java.lang.Short",
+                 "Byte": "java.lang.Byte", "Float": "java.lang.Float", "Double": "java.lang.Double",
+                 "Boolean": "java.lang.Boolean", "Character": "java.lang.Character", "String": "java.lang.String",
+                 "BigInteger": "java.math.BigInteger", "BigDecimal": "java.math.BigDecimal",
+                 "Date": "java.util.Date", "Instant": "java.time.Instant", "LocalDate": "java.time.LocalDate",
+                 "LocalTime": "java.time.LocalTime", "LocalDateTime": "java.time.LocalDateTime"}
+_GENERIC_ARITY = {"List": 1, "Set": 1, "Map": 2, "Nullable": 1, "TTL": 1, "Timer": 2}
+_TUPLE = re.compile(r"^Tuple(\d+)$")
+_TOKEN = re.compile(r"\s*([A-Za-z_$][\w.$]*(?:\[\])*|<|>|,|\[\])")
+
+
+def simple_type_names() -> list[str]:
+    return sorted(_SIMPLE_BY_NAME)
+
+
+# -- notation -> snapshot ---------------------------------------------------------------------------------------------
+
+
+def to_snapshot(notation: Any, path: str = "") -> TypeSerializerSnapshot:
+    """The snapshot Flink writes for the type ``notation`` names; :class:`TypeNotationError` (located at ``path``)
+    if it names none."""
+    try:
+        if isinstance(notation, str):
+            return _parse_string(notation)
+        if isinstance(notation, Mapping):
+            return _from_mapping(notation)
+        raise TypeNotationError(f"a type must be a string or a mapping, not {type(notation).__name__} "
+                                f"{notation!r}")
+    except TypeNotationError as exc:
+        raise exc.within(path) if path else exc from None
+
+
+def _parse_string(text: str) -> TypeSerializerSnapshot:
+    tokens = _tokenize(text)
+    snapshot, rest = _parse_tokens(tokens, text)
+    if rest:
+        raise TypeNotationError(f"unexpected {' '.join(rest)!r} in type {text!r}")
+    return snapshot
+
+
+def _tokenize(text: str) -> list[str]:
+    tokens, pos = [], 0
+    while pos < len(text):
+        if text[pos:].strip() == "":
+            break
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            raise TypeNotationError(f"cannot parse type {text!r} at {text[pos:]!r}")
+        tokens.append(match.group(1))
+        pos = match.end()
+    if not tokens:
+        raise TypeNotationError("empty type")
+    return tokens
+
+
+def _parse_tokens(tokens: list[str], text: str) -> tuple[TypeSerializerSnapshot, list[str]]:
+    name, rest = tokens[0], tokens[1:]
+    args: list[TypeSerializerSnapshot] = []
+    if rest and rest[0] == "<":
+        rest = rest[1:]
+        while True:
+            arg, rest = _parse_tokens(rest, text) if rest else (None, rest)
+            if arg is None:
+                raise TypeNotationError(f"unterminated type arguments in {text!r}")
+            args.append(arg)
+            if rest and rest[0] == ",":
+                rest = rest[1:]
+                continue
+            if rest and rest[0] == ">":
+                rest = rest[1:]
+                break
+            raise TypeNotationError(f"expected ',' or '>' in {text!r}")
+    dims = 0
+    while name.endswith("[]") and name not in _SIMPLE_BY_NAME:
+        name, dims = name[:-2], dims + 1
+    while rest and rest[0] == "[]":
+        rest, dims = rest[1:], dims + 1
+    snapshot = _named(name, args, text)
+    for _ in range(dims):
+        snapshot = _boxed_array(snapshot, text)
+    return snapshot, rest
+
+
+def _named(name: str, args: list[TypeSerializerSnapshot], text: str) -> TypeSerializerSnapshot:
+    canonical = _ALIASES.get(name, name)
+    if canonical in _SIMPLE_BY_NAME or canonical in _NAMESPACES:
+        if args:
+            raise TypeNotationError(f"{name} takes no type arguments (in {text!r})")
+        if canonical in _NAMESPACES:
+            return _NAMESPACES[canonical]()
+        return SimpleSnapshot(_SIMPLE_BY_NAME[canonical])
+    tuple_match = _TUPLE.match(name)
+    if tuple_match:
+        arity = int(tuple_match.group(1))
+        if len(args) != arity or not 0 <= arity <= 25:
+            raise TypeNotationError(f"{name} needs {arity} type arguments, got {len(args)} (in {text!r})")
+        return tuple_snapshot(args)
+    if name in _GENERIC_ARITY:
+        if len(args) != _GENERIC_ARITY[name]:
+            raise TypeNotationError(f"{name} needs {_GENERIC_ARITY[name]} type argument(s), got {len(args)} "
+                                    f"(in {text!r})")
+        return _generic(name, args)
+    raise TypeNotationError(f"unknown type {name!r}" + (f" in {text!r}" if text != name else ""))
+
+
+def _generic(name: str, args: list[TypeSerializerSnapshot], padding: int = 0) -> TypeSerializerSnapshot:
+    if name == "List":
+        return ListSnapshot(ListSnapshot.CLASS_NAMES[0], args)
+    if name == "Set":
+        return SetSnapshot(SetSnapshot.CLASS_NAMES[0], args)
+    if name == "Map":
+        return MapSnapshot(MapSnapshot.CLASS_NAMES[0], args)
+    if name == "Nullable":
+        return NullableSnapshot(NullableSnapshot.CLASS_NAMES[0], args, null_padding=padding)
+    if name == "TTL":
+        return TtlSnapshot(TtlSnapshot.CLASS_NAMES[0], [SimpleSnapshot(_SIMPLE_BY_NAME["Long"]), *args])
+    return TimerSnapshot(TimerSnapshot.CLASS_NAMES[0], args)
+
+
+def tuple_snapshot(fields: list[TypeSerializerSnapshot]) -> TupleSnapshot:
+    return TupleSnapshot(TupleSnapshot.CLASS_NAMES[0], fields, tuple_class=f"{TUPLE_PACKAGE}Tuple{len(fields)}")
+
+
+def _boxed_array(component: TypeSerializerSnapshot, text: str) -> GenericArraySnapshot:
+    java_class = _JAVA_CLASSES.get(component.type_name())
+    if java_class is None:
+        raise TypeNotationError(f"the component class of {component.type_name()}[] is unknown: write "
+                                f"{{array: TYPE, component_class: CLASS}} (in {text!r})")
+    return GenericArraySnapshot(GenericArraySnapshot.CLASS_NAMES[0], [component], component_class=java_class)
+
+
+_FORMS = ("pojo", "row", "enum", "avro", "kryo", "list", "set", "map", "tuple", "nullable", "ttl", "array",
+          "unknown")
+_ALLOWED_KEYS = {
+    "pojo": {"fields", "subclasses", "declaring_classes"}, "row": {"row_kind"}, "enum": {"constants"},
+    "avro": {"schema"}, "kryo": {"registrations", "default_serializers", "default_serializer_classes"},
+    "nullable": {"padding"}, "array": {"component_class"}, "unknown": {"version", "raw"},
+}
+
+
+def _from_mapping(notation: Mapping[str, Any]) -> TypeSerializerSnapshot:
+    forms = [k for k in notation if k in _FORMS]
+    if len(forms) != 1:
+        found = ", ".join(map(str, notation)) or "nothing"
+        raise TypeNotationError(f"a structured type needs exactly one of {', '.join(_FORMS[:-1])} (found {found})")
+    form = forms[0]
+    extra = set(notation) - {form} - _ALLOWED_KEYS.get(form, set())
+    if extra:
+        raise TypeNotationError(f"unknown key(s) {', '.join(sorted(map(str, extra)))} in a {form} type")
+    return globals()[f"_{form}_form"](notation)
+
+
+def _require(notation: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    value = notation.get(key)
+    if not isinstance(value, kind):
+        raise TypeNotationError(f"{what}, got {value!r}", key)
+    return value
+
+
+def _nested(notation: Any, path: str) -> TypeSerializerSnapshot:
+    return to_snapshot(notation, path)
+
+
+def _pojo_form(n: Mapping[str, Any]) -> PojoSnapshot:
+    pojo_class = _require(n, "pojo", str, "pojo needs the class name")
+    fields = _require(n, "fields", Mapping, "pojo needs 'fields', a mapping of field name to type")
+    declaring = n.get("declaring_classes") or {}
+    if not isinstance(declaring, Mapping) or set(declaring) - set(fields):
+        raise TypeNotationError("must map field names of this POJO to class names", "declaring_classes")
+    ordered = sorted(fields.items(), key=lambda item: java_string_sort_key(str(item[0])))
+    pojo_fields = [PojoField(str(name), str(declaring.get(name, pojo_class)), _nested(t, f"fields.{name}"))
+                   for name, t in ordered]
+    subclasses = n.get("subclasses") or {}
+    if not isinstance(subclasses, Mapping):
+        raise TypeNotationError("must map subclass names to their types", "subclasses")
+    registered = [OptionalMapEntry(str(name), (), _nested(t, f"subclasses.{name}")) for name, t in subclasses.items()]
+    return PojoSnapshot(PojoSnapshot.CLASS_NAMES[0], 2, pojo_class, pojo_fields, registered)
+
+
+def _row_form(n: Mapping[str, Any]) -> RowSnapshot:
+    fields = _require(n, "row", Mapping, "row needs a mapping of field name to type")
+    row_kind = n.get("row_kind", True)
+    if not isinstance(row_kind, bool):
+        raise TypeNotationError(f"must be true or false, got {row_kind!r}", "row_kind")
+    nested = [_nested(t, f"row.{name}") for name, t in fields.items()]
+    return RowSnapshot(RowSnapshot.CLASS_NAMES[0], nested, supports_row_kind=row_kind,
+                       field_names=[str(name) for name in fields])
+
+
+def _enum_form(n: Mapping[str, Any]) -> EnumSnapshot:
+    enum_class = _require(n, "enum", str, "enum needs the class name")
+    constants = _require(n, "constants", list, "enum needs 'constants', the list of constant names")
+    if not all(isinstance(c, str) for c in constants) or len(set(constants)) != len(constants):
+        raise TypeNotationError("constants must be distinct names", "constants")
+    return EnumSnapshot(EnumSnapshot.CLASS_NAMES[0], 3, enum_class, list(constants))
+
+
+def _avro_form(n: Mapping[str, Any]) -> AvroSnapshot:
+    runtime = _require(n, "avro", str, f"avro needs the record class (or {GENERIC_RECORD})")
+    schema = n.get("schema")
+    if isinstance(schema, (Mapping, list)):
+        # Avro's Schema.toString(false): compact JSON in declaration order.
+        schema_json = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    elif isinstance(schema, str):
+        schema_json = schema
+    else:
+        raise TypeNotationError("avro needs 'schema', the Avro schema (a mapping or its JSON text)", "schema")
+    try:
+        return AvroSnapshot(AvroSnapshot.CLASS_NAMES[0], 3, runtime, schema_json)
+    except Exception as exc:  # fastavro raises several types for bad schemas
+        raise TypeNotationError(f"invalid Avro schema: {exc}", "schema") from None
+
+
+def _kryo_form(n: Mapping[str, Any]) -> KryoSnapshot:
+    type_class = _require(n, "kryo", str, "kryo needs the class name")
+    maps = []
+    for key in ("registrations", "default_serializers", "default_serializer_classes"):
+        entries = n.get(key) or {}
+        if not isinstance(entries, Mapping):
+            raise TypeNotationError("must map class names to base64 configuration frames", key)
+        maps.append([OptionalMapEntry(str(name), _utf(str(name)), _b64(frame, f"{key}.{name}"))
+                     for name, frame in entries.items()])
+    return KryoSnapshot(KryoSnapshot.CLASS_NAMES[0], 2, type_class, tuple(maps))  # type: ignore[arg-type]
+
+
+def _utf(text: str) -> bytes:
+    writer = Writer()
+    writer.utf(text)
+    return writer.getvalue()
+
+
+def _b64(value: Any, path: str) -> bytes:
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except ValueError:
+        raise TypeNotationError("must be base64", path) from None
+
+
+def _list_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
+    return _generic("List", [_nested(n["list"], "list")])
+
+
+def _set_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
+    return _generic("Set", [_nested(n["set"], "set")])
+
+
+def _ttl_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
+    return _generic("TTL", [_nested(n["ttl"], "ttl")])
+
+
+def _map_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
+    spec = _require(n, "map", Mapping, "map needs {key: TYPE, value: TYPE}")
+    if set(spec) != {"key", "value"}:
+        raise TypeNotationError("map needs exactly 'key' and 'value'", "map")
+    return _generic("Map", [_nested(spec["key"], "map.key"), _nested(spec["value"], "map.value")])
+
+
+def _tuple_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
+    fields = _require(n, "tuple", list, "tuple needs the list of field types")
+    return tuple_snapshot([_nested(t, f"tuple.{i}") for i, t in enumerate(fields)])
+
+
+def _nullable_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
+    padding = n.get("padding", 0)
+    if not isinstance(padding, int) or padding < 0:
+        raise TypeNotationError(f"must be a byte count, got {padding!r}", "padding")
+    return _generic("Nullable", [_nested(n["nullable"], "nullable")], padding)
+
+
+def _array_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
+    component = _nested(n["array"], "array")
+    component_class = n.get("component_class") or _JAVA_CLASSES.get(component.type_name())
+    if not isinstance(component_class, str):
+        raise TypeNotationError("needs the Java class of the elements", "component_class")
+    return GenericArraySnapshot(GenericArraySnapshot.CLASS_NAMES[0], [component], component_class=component_class)
+
+
+def _unknown_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
+    class_name = _require(n, "unknown", str, "unknown needs the snapshot class name")
+    version = n.get("version", 1)
+    return UnknownSnapshot(class_name, int(version), _b64(n.get("raw", ""), "raw"))
+
+
+# -- snapshot -> notation ---------------------------------------------------------------------------------------------
+
+
+def to_notation(snapshot: TypeSerializerSnapshot) -> Notation:
+    """The notation of a snapshot: a string when it fits on one line, else a mapping."""
+    if isinstance(snapshot, SimpleSnapshot):
+        return snapshot.type_name()
+    if isinstance(snapshot, (VoidNamespaceSnapshot, TimeWindowSnapshot, GlobalWindowSnapshot)):
+        return snapshot.type_name()
+    if isinstance(snapshot, PojoSnapshot):
+        return _pojo_notation(snapshot)
+    if isinstance(snapshot, RowSnapshot):
+        result: dict[str, Any] = {"row": {name: to_notation(n) for name, n in zip(snapshot.names(),
+                                                                                    snapshot.nested, strict=True)}}
+        if not snapshot.supports_row_kind:
+            result["row_kind"] = False
+        return result
+    if isinstance(snapshot, EnumSnapshot):
+        return {"enum": snapshot.enum_class, "constants": list(snapshot.constants)}
+    if isinstance(snapshot, AvroSnapshot):
+        return _avro_notation(snapshot)
+    if isinstance(snapshot, KryoSnapshot):
+        return _kryo_notation(snapshot)
+    if isinstance(snapshot, UnknownSnapshot):
+        return {"unknown": snapshot.class_name, "version": snapshot.version,
+                "raw": base64.b64encode(snapshot.raw).decode()}
+    return _composite_notation(snapshot)
+
+
+def _composite_notation(snapshot: TypeSerializerSnapshot) -> Notation:
+    args = [to_notation(n) for n in snapshot.nested]
+    inline = all(isinstance(a, str) for a in args)
+    if isinstance(snapshot, TupleSnapshot):
+        if snapshot.tuple_class != f"{TUPLE_PACKAGE}Tuple{len(args)}":
+            raise TypeNotationError(f"tuple class {snapshot.tuple_class} has no notation")
+        return f"Tuple{len(args)}<{', '.join(args)}>" if inline else {"tuple": args}  # type: ignore[arg-type]
+    if isinstance(snapshot, NullableSnapshot):
+        if snapshot.null_padding or not inline:
+            return {"nullable": args[0], **({"padding": snapshot.null_padding} if snapshot.null_padding else {})}
+        return f"Nullable<{args[0]}>"
+    if isinstance(snapshot, GenericArraySnapshot):
+        if inline and _JAVA_CLASSES.get(snapshot.nested[0].type_name()) == snapshot.component_class:
+            return f"{args[0]}[]"
+        return {"array": args[0], "component_class": snapshot.component_class}
+    if isinstance(snapshot, TtlSnapshot):
+        return f"TTL<{args[1]}>" if inline else {"ttl": args[1]}
+    if isinstance(snapshot, (ListSnapshot, SetSnapshot)):
+        name = "List" if isinstance(snapshot, ListSnapshot) else "Set"
+        return f"{name}<{args[0]}>" if inline else {name.lower(): args[0]}
+    if isinstance(snapshot, MapSnapshot):
+        return f"Map<{args[0]}, {args[1]}>" if inline else {"map": {"key": args[0], "value": args[1]}}
+    if isinstance(snapshot, TimerSnapshot):
+        return f"Timer<{args[0]}, {args[1]}>"
+    raise TypeNotationError(f"no notation for serializer snapshot {snapshot.class_name}")
+
+
+def _pojo_notation(snapshot: PojoSnapshot) -> dict[str, Any]:
+    fields, declaring = {}, {}
+    for field in snapshot.fields:
+        if field.snapshot is None:
+            raise TypeNotationError(f"POJO {snapshot.pojo_class}: field {field.name} has no serializer snapshot")
+        fields[field.name] = to_notation(field.snapshot)
+        if field.declaring_class != snapshot.pojo_class:
+            declaring[field.name] = field.declaring_class
+    result: dict[str, Any] = {"pojo": snapshot.pojo_class, "fields": fields}
+    if declaring:
+        result["declaring_classes"] = declaring
+    if snapshot.registered_subclasses:
+        result["subclasses"] = {e.name: to_notation(e.value) for e in snapshot.registered_subclasses}
+    return result
+
+
+def _avro_notation(snapshot: AvroSnapshot) -> dict[str, Any]:
+    schema: Any = json.loads(snapshot.schema_json)
+    if json.dumps(schema, separators=(",", ":"), ensure_ascii=False) != snapshot.schema_json:
+        schema = snapshot.schema_json  # keep Avro's exact text when JSON re-encoding would change it
+    return {"avro": snapshot.runtime_type or GENERIC_RECORD, "schema": schema}
+
+
+def _kryo_notation(snapshot: KryoSnapshot) -> dict[str, Any]:
+    result: dict[str, Any] = {"kryo": snapshot.type_class}
+    for key, entries in (("registrations", snapshot.registrations),
+                         ("default_serializers", snapshot.default_serializers),
+                         ("default_serializer_classes", snapshot.default_serializer_classes)):
+        if entries:
+            result[key] = {e.name: base64.b64encode(e.value or b"").decode() for e in entries}
+    return result
+
+
+def snapshot_from_bytes(data: bytes) -> TypeSerializerSnapshot:
+    """A nested (bare) snapshot from its bytes; used by tests and tools comparing encodings."""
+    return registry.read_snapshot(Reader(data, 0, "<bytes>", 0))
+
+
+__all__ = ["Notation", "TypeNotationError", "simple_type_names", "snapshot_from_bytes", "to_notation",
+           "to_snapshot", "tuple_snapshot"]
