@@ -87,6 +87,7 @@ cat "$logs"/*.log | grep '^setup:' || true
 flink_home=$(ls -d .venv-flink/lib/python*/site-packages/pyflink 2>/dev/null | head -1)
 [ -n "$flink_home" ] && [ -x "$flink_home/bin/jobmanager.sh" ] || die "no Flink distribution in .venv-flink"
 examples/sample-job/build.sh "$flink_home"
+examples/compat-matrix/build.sh "$flink_home"
 for version in $FLINK_MATRIX_VERSIONS; do
   examples/sample-job/build.sh ".flink-dists/$version/pyflink" "examples/sample-job/build/flink-$version"
 done

@@ -1,0 +1,22 @@
+package matrix;
+
+/** The POJO state. */
+public class Item {
+    public String name;
+    public int count;
+    public double score;
+
+    public Item() {}
+
+    static Item of(String key, long n) {
+        Item item = new Item();
+        item.name = key;
+        item.count = (int) n;
+        item.score = n / 2.0;
+        return item;
+    }
+
+    String toJson() {
+        return "{\"name\":" + MatrixJob.Json.str(name) + ",\"count\":" + count + ",\"score\":" + score + "}";
+    }
+}
