@@ -260,6 +260,8 @@ class _Parser:
     def operator(self, label: str, body: Any, path: str) -> OperatorSchema:
         spec = self.mapping(body, path, _OPERATOR_KEYS)
         if "id" in spec:
+            if isinstance(spec["id"], int):
+                raise self.fail(f"{path}.id", "quote the operator id (YAML reads an all-digit id as a number)")
             operator_id = self.text(spec["id"], f"{path}.id").lower()
             if not _HEX_ID.match(operator_id):
                 raise self.fail(f"{path}.id", "expected 32 hex digits (an operator id)")
