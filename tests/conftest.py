@@ -128,3 +128,28 @@ def s3_endpoint() -> Iterator[str]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A throw-away AIRFLOW_HOME with an initialised database; DAGs are loaded from the project's dags/ folder and
+    tests/airflow_dags/ (see tests/support/airflow_env.py)."""
+    from tests.support.airflow_env import ROOT, configure_airflow
+
+    home = tmp_path_factory.mktemp("airflow")
+    configure_airflow(home, ROOT / "dags", ROOT / "tests" / "airflow_dags")
+    return home
+
+
+@pytest.fixture(scope="session")
+def webhook() -> Iterator[Any]:
+    """A local HTTP receiver playing the chat webhook, and the Airflow connection ``flink_upgrade_webhook`` to it."""
+    from tests.support.airflow_env import WebhookReceiver, set_connection
+
+    receiver = WebhookReceiver().start()
+    set_connection("flink_upgrade_webhook", conn_type="http", host="127.0.0.1", port=receiver.port, schema="http",
+                   extra={"endpoint": "/hooks/flink"})
+    try:
+        yield receiver
+    finally:
+        receiver.stop()

@@ -1,0 +1,69 @@
+"""``WebhookReportNotifier``: posts a message (and a Markdown report) to a Slack-compatible webhook, and logs it.
+
+Usable as a task or DAG callback (``on_failure_callback=WebhookReportNotifier(...)``) and called directly by
+operators that alert (e.g. an incompatible check). The webhook is an Airflow HTTP connection (default
+``flink_upgrade_webhook``) whose host/port/schema give the URL and whose extra may hold ``{"endpoint": "/path"}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.http.hooks.http import HttpHook
+from airflow.sdk import BaseNotifier
+
+log = logging.getLogger(__name__)
+
+#: Slack limits a message's text; longer reports are cut with a note of where the full one is.
+MAX_TEXT = 35_000
+
+
+class WebhookReportNotifier(BaseNotifier):
+    """Posts ``{"text": message + report}`` (Slack's incoming-webhook format) to ``http_conn_id``.
+
+    ``report`` may be Markdown text or a path to a Markdown file (read when the notification is sent). Both
+    ``message`` and ``report`` are templated.
+    """
+
+    template_fields: Sequence[str] = ("message", "report")
+
+    def __init__(self, message: str, *, report: str | None = None, http_conn_id: str = "flink_upgrade_webhook",
+                 endpoint: str | None = None) -> None:
+        super().__init__()
+        self.message, self.report = message, report
+        self.http_conn_id, self.endpoint = http_conn_id, endpoint
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        # DAG-level callbacks may be handed a serialized DAG, which has no template environment (dag.test() does
+        # this in Airflow 3.3); an alert must still go out, so render with a plain sandboxed environment then.
+        dag = context.get("dag")
+        if jinja_env is None and dag is not None and not hasattr(dag, "get_template_env"):
+            from jinja2.sandbox import SandboxedEnvironment
+
+            jinja_env = SandboxedEnvironment()
+        super().render_template_fields(context, jinja_env)
+
+    def notify(self, context: Any) -> None:
+        text = compose(self.message, self.report)
+        log.warning("flink upgrade alert:\n%s", text)
+        hook = HttpHook(method="POST", http_conn_id=self.http_conn_id)
+        endpoint = self.endpoint
+        if endpoint is None:
+            endpoint = (hook.get_connection(self.http_conn_id).extra_dejson or {}).get("endpoint", "")
+        response = hook.run(endpoint, json={"text": text}, headers={"Content-Type": "application/json"})
+        log.info("webhook %s answered %s", self.http_conn_id, response.status_code)
+
+
+def compose(message: str, report: str | None) -> str:
+    """The message, then the report (read from a file if it names one), cut to Slack's limit."""
+    body = ""
+    if report:
+        path = Path(report)
+        body = path.read_text() if len(report) < 4096 and "\n" not in report and path.is_file() else report
+    text = f"{message}\n\n{body}".strip() if body else message
+    if len(text) > MAX_TEXT:
+        text = text[:MAX_TEXT] + (f"\n\n(report cut; full report: {report})" if report else "\n\n(cut)")
+    return text
