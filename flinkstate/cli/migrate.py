@@ -8,11 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from flinkstate.manifest import load_manifest
-from flinkstate.migration.engine import MigrationReport, migrate_savepoint
-from flinkstate.migration.manifest_targets import check_against_manifest, targets_from_manifest
-from flinkstate.savepoint import Savepoint
-from flinkstate.writer import open_output
+from flinkstate.migration.engine import MigrationReport
+from flinkstate.migration.job import MigrationJob
 
 
 def register(subparsers: Any) -> None:
@@ -37,29 +34,16 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    manifest = load_manifest(args.schema)
-    old_manifest = load_manifest(args.old_schema) if args.old_schema else None
-    targets = targets_from_manifest(Savepoint.open(args.savepoint), manifest, old_manifest)
-    output = open_output(args.output)
-    compressed = None if args.compression is None else args.compression == "on"
-    report = migrate_savepoint(args.savepoint, targets, output, metadata_version=args.metadata_version,
-                               compressed=compressed,
-                               extra_check=lambda staged: check_against_manifest(staged, manifest))
-    report_dir = Path(args.report) if args.report else Path(f"{str(args.output).rstrip('/')}.report")
-    write_report(report, report_dir)
+    job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
+                       metadata_version=args.metadata_version,
+                       compression=None if args.compression is None else args.compression == "on",
+                       report_dir=args.report)
+    report = job.run()
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        print(render_text(report, report_dir))
+        print(render_text(report, job.report_path))
     return 0
-
-
-def write_report(report: MigrationReport, directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    with open(directory / "dead-letters.jsonl", "w") as sink:
-        for record in report.dead_letters:
-            sink.write(json.dumps(record) + "\n")
 
 
 def render_text(report: MigrationReport, report_dir: Path) -> str:

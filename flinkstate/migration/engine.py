@@ -753,11 +753,23 @@ def verify_output(staged: Savepoint, plan: MigrationPlan, results: list[SubtaskR
     return checked
 
 
+#: Runs the (source operator id, subtask) units of a plan and returns their results, in any order. The default runs
+#: them one after the other in this process; the Spark job runs them as Spark tasks.
+UnitRunner = Callable[[Savepoint, MigrationPlan, list[tuple[str, int]], SavepointOutput], list[SubtaskResult]]
+
+
+def run_units_locally(source: Savepoint, plan: MigrationPlan, units: list[tuple[str, int]],
+                      output: SavepointOutput) -> list[SubtaskResult]:
+    return [migrate_subtask(source, plan, op_id, subtask, output) for op_id, subtask in units]
+
+
 def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: SavepointOutput, *,
                       metadata_version: int | None = None, compressed: bool | None = None, reencode: bool = False,
-                      extra_check: Callable[[Savepoint], list[str]] | None = None) -> MigrationReport:
-    """The whole migration in one process; the output is published only after verification, and removed on any
-    failure."""
+                      extra_check: Callable[[Savepoint], list[str]] | None = None,
+                      run_units: UnitRunner = run_units_locally) -> MigrationReport:
+    """The whole migration: plan, rewrite every (operator, subtask) stream through ``run_units``, assemble
+    ``_metadata``, verify, publish. The output is published only after verification and removed on any failure.
+    The result does not depend on how the units are run: file names and contents derive from the input only."""
     import time
 
     timings: dict[str, float] = {}
@@ -765,7 +777,7 @@ def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: S
     try:
         source = Savepoint.open(source_path)
         plan = plan_migration(source, targets, compressed=compressed, reencode=reencode)
-        results = [migrate_subtask(source, plan, op_id, subtask, output) for op_id, subtask in plan.units()]
+        results = run_units(source, plan, plan.units(), output)
         metadata = assemble_metadata(source, plan, results, output, metadata_version)
         timings["migrate"] = time.perf_counter() - start
         verify_start = time.perf_counter()

@@ -1,0 +1,48 @@
+"""What the Spark jobs share: the session, and errors reported as one line instead of a JVM stack trace."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from flinkstate.errors import FlinkStateError
+
+#: The last line of a Python traceback raised by flinkstate inside a Spark task, e.g.
+#: ``flinkstate.migration.engine.MigrationError: operator stats, state stats: ...``.
+_WORKER_ERROR = re.compile(r"^(?:[\w.]*\.)?(\w*(?:Error|Exception|Failed|Snapshot|Data|Format)): (.+)$", re.M)
+
+
+def spark_session(app_name: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def worker_error_message(exc: BaseException) -> str:
+    """The flinkstate error that failed a Spark task, from the traceback text Spark wraps it in."""
+    text = str(exc)
+    matches = [m for m in _WORKER_ERROR.finditer(text) if "py4j" not in m.group(1).lower()]
+    flinkstate = [m for m in matches if f"flinkstate.{m.group(0)}" in text or "flinkstate." in m.group(0)]
+    chosen = (flinkstate or matches or [None])[-1]
+    if chosen is None:
+        return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return chosen.group(2).strip()
+
+
+def run_main(name: str, main: Callable[[list[str]], int], argv: list[str] | None = None) -> None:
+    """Runs a job's main; flinkstate errors (raised in the driver or in a task) end it with one line and status 1."""
+    try:
+        status = main(sys.argv[1:] if argv is None else argv)
+    except FlinkStateError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        status = 1
+    except Exception as exc:  # a task failure arrives wrapped by Spark (Py4JJavaError / PythonException)
+        if type(exc).__name__ not in ("Py4JJavaError", "PythonException", "SparkException"):
+            raise
+        print(f"{name}: error: {worker_error_message(exc)}", file=sys.stderr)
+        status = 1
+    sys.exit(status)
