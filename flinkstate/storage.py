@@ -276,3 +276,19 @@ def copy_savepoint(source: str | os.PathLike[str], target: str | os.PathLike[str
         with src.open_stream(name) as stream, open(local / name, "wb") as out:
             shutil.copyfileobj(stream, out, 1 << 20)
     return str(local)
+
+
+def write_file(uri: str | os.PathLike[str], data: bytes) -> str:
+    """Writes one file (a report, say) to a local path or ``s3://bucket/key``, creating local folders as needed;
+    returns where it went. Local files appear whole: written beside, then renamed."""
+    text = os.fspath(uri)
+    if urlparse(text).scheme in ("s3", "s3a"):
+        bucket, key = split_s3_uri(text)
+        s3_client().put_object(Bucket=bucket, Key=key, Body=data)
+        return f"s3://{bucket}/{key}"
+    path = Path(_local_path(text) if text.startswith("file:") else text)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.inprogress")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+    return str(path)

@@ -18,6 +18,7 @@ subtask: then each subtask reads the operator's every stream and keeps its own k
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -419,11 +420,14 @@ class _SubtaskMigrator:
         self.counts = {s.name: StateCount() for s in plan.new_header.states}
         self.dead_letters: list[dict[str, Any]] = []
         self.label = f"operator {plan.new_uid or plan.new_operator_id}"
+        #: Dry runs count every failure, whatever the error policy, and keep only the first few as examples.
+        self.collect_failures = False
+        self.max_examples: int | None = None
 
     def _failed(self, rewrite: StateRewrite, entry: tuple[Any, ...] | None, key_group: int, exc: Exception,
                 dead_letter: bool) -> None:
         key = entry[0] if entry else None
-        if not dead_letter:
+        if not dead_letter and not self.collect_failures:
             raise MigrationError(f"{self.label}, state {rewrite.old_name}, key {to_json(key)!r} (key group "
                                  f"{key_group}): {type(exc).__name__}: {exc}") from exc
         record = {"operator": self.plan.new_uid or self.plan.new_operator_id, "state": rewrite.old_name,
@@ -431,7 +435,10 @@ class _SubtaskMigrator:
                   "namespace": to_json(entry[1]) if entry else None, "error": f"{type(exc).__name__}: {exc}"}
         if entry is not None and rewrite.kind == "MAP":
             record["user_key"] = to_json(entry[2])
-        self.dead_letters.append(record)
+        if self.collect_failures:
+            record["on_error"] = "dead-letter" if dead_letter else "fail"
+        if self.max_examples is None or len(self.dead_letters) < self.max_examples:
+            self.dead_letters.append(record)
         self.counts[rewrite.new_name].dead_lettered += 1
 
     def _convert(self, codec: _StateCodec, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -615,6 +622,51 @@ def migrate_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, su
             migrator.run_in_place(writer)
         handle = writer.finish()
     return SubtaskResult(operator_id, subtask, handle, migrator.counts, migrator.dead_letters)
+
+
+@dataclass
+class DryRunResult:
+    """What migrating one (operator, subtask[, key-group range]) would do: per new state, entries read, converted
+    (``written``) and failed (``dead_lettered``), and the first failing entries as examples."""
+
+    operator_id: str
+    subtask: int
+    key_group_range: KeyGroupRange | None
+    counts: dict[str, StateCount]
+    examples: list[dict[str, Any]]
+
+    @property
+    def failed_under_fail_policy(self) -> bool:
+        return any(example.get("on_error") == "fail" for example in self.examples)
+
+
+def dry_run_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, subtask: int,
+                    key_group_range: KeyGroupRange | None = None, max_examples: int = 5) -> DryRunResult:
+    """Decodes every entry of one subtask's keyed stream (or of one key-group range of it) with the old serializers
+    and applies the planned migration in memory, encoding the new values and throwing them away. Nothing is
+    written. Every failure is counted whatever the state's error policy; the first ``max_examples`` are kept."""
+    op_plan = plan.operators[operator_id]
+    migrator = _SubtaskMigrator(source, op_plan, subtask)
+    migrator.collect_failures, migrator.max_examples = True, max_examples
+    if op_plan.key_transform is not None:
+        # New keys move between key groups: the whole operator is read by one task, as a real run does.
+        with open(os.devnull, "wb") as sink:
+            writer = KeyedStreamWriter(sink, op_plan.new_header, migrator.stream.key_group_range, os.devnull)
+            migrator.run_rekeyed(writer, migrator.stream.key_group_range, op_plan.source.max_parallelism)
+    else:
+        stream = migrator.stream
+        for key_group, start, end in stream._blocks:
+            if key_group_range is None or key_group in key_group_range:
+                migrator._rewrite_block(stream.read_block(key_group, start, end), key_group)
+    return DryRunResult(operator_id, subtask, key_group_range, migrator.counts, migrator.dead_letters)
+
+
+def split_key_groups(key_group_range: KeyGroupRange, pieces: int) -> list[KeyGroupRange]:
+    """``key_group_range`` cut into at most ``pieces`` contiguous ranges of near-equal length."""
+    total = len(key_group_range)
+    pieces = max(1, min(pieces, total))
+    bounds = [key_group_range.start + total * i // pieces for i in range(pieces + 1)]
+    return [KeyGroupRange(bounds[i], bounds[i + 1] - 1) for i in range(pieces) if bounds[i + 1] > bounds[i]]
 
 
 # --------------------------------------------------------------------------------------------------------------------
