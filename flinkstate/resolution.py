@@ -61,12 +61,20 @@ def check(savepoint: Savepoint | str | os.PathLike[str], manifest: Manifest | st
           allow_non_restored_state: bool = False) -> Report:
     """Resolves every state of ``manifest`` against ``savepoint``.
 
+    ``migration_planner`` judges the states that declare a migration (default: flinkstate's migration engine,
+    ``flinkstate.migration.manifest_targets.plan_state_migration``).
     ``previous`` is the manifest of the version that wrote the savepoint, when known: it supplies what the savepoint
     does not store (Row field names), so that fields swapped by name are caught. ``backend`` ("hashmap" or
     "rocksdb") narrows backend-specific rules; by default the worse of the two applies.
     """
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    if migration_planner is None:
+        # Declared migrations are judged by flinkstate's own engine unless another planner is given. Imported here:
+        # the migration package builds on this module's manifest types.
+        from flinkstate.migration.manifest_targets import plan_state_migration
+
+        migration_planner = plan_state_migration
     sp = savepoint if isinstance(savepoint, Savepoint) else Savepoint.open(savepoint)
     new = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     old_manifest = previous if isinstance(previous, Manifest) or previous is None else load_manifest(previous)

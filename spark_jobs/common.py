@@ -18,7 +18,9 @@ def spark_session(app_name: str) -> Any:
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(app_name).getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    # A failed task reaches the driver as an exception, which run_main reports in one line (or re-raises with its
+    # trace when it is not flinkstate's); Spark's own ERROR logs would repeat it as pages of JVM stack traces.
+    spark.sparkContext.setLogLevel("FATAL")
     return spark
 
 
@@ -34,7 +36,8 @@ def worker_error_message(exc: BaseException) -> str:
 
 
 def run_main(name: str, main: Callable[[list[str]], int], argv: list[str] | None = None) -> None:
-    """Runs a job's main; flinkstate errors (raised in the driver or in a task) end it with one line and status 1."""
+    """Runs a job's main; flinkstate errors (raised in the driver or in a task) end it with one line and status 1.
+    (spark-submit hands the Python driver's stderr to its own stdout, so that is where the line appears.)"""
     try:
         status = main(sys.argv[1:] if argv is None else argv)
     except FlinkStateError as exc:

@@ -113,12 +113,18 @@ def test_declared_migrations_and_the_planner(savepoint: Path, v1: Path, tmp_path
                                              capsys: pytest.CaptureFixture[str]):
     def v3_with_migration(states: dict) -> None:
         _v3(states)
-        states["stats"]["migration"] = {"fields": {"count": {"convert": "to_string"}}}
+        states["stats"]["migration"] = {"fields": {"count": {"convert": "to-string"}}}
 
     manifest = _edit(v1, tmp_path, "v3m.yaml", v3_with_migration)
+    # By default flinkstate's migration engine judges declared migrations: long -> String converts.
     report = check(savepoint, manifest)
     finding = next(f for f in report.findings if f.code == "POJO_FIELD_TYPE_CHANGED")
-    assert finding.migratable is None and report.exit_code == 4  # declared, not evaluated
+    assert finding.migratable is True and report.exit_code == 3 and report.outcome == "migrate"
+    unknown = _edit(v1, tmp_path, "v3u.yaml", lambda states: (v3_with_migration(states), states["stats"][
+        "migration"]["fields"]["count"].update(convert="to-roman")))
+    report = check(savepoint, unknown)
+    finding = next(f for f in report.findings if f.code == "POJO_FIELD_TYPE_CHANGED")
+    assert finding.migratable is False and report.exit_code == 4
     assert main(["check", str(savepoint), "--schema", str(manifest), "--migration-planner",
                  "tests.test_check_cli:plan_possible"]) == 3
     assert "declared: stats: converts with" in capsys.readouterr().out

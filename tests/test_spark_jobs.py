@@ -1,0 +1,142 @@
+"""The Spark jobs run with spark-submit on real Spark (local[2]): the check with its dry run, and the migration,
+which must write byte for byte what `flinkstate migrate` writes and be restored by real Flink."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from flinkstate.cli import main as flinkstate_main
+from flinkstate.engine import LocalFlinkCluster
+from tests.support import sample_job
+from tests.support.sample_job import ROOT, check_audit_record, key_index
+
+pytestmark = pytest.mark.flink
+
+MANIFESTS = ROOT / "examples" / "sample-job" / "manifests"
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+
+
+def spark_submit(job: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYTHONPATH": str(ROOT)}  # user migration functions (tests.*) must import in the Python workers
+    return subprocess.run([str(SPARK_SUBMIT), "--master", "local[2]", str(ROOT / "spark_jobs" / job),
+                           *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+
+
+def _manifest_with(tmp_path: Path, name: str, base: str, old: str, new: str) -> Path:
+    text = (MANIFESTS / base).read_text()
+    assert old in text
+    path = tmp_path / name
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_check_job_reports_the_migration_and_its_dry_run(flink_savepoints: dict[str, Path], tmp_path: Path):
+    result = spark_submit("check_compatibility.py", flink_savepoints["heap-p2"], "--schema", MANIFESTS / "v2.yaml",
+                          "--previous", MANIFESTS / "v1.yaml", "--report-dir", tmp_path / "report")
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads((tmp_path / "report" / "check-report.json").read_text())
+    assert report["report_version"] == 1 and report["outcome"] == "migrate" and report["exit_code"] == 3
+    assert report["flink_verdict"] == "COMPATIBLE_AFTER_MIGRATION"
+    dry = report["dry_run"]
+    assert dry["ran"] and dry["tasks"] >= 2 and dry["failures"] == 0
+    # Every entry of the savepoint's keyed state was decoded: 20 keys x (stats, count, recent, timer) + 4 buckets.
+    assert dry["entries"] == 20 * 4 + 80 and dry["states"]["stats/stats"] == {"read": 20, "converted": 20,
+                                                                             "failed": 0}
+    markdown = (tmp_path / "report" / "check-report.md").read_text()
+    assert markdown.startswith("# Compatibility check: migration required and possible")
+    assert "## Dry run" in markdown and "| stats/stats | 20 | 20 | 0 |" in markdown
+
+
+def test_check_job_refuses_v3_without_a_conversion(flink_savepoints: dict[str, Path], tmp_path: Path):
+    result = spark_submit("check_compatibility.py", flink_savepoints["rocksdb-p2"], "--schema",
+                          MANIFESTS / "v3.yaml", "--report-dir", tmp_path, "--exit-code")
+    assert result.returncode == 4, result.stderr[-2000:]
+    report = json.loads((tmp_path / "check-report.json").read_text())
+    assert report["outcome"] == "incompatible" and not report["dry_run"]["ran"]
+    codes = {f["code"] for f in report["findings"]}
+    assert "POJO_FIELD_TYPE_CHANGED" in codes
+
+
+@pytest.mark.parametrize("policy, outcome", [("fail", "incompatible"), ("dead-letter", "migrate")])
+def test_check_job_dry_run_counts_failing_entries(flink_savepoints: dict[str, Path], tmp_path: Path, policy: str,
+                                                  outcome: str):
+    manifest = _manifest_with(tmp_path, "v3-fn.yaml", "v3-with-conversion.yaml",
+                              "            count: {convert: to-string}\n",
+                              "            count: {convert: to-string}\n"
+                              "          function: tests.test_migration:fail_on_some_keys\n"
+                              f"          on_error: {policy}\n")
+    result = spark_submit("check_compatibility.py", flink_savepoints["heap-p2"], "--schema", manifest,
+                          "--report-dir", tmp_path / "r", "--examples", "3")
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads((tmp_path / "r" / "check-report.json").read_text())
+    failing = sorted(f"key-{k}" for k in range(20) if k % 4 == 0)
+    assert report["outcome"] == outcome
+    assert report["dry_run"]["failures"] == len(failing)
+    assert report["dry_run"]["states"]["stats/stats"]["failed"] == len(failing)
+    examples = report["dry_run"]["examples"]
+    assert len(examples) == 3 and all(e["key"] in failing and "cannot upgrade" in e["error"] for e in examples)
+
+
+def test_check_job_writes_its_report_to_s3(flink_savepoints: dict[str, Path], s3_endpoint: str):
+    boto3.client("s3").create_bucket(Bucket="reports")
+    result = spark_submit("check_compatibility.py", flink_savepoints["heap-p1"], "--schema", MANIFESTS / "v1.yaml",
+                          "--report-dir", "s3://reports/run-1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    body = boto3.client("s3").get_object(Bucket="reports", Key="run-1/check-report.json")["Body"].read()
+    report = json.loads(body)
+    assert report["outcome"] == "restore" and report["verdict"] == "COMPATIBLE_AS_IS"
+    assert report["dry_run"] == {"ran": False, "reason": "the outcome is 'restore'"}
+
+
+def test_migrate_job_writes_what_the_cli_writes_and_flink_restores_it(
+    flink_cluster: LocalFlinkCluster, flink_savepoints: dict[str, Path], tmp_path: Path
+):
+    source = flink_savepoints["rocksdb-p2-snappy"]
+    before = {p.name: p.read_bytes() for p in source.iterdir()}
+    result = spark_submit("migrate_state.py", source, "--schema", MANIFESTS / "v3-with-conversion.yaml",
+                          "--output", tmp_path / "spark")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert flinkstate_main(["migrate", str(source), "--schema", str(MANIFESTS / "v3-with-conversion.yaml"),
+                            "--output", str(tmp_path / "cli")]) == 0
+    spark_files = {p.name: p.read_bytes() for p in (tmp_path / "spark").iterdir()}
+    cli_files = {p.name: p.read_bytes() for p in (tmp_path / "cli").iterdir()}
+    assert spark_files == cli_files, "the Spark job must write the same savepoint byte for byte"
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == before, "the source must not change"
+    assert json.loads((tmp_path / "spark.report" / "report.json").read_text())["states"]["stats"]["stats"][
+        "written"] == 20
+
+    records = sample_job.restore_audit(flink_cluster.client, "v3", tmp_path / "spark", tmp_path / "audit", keys=20,
+                                       state_backend="rocksdb")
+    for record in records:
+        assert isinstance(record["stats"]["count"], str)  # v3 restored the converted state Flink itself refuses
+        stats: dict[str, Any] = dict(record["stats"])
+        n = int(stats["count"])
+        assert stats == {"key": record["key"], "count": str(n), "total": n * (n + 1) // 2, "label": None}
+        record = {**record, "stats": {**stats, "count": n, "label": None}}
+        assert check_audit_record({**record, "stats": {k: v for k, v in record["stats"].items() if k != "label"}},
+                                  "v1") == n
+
+
+def test_migrate_job_failure_is_one_line_and_leaves_nothing(flink_savepoints: dict[str, Path], tmp_path: Path):
+    manifest = _manifest_with(tmp_path, "v3-fn.yaml", "v3-with-conversion.yaml",
+                              "            count: {convert: to-string}\n",
+                              "            count: {convert: to-string}\n"
+                              "          function: tests.test_migration:fail_on_some_keys\n")
+    result = spark_submit("migrate_state.py", flink_savepoints["heap-p2"], "--schema", manifest,
+                          "--output", tmp_path / "out")
+    assert result.returncode == 1
+    # spark-submit passes the Python driver's stderr to its stdout; Spark's own task-failure logs are silenced.
+    error = result.stdout.strip().splitlines()[-1]
+    assert "ERROR Executor" not in result.stderr and "Traceback" not in result.stdout + result.stderr
+    assert error.startswith("migrate_state: error: operator stats, state stats, key ")
+    assert "cannot upgrade key-" in error and key_index(error.split("'")[1]) % 4 == 0
+    assert not (tmp_path / "out").exists() and not (tmp_path / ".out.inprogress").exists()
