@@ -292,3 +292,32 @@ def write_file(uri: str | os.PathLike[str], data: bytes) -> str:
     partial.write_bytes(data)
     os.replace(partial, path)
     return str(path)
+
+
+def read_file(uri: str | os.PathLike[str]) -> bytes:
+    """Reads one whole (small) file from a local path or ``s3://bucket/key``."""
+    text = os.fspath(uri)
+    if urlparse(text).scheme in ("s3", "s3a"):
+        bucket, key = split_s3_uri(text)
+        location = S3SavepointLocation(bucket, key.rsplit("/", 1)[0] if "/" in key else "", s3_client())
+        return bytes(location.open_stream(key.rsplit("/", 1)[-1]).read())
+    path = Path(_local_path(text) if text.startswith("file:") else text)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def exists(uri: str | os.PathLike[str]) -> bool:
+    """Whether a local file or folder, or an s3:// object, exists."""
+    text = os.fspath(uri)
+    if urlparse(text).scheme in ("s3", "s3a"):
+        from botocore.exceptions import ClientError
+
+        bucket, key = split_s3_uri(text)
+        try:
+            s3_client().head_object(Bucket=bucket, Key=key)
+        except ClientError:
+            return False
+        return True
+    return Path(_local_path(text) if text.startswith("file:") else text).exists()
