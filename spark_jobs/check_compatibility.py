@@ -1,8 +1,8 @@
 """Spark job: the compatibility check of a savepoint against the new version's manifest, plus a data-level dry run.
 
     spark-submit --master local[2] spark_jobs/check_compatibility.py SAVEPOINT --schema MANIFEST \\
-        --report-dir DIR_OR_S3 [--previous MANIFEST] [--backend hashmap|rocksdb] [--allow-non-restored-state] \\
-        [--dry-run auto|always|never] [--examples N] [--exit-code]
+        --report-dir DIR_OR_S3 [--previous MANIFEST] [--backend hashmap|rocksdb] \\
+        [--allow-non-restored-state [true|false]] [--dry-run auto|always|never] [--examples N] [--exit-code]
 
 1. The verdict (driver, header-only: its time does not depend on the number of entries): flinkstate's check, with
    declared migrations judged by flinkstate's own migration planner.
@@ -115,7 +115,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--previous")
     parser.add_argument("--report-dir", required=True)
     parser.add_argument("--backend", choices=BACKENDS)
-    parser.add_argument("--allow-non-restored-state", action="store_true")
+    parser.add_argument("--allow-non-restored-state", nargs="?", const="true", default="false",
+                        choices=("true", "false"), help="the new job runs with allowNonRestoredState")
     parser.add_argument("--dry-run", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--examples", type=int, default=5)
     parser.add_argument("--exit-code", action="store_true")
@@ -125,7 +126,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=plan_state_migration,
-                   backend=args.backend, allow_non_restored_state=args.allow_non_restored_state)
+                   backend=args.backend, allow_non_restored_state=args.allow_non_restored_state == "true")
     wanted = args.dry_run == "always" or (args.dry_run == "auto" and report.outcome == "migrate")
     section: dict[str, Any] = {"ran": False, "reason": f"the outcome is '{report.outcome}'"}
     if args.dry_run == "never":

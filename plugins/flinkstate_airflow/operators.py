@@ -101,6 +101,8 @@ class FlinkSubmitJarOperator(_FlinkOperator):
             savepoint_path=self.savepoint_path or None,
             allow_non_restored_state=_as_bool(self.allow_non_restored_state))
         self.log.info("submitted %s as job %s (from savepoint %s)", self.jar, job_id, self.savepoint_path or "none")
+        # Known before it is known to run: a rollback must be able to cancel a job that fails to start.
+        context["ti"].xcom_push(key="job_id", value=job_id)
         if self.wait_running:
             client.wait_until_running(job_id, timeout=self.running_timeout)
         return job_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,16 +44,24 @@ class FlinkHealthGateSensor(BaseSensorOperator):
     so a rollback can start without waiting out the sensor's timeout.
     """
 
-    template_fields: Sequence[str] = ("job_id", "expected_savepoint", "min_checkpoints", "max_restarts")
+    template_fields: Sequence[str] = ("job_id", "expected_savepoint", "min_checkpoints", "max_restarts",
+                                      "gate_timeout")
 
     def __init__(self, *, job_id: str, expected_savepoint: str | None, min_checkpoints: int | str = 2,
-                 max_restarts: int | str = 0, flink_conn_id: str = FlinkHook.default_conn_name,
-                 **kwargs: Any) -> None:
+                 max_restarts: int | str = 0, gate_timeout: float | str = 300,
+                 flink_conn_id: str = FlinkHook.default_conn_name, **kwargs: Any) -> None:
+        kwargs.setdefault("timeout", 24 * 3600)  # a backstop: gate_timeout (templated, e.g. from params) governs
         super().__init__(**kwargs)
         self.job_id, self.expected_savepoint = job_id, expected_savepoint
         self.min_checkpoints, self.max_restarts, self.flink_conn_id = min_checkpoints, max_restarts, flink_conn_id
+        self.gate_timeout = gate_timeout
+        self._started: float | None = None
 
     def poke(self, context: Any) -> bool:
+        if self._started is None:
+            self._started = time.monotonic()
+        elif time.monotonic() - self._started > float(self.gate_timeout):
+            raise AirflowException(f"health gate: job {self.job_id} not healthy within {self.gate_timeout} s")
         client = FlinkHook(self.flink_conn_id).get_conn()
         job = client.job(self.job_id)
         state = job["state"]

@@ -51,7 +51,8 @@ import java.util.UUID;
  * <p>Program arguments: {@code --keys N} (default 10), {@code --rate EVENTS_PER_SECOND} (default 100),
  * {@code --audit-dir DIR}, {@code --checkpoint-interval-ms MS} (default 2000), {@code --max-parallelism N},
  * {@code --set key=value} (repeatable: any Flink configuration option for this job, e.g.
- * {@code state.backend.type=rocksdb}).
+ * {@code state.backend.type=rocksdb}), {@code --crash-on-start true} (every task attempt fails in open(): a release
+ * that cannot run, for rollback tests).
  */
 public final class KeyedStatsJob {
 
@@ -81,6 +82,7 @@ public final class KeyedStatsJob {
         double rate = Double.parseDouble(options.getOrDefault("rate", "100"));
         long checkpointInterval = Long.parseLong(options.getOrDefault("checkpoint-interval-ms", "2000"));
         String auditDir = options.get("audit-dir");
+        boolean crashOnStart = Boolean.parseBoolean(options.getOrDefault("crash-on-start", "false"));
 
         StreamExecutionEnvironment env =
                 StreamExecutionEnvironment.getExecutionEnvironment(Configuration.fromMap(flinkConf));
@@ -99,7 +101,7 @@ public final class KeyedStatsJob {
                 .uid(SOURCE_UID)
                 .setParallelism(1)
                 .keyBy(seq -> keyOf(seq, keys), Types.STRING)
-                .process(new StatsFunction(keys, auditDir))
+                .process(new StatsFunction(keys, auditDir, crashOnStart))
                 .uid(OPERATOR_UID)
                 .name("stats")
                 .sinkTo(new DiscardingSink<>())
@@ -125,6 +127,7 @@ public final class KeyedStatsJob {
 
         private final int keys;
         private final String auditDir;
+        private final boolean crashOnStart;
 
         private transient ValueState<Stats> stats;
         private transient ValueState<Long> count;
@@ -133,13 +136,17 @@ public final class KeyedStatsJob {
         private transient Set<String> audited;
         private transient Writer audit;
 
-        StatsFunction(int keys, String auditDir) {
+        StatsFunction(int keys, String auditDir, boolean crashOnStart) {
             this.keys = keys;
             this.auditDir = auditDir;
+            this.crashOnStart = crashOnStart;
         }
 
         @Override
         public void open(OpenContext openContext) throws IOException {
+            if (crashOnStart) {
+                throw new IllegalStateException("sample job " + Stats.VERSION + " crashes on start (--crash-on-start)");
+            }
             stats = getRuntimeContext().getState(new ValueStateDescriptor<>("stats", Stats.class));
             count = getRuntimeContext().getState(new ValueStateDescriptor<>("count", Types.LONG));
             recent =
