@@ -7,7 +7,8 @@
   returns the :class:`KeyGroupsStateHandle` (code 7, relative file) that points at it.
 * :class:`SavepointOutput` is where a new savepoint is written: a staging directory that is only published (renamed
   to the final name) once the result was re-read and verified, so a failed run leaves nothing that looks finished.
-  ``open_output`` dispatches on the URI scheme; local directories are implemented, ``s3://`` plugs in beside them.
+  ``open_output`` dispatches on the URI scheme: local directories (publish is a rename) and ``s3://`` prefixes
+  (publish is a server-side copy with ``_metadata`` last, see :class:`S3SavepointOutput`).
 
 File names are derived from (operator id, subtask), never random, so two runs over the same input (one process, or
 one Spark task per subtask) write identical directories.
@@ -15,17 +16,21 @@ one Spark task per subtask) write identical directories.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
 import cramjam
 
+from flinkstate import storage
 from flinkstate.binary import I32, U16, KeyGroupRange, Writer
 from flinkstate.errors import FlinkStateError
 from flinkstate.keyed import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedBackendHeader
@@ -52,7 +57,7 @@ from flinkstate.metadata import (
     RelativeFileStateHandle,
     StreamStateHandle,
 )
-from flinkstate.storage import METADATA_FILE, SavepointLocation
+from flinkstate.storage import METADATA_FILE, S3Options, S3SavepointLocation, SavepointLocation, split_s3_uri
 
 #: ``ObjectOutputStream`` of a null object: what the State Processor API writes as the V4+ trailer.
 JAVA_SERIALIZED_NULL = bytes.fromhex("aced000570")
@@ -364,13 +369,177 @@ class LocalSavepointOutput(SavepointOutput):
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
+class _UploadOnClose(io.BufferedRandom):
+    """A writable file that is spooled to an anonymous local temporary file and handed to ``upload`` when closed
+    without error. Keyed streams can be gigabytes: they go to disk, never to memory, and boto3's managed upload sends
+    them in parts. A ``with`` block that raises discards the file, so a half-written stream is never uploaded."""
+
+    def __init__(self, upload: Callable[[BinaryIO], None]) -> None:
+        fd, path = tempfile.mkstemp(prefix="flinkstate-upload-")
+        os.unlink(path)  # anonymous: the space is freed on close, even when the process dies
+        super().__init__(io.FileIO(fd, "w+"))
+        self._upload = upload
+        self._discard = False
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._discard = exc_type is not None
+        super().__exit__(exc_type, exc, tb)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if not self._discard:
+                self.flush()
+                self.seek(0)
+                # boto3 closes the file it uploads: give it a duplicate descriptor, not this object (whose close is
+                # what uploads). The duplicate shares the file offset, now at 0.
+                with io.FileIO(os.dup(self.fileno()), "r") as reader:
+                    self._upload(reader)
+        finally:
+            super().close()
+
+
+class S3SavepointOutput(SavepointOutput):
+    """A savepoint directory under ``s3://bucket/prefix/``, staged under the sibling prefix
+    ``s3://bucket/.../.NAME.inprogress/``.
+
+    S3 has no rename, so :meth:`publish` copies every staged object to the final prefix server-side, ``_metadata``
+    last, and then deletes the staging objects. A crash in the middle of publishing leaves the final prefix without
+    ``_metadata``, which neither Flink nor flinkstate takes for a finished savepoint, and leaves the staging objects
+    in place; running the same migration again recognises that pair (final prefix without ``_metadata`` + staging
+    objects) and removes both before starting over. An error (rather than a crash) while publishing removes the
+    partial copy itself.
+
+    The object is pickled to Spark's Python workers: it carries the bucket, the prefixes and the S3 options, and
+    builds its boto3 client lazily, once per process (clients neither pickle nor survive a fork). Server-side copies
+    assume the source savepoint is reachable through the same endpoint and credentials as the output."""
+
+    def __init__(self, uri: str, options: S3Options | None = None) -> None:
+        self.bucket, self.prefix = split_s3_uri(uri)
+        if not self.prefix:
+            raise WriteError(f"{uri}: name a prefix inside the bucket for the new savepoint")
+        parent, _, name = self.prefix.rpartition("/")
+        self.staging_prefix = f"{parent}/.{name}.inprogress" if parent else f".{name}.inprogress"
+        self.uri = f"s3://{self.bucket}/{self.prefix}"
+        # Captured now, from the CLI's --s3-* flags if any: Spark workers only see what is pickled with this object.
+        self.options = replace(options or storage.s3_options)
+        self._client: Any = None
+        self._client_pid: int | None = None
+        self._clear_leftovers()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None, "_client_pid": None}
+
+    @property
+    def client(self) -> Any:
+        if self._client is None or self._client_pid != os.getpid():
+            self._client = storage.s3_client(self.options)
+            self._client_pid = os.getpid()
+        return self._client
+
+    def _staged_key(self, name: str) -> str:
+        return f"{self.staging_prefix}/{name}"
+
+    @contextmanager
+    def _s3(self, action: str, where: str) -> Iterator[None]:
+        """botocore's errors as one-line :class:`WriteError`s naming the object."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code == "NoSuchBucket":
+                raise WriteError(f"s3://{self.bucket}: no such bucket") from None
+            raise WriteError(f"{where}: S3 {action} failed: {code or exc}") from None
+        except BotoCoreError as exc:
+            raise WriteError(f"{where}: S3 {action} failed: {exc}") from None
+
+    def _keys(self, prefix: str) -> list[str]:
+        """Every object key under ``prefix/``, nested ones included (anything there means the name is taken)."""
+        keys: list[str] = []
+        with self._s3("list", f"s3://{self.bucket}/{prefix}/"):
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
+                                                                            Prefix=f"{prefix}/"):
+                keys.extend(item["Key"] for item in page.get("Contents", []))
+        return keys
+
+    def _delete(self, keys: list[str]) -> None:
+        for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
+            batch = keys[start:start + 1000]
+            with self._s3("delete", f"s3://{self.bucket}/{batch[0]}"):
+                response = self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True})
+            if response.get("Errors"):
+                error = response["Errors"][0]
+                raise WriteError(f"s3://{self.bucket}/{error['Key']}: S3 delete failed: {error.get('Code')}")
+
+    def _clear_leftovers(self) -> None:
+        final, staged = self._keys(self.prefix), self._keys(self.staging_prefix)
+        if final:
+            if f"{self.prefix}/{METADATA_FILE}" in final or not staged:
+                raise WriteError(f"{self.uri}: output already exists")
+            self._delete(final)  # a publish of ours that crashed: it never had _metadata, so it never looked finished
+        self._delete(staged)  # a run of ours that crashed before publishing
+
+    def open(self, name: str) -> BinaryIO:
+        key = self._staged_key(name)
+
+        def upload(body: BinaryIO) -> None:
+            with self._s3("upload", f"s3://{self.bucket}/{key}"):
+                self.client.upload_fileobj(body, self.bucket, key)
+
+        return _UploadOnClose(upload)
+
+    def copy_from(self, source: SavepointLocation, name: str, target: str) -> int:
+        key = self._staged_key(target)
+        size = source.size(name)
+        with self._s3("copy", f"{source.describe(name)} -> s3://{self.bucket}/{key}"):
+            if isinstance(source, S3SavepointLocation):
+                source_bucket, source_key = split_s3_uri(source.describe(name))
+                self.client.copy({"Bucket": source_bucket, "Key": source_key}, self.bucket, key)  # server-side
+            else:
+                with source.open_stream(name) as stream:
+                    self.client.upload_fileobj(stream, self.bucket, key)
+        return size
+
+    def staged(self) -> SavepointLocation:
+        return S3SavepointLocation(self.bucket, self.staging_prefix, self.client)
+
+    def publish(self) -> None:
+        staged = self._keys(self.staging_prefix)
+        names = [key[len(self.staging_prefix) + 1:] for key in staged]
+        if METADATA_FILE not in names:
+            raise WriteError(f"s3://{self.bucket}/{self.staging_prefix}: nothing to publish (no {METADATA_FILE})")
+        if self._keys(self.prefix):
+            raise WriteError(f"{self.uri}: output appeared while migrating")
+        copied: list[str] = []
+        try:
+            for name in [*sorted(n for n in names if n != METADATA_FILE), METADATA_FILE]:
+                key = f"{self.prefix}/{name}"
+                with self._s3("copy", f"s3://{self.bucket}/{self._staged_key(name)} -> s3://{self.bucket}/{key}"):
+                    self.client.copy({"Bucket": self.bucket, "Key": self._staged_key(name)}, self.bucket, key)
+                copied.append(key)
+        except BaseException:
+            with suppress(WriteError):  # the copy's error is the one to report
+                self._delete(copied)
+            raise
+        self._delete(staged)
+
+    def abort(self) -> None:
+        # abort runs while another error propagates: failing here would hide that error, and whatever stays behind
+        # is removed by the next run (see _clear_leftovers).
+        with suppress(WriteError):
+            self._delete(self._keys(self.staging_prefix))
+
+
 def open_output(uri: str | os.PathLike[str]) -> SavepointOutput:
-    """The output for a savepoint directory URI: a local path or ``file:`` URI (``s3://`` once storage supports
-    writing)."""
+    """The output for a savepoint directory URI: a local path, a ``file:`` URI or ``s3://bucket/prefix``."""
     text = os.fspath(uri)
     scheme = urlparse(text).scheme
-    if scheme.startswith("s3"):
-        raise WriteError(f"{text}: writing savepoints to s3:// is not supported yet")
+    if scheme in ("s3", "s3a"):
+        return S3SavepointOutput(text)
     if scheme == "file":
         text = unquote(urlparse(text).path)
     elif scheme and len(scheme) > 1:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from flinkstate.migration.engine import MigrationReport
@@ -46,7 +45,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_text(report: MigrationReport, report_dir: Path) -> str:
+def render_text(report: MigrationReport, report_dir: str) -> str:
     lines = [f"migrated {report.source}", f"  -> {report.output} (_metadata version {report.metadata_version})"]
     for operator, states in report.counts.items():
         for name, count in states.items():

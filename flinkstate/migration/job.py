@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from flinkstate.manifest import Manifest, load_manifest
 from flinkstate.migration.engine import (
@@ -20,6 +19,7 @@ from flinkstate.migration.engine import (
 )
 from flinkstate.migration.manifest_targets import check_against_manifest, targets_from_manifest
 from flinkstate.savepoint import Savepoint
+from flinkstate.storage import write_file
 from flinkstate.writer import open_output
 
 
@@ -45,8 +45,10 @@ class MigrationJob:
         return plan_migration(source, self.targets(source), compressed=self.compression)
 
     @property
-    def report_path(self) -> Path:
-        return Path(self.report_dir) if self.report_dir else Path(f"{self.output.rstrip('/')}.report")
+    def report_path(self) -> str:
+        """The report folder: ``--report``, or ``OUTPUT.report`` beside the output (a local path or an s3:// URI,
+        kept as text because ``Path`` would fold ``s3://`` into ``s3:/``)."""
+        return (self.report_dir or f"{self.output.rstrip('/')}.report").rstrip("/")
 
     def run(self, run_units: UnitRunner = run_units_locally) -> MigrationReport:
         """Migrates, verifies (the new savepoint against the manifest), publishes, and writes the report."""
@@ -59,10 +61,8 @@ class MigrationJob:
         return report
 
 
-def write_report(report: MigrationReport, directory: Path) -> None:
-    """``report.json`` (counts, verification, timings) and ``dead-letters.jsonl`` (one skipped entry per line)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    with open(directory / "dead-letters.jsonl", "w") as sink:
-        for record in report.dead_letters:
-            sink.write(json.dumps(record) + "\n")
+def write_report(report: MigrationReport, directory: str) -> None:
+    """``report.json`` (counts, verification, timings) and ``dead-letters.jsonl`` (one skipped entry per line) in
+    ``directory``, a local folder or an s3:// prefix."""
+    write_file(f"{directory}/report.json", (json.dumps(report.to_json(), indent=2) + "\n").encode())
+    write_file(f"{directory}/dead-letters.jsonl", "".join(json.dumps(r) + "\n" for r in report.dead_letters).encode())
