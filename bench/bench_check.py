@@ -1,5 +1,8 @@
 """Compatibility-check benchmark: the verdict reads only `_metadata` and one keyed-state header per operator, so its
-time must not grow with the number of entries.
+time must not grow with the number of entries. Beside it, the data-level dry run of the Spark check job
+(`spark_jobs/check_compatibility.py --dry-run always`: every entry decoded and migrated, nothing written) on
+local[1] and local[2], as entries/s from the report's own `dry_run.seconds` (Spark tasks by key-group range, JVM
+start excluded) and the spark-submit wall time.
 
 The savepoints are bench_reader.py's (real Flink, the sample job after every key saw one event: five entries per
 key), cached under .work/bench/; a cluster is started only to write a missing one. The check runs against the
@@ -13,6 +16,7 @@ Figures are printed, not asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -20,11 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_migrate import SPARK_MASTERS, spark_submit, v2_manifest  # noqa: E402
 from bench.bench_reader import WORK, directory_bytes, timed, write_savepoint  # noqa: E402
 from flinkstate.engine import LocalFlinkCluster  # noqa: E402
-from flinkstate.manifest import manifest_from_savepoint  # noqa: E402
 from flinkstate.resolution import check  # noqa: E402
-from flinkstate.savepoint import Savepoint  # noqa: E402
 
 ENTRIES_PER_KEY = 5  # stats, count, recent, one buckets entry, one timer
 
@@ -38,11 +41,18 @@ def savepoints(keys: list[int], backend: str) -> list[Path]:
         return [write_savepoint(cluster, k, backend) for k in keys]
 
 
-def v2_manifest(savepoint: Path, directory: Path) -> Path:
-    text = manifest_from_savepoint(Savepoint.open(savepoint), "keyed-stats").dump()
-    path = directory / "v2.yaml"
-    path.write_text(text.replace("            total: Long\n", "            total: Long\n            label: String\n"))
-    return path
+def dry_runs(paths: list[Path], manifest: Path, directory: Path) -> None:
+    print("\ndry run (spark_jobs/check_compatibility.py --dry-run always)")
+    print(f"{'savepoint':<34}{'master':>10}{'tasks':>7}{'entries':>11}{'dry run s':>11}{'entries/s':>11}"
+          f"{'spark-submit s':>16}")
+    for path in paths:
+        for master in SPARK_MASTERS:
+            report_dir = directory / f"{path.name}-{master}"
+            wall = spark_submit("check_compatibility.py", master, path, "--schema", manifest, "--report-dir",
+                                report_dir, "--dry-run", "always")
+            dry = json.loads((report_dir / "check-report.json").read_text())["dry_run"]
+            print(f"{path.name:<34}{master:>10}{dry['tasks']:>7}{dry['entries']:>11,}{dry['seconds']:>11.2f}"
+                  f"{dry['entries'] / dry['seconds']:>11,.0f}{wall:>16.1f}", flush=True)
 
 
 def main() -> int:
@@ -61,6 +71,7 @@ def main() -> int:
             seconds, report = timed(lambda p=path: check(p, manifest), repeat=args.repeat)
             print(f"{path.name:<34}{keys * ENTRIES_PER_KEY:>11,}{directory_bytes(path) / 1e6:>8.1f}"
                   f"{seconds:>24.4f}{report.flink_verdict.name:>28}")  # type: ignore[union-attr]
+        dry_runs(paths, manifest, Path(tmp))
     return 0
 
 

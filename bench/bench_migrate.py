@@ -1,9 +1,15 @@
-"""Migration benchmark, in one run on the same 10^6-entry savepoint (bench_reader's cached one):
+"""Migration benchmark, in one run on the same 10^6-entry savepoints (bench_reader's cached ones), written by Flink
+with the keyed operator at parallelism 1 (one keyed stream) and at parallelism 2 (two streams, so that a Spark task
+per stream has something to split):
 
 1. ``cp -r`` of the savepoint directory: the floor;
-2. our migration v1 -> v2 (POJO field added with a default), single process, including the re-read verification;
-3. Flink's own restore-time migration of the same savepoint by v2 on HashMap, timed from submit to the first
-   completed checkpoint (which is when the migrated state is durable again).
+2. our migration v1 -> v2 (POJO field added with a default), single process, including the re-read verification
+   (``MigrationJob.run``, what ``flinkstate migrate`` runs);
+3. the same job as the Spark job ``spark_jobs/migrate_state.py`` on local[1] and local[2]: end to end (spark-submit,
+   JVM and Spark session start included) and in the job (the report's migrate + verify seconds, without JVM start);
+   its output must be byte for byte the single-process one;
+4. Flink's own restore-time migration of the same savepoint by v2 on HashMap, at the savepoint's parallelism, timed
+   from submit to the first completed checkpoint (which is when the migrated state is durable again).
 
     .venv/bin/python bench/bench_migrate.py [--keys 200000]
 
@@ -13,7 +19,11 @@ Figures are printed, not asserted.
 from __future__ import annotations
 
 import argparse
+import filecmp
+import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,28 +34,56 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_reader import WORK, copy_time, directory_bytes, write_savepoint  # noqa: E402
 from flinkstate.engine import LocalFlinkCluster  # noqa: E402
-from flinkstate.migration import OperatorTarget, StateTarget, migrate_savepoint, parse_migration  # noqa: E402
-from flinkstate.serializers.pojo import PojoSnapshot  # noqa: E402
-from flinkstate.serializers.primitives import simple  # noqa: E402
-from flinkstate.writer import open_output  # noqa: E402
+from flinkstate.manifest import manifest_from_savepoint  # noqa: E402
+from flinkstate.migration.job import MigrationJob  # noqa: E402
+from flinkstate.savepoint import Savepoint  # noqa: E402
 from tests.support import sample_job  # noqa: E402
 
-
-def v2_target() -> OperatorTarget:
-    stats = PojoSnapshot.create("sample.Stats", [("count", simple("Long")), ("key", simple("String")),
-                                                 ("label", simple("String")), ("total", simple("Long"))])
-    return OperatorTarget("stats", states=[StateTarget(
-        "stats", value=stats, migration=parse_migration({"fields": {"label": {"default": "n/a"}}}))])
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+SPARK_MASTERS = ("local[1]", "local[2]")
 
 
-def flink_restore_seconds(cluster: LocalFlinkCluster, savepoint: Path, keys: int) -> float:
+def v2_manifest(savepoint: Path, directory: Path, label_default: str | None = None) -> Path:
+    """The sample job's v2 manifest (the ``stats`` POJO gains ``label``), derived from ``savepoint``; with
+    ``label_default``, a migration block that fills the new field."""
+    text = manifest_from_savepoint(Savepoint.open(savepoint), "keyed-stats").dump()
+    added = "            total: Long\n            label: String\n"
+    if label_default is not None:
+        added += f"        migration:\n          fields:\n            label: {{default: {label_default}}}\n"
+    path = directory / "v2.yaml"
+    path.write_text(text.replace("            total: Long\n", added))
+    return path
+
+
+def spark_submit(job: str, master: str, *args: str | Path) -> float:
+    """Runs ``spark_jobs/<job>`` with spark-submit on ``master``; returns the wall seconds, JVM start included."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT)}
+    start = time.perf_counter()
+    result = subprocess.run([str(SPARK_SUBMIT), "--master", master, str(ROOT / "spark_jobs" / job),
+                             *map(str, args)], capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        raise RuntimeError(f"{job} on {master} failed: {(result.stdout + result.stderr).strip()[-2000:]}")
+    return seconds
+
+
+def same_files(left: Path, right: Path) -> bool:
+    names = sorted(p.name for p in left.iterdir())
+    if names != sorted(p.name for p in right.iterdir()):
+        return False
+    _, mismatch, errors = filecmp.cmpfiles(left, right, names, shallow=False)
+    return not mismatch and not errors
+
+
+def flink_restore_seconds(cluster: LocalFlinkCluster, savepoint: Path, keys: int, parallelism: int) -> float:
     """Submit v2 from ``savepoint`` (HashMap) and wait for its first completed checkpoint."""
     client = cluster.client
     audit = WORK / "audit-migrate-v2"
     shutil.rmtree(audit, ignore_errors=True)
     start = time.perf_counter()
-    run = sample_job.submit(client, "v2", audit, keys=keys, rate=100, parallelism=1, state_backend="hashmap",
-                            savepoint_path=savepoint, extra_args=["--checkpoint-interval-ms", "1000"], wait=False)
+    run = sample_job.submit(client, "v2", audit, keys=keys, rate=100, parallelism=parallelism,
+                            state_backend="hashmap", savepoint_path=savepoint,
+                            extra_args=["--checkpoint-interval-ms", "1000"], wait=False)
     try:
         deadline = time.monotonic() + 900
         while client.checkpoints(run.job_id).completed < 1:
@@ -57,29 +95,49 @@ def flink_restore_seconds(cluster: LocalFlinkCluster, savepoint: Path, keys: int
         client.cancel(run.job_id)
 
 
+def bench_savepoint(cluster: LocalFlinkCluster, savepoint: Path, keys: int, parallelism: int) -> None:
+    copy_seconds = copy_time(savepoint)
+    rows: list[tuple[str, float]] = [("cp -r (floor)", copy_seconds)]
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(dir=WORK) as tmp:
+        manifest = v2_manifest(savepoint, Path(tmp), label_default="n/a")
+        single = Path(tmp) / "single"
+        start = time.perf_counter()
+        report = MigrationJob(str(savepoint), str(manifest), str(single)).run()
+        rows.append(("flinkstate migrate (1 process, incl. verify)", time.perf_counter() - start))
+        notes.append(f"1 process: migrate {report.seconds['migrate']:.2f} s + verify {report.seconds['verify']:.2f} s")
+        for index, master in enumerate(SPARK_MASTERS):
+            output = Path(tmp) / f"spark-{index}"
+            wall = spark_submit("migrate_state.py", master, savepoint, "--schema", manifest, "--output", output)
+            seconds = json.loads((Path(f"{output}.report") / "report.json").read_text())["seconds"]
+            rows.append((f"Spark {master}, spark-submit end to end", wall))
+            rows.append((f"Spark {master}, in the job (migrate + verify)", seconds["migrate"] + seconds["verify"]))
+            notes.append(f"Spark {master}: migrate {seconds['migrate']:.2f} s + verify {seconds['verify']:.2f} s; "
+                         f"JVM and session start {wall - seconds['migrate'] - seconds['verify']:.1f} s; "
+                         f"same bytes as 1 process: {'yes' if same_files(single, output) else 'NO'}")
+    flink = flink_restore_seconds(cluster, savepoint, keys, parallelism)
+    rows.append((f"Flink v2 restore to 1st checkpoint (HashMap, p{parallelism})", flink))
+
+    entries = sum(c.read for states in report.counts.values() for c in states.values())
+    print(f"\nsavepoint {savepoint.name} (keyed operator parallelism {parallelism}): {entries:,} keyed entries, "
+          f"{directory_bytes(savepoint) / 1e6:.1f} MB")
+    print(f"{'':<50}{'seconds':>9}{'entries/s':>13}{'x cp -r':>9}{'x Flink':>9}")
+    for label, seconds in rows:
+        print(f"{label:<50}{seconds:>9.2f}{entries / seconds:>13,.0f}{seconds / copy_seconds:>9.1f}"
+              f"{seconds / flink:>9.2f}")
+    for note in notes:
+        print(f"  {note}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=200_000)
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     with LocalFlinkCluster(WORK / "cluster", slots=2) as cluster:
-        savepoint = write_savepoint(cluster, args.keys, "hashmap")
-        copy_seconds = copy_time(savepoint)
-        with tempfile.TemporaryDirectory(dir=WORK) as tmp:
-            start = time.perf_counter()
-            report = migrate_savepoint(str(savepoint), [v2_target()], open_output(Path(tmp) / "migrated"))
-            ours = time.perf_counter() - start
-        flink = flink_restore_seconds(cluster, savepoint, args.keys)
-    entries = sum(c.read for states in report.counts.values() for c in states.values())
-    print(f"\nsavepoint {savepoint.name}: {entries:,} keyed entries, {directory_bytes(savepoint) / 1e6:.1f} MB")
-    print(f"{'':<46}{'seconds':>9}{'entries/s':>13}{'x cp -r':>9}")
-    rows = [("cp -r (floor)", copy_seconds),
-            ("flinkstate migrate v1->v2 (1 process, incl. verify)", ours),
-            ("Flink v2 restore to 1st checkpoint (HashMap)", flink)]
-    for label, seconds in rows:
-        print(f"{label:<46}{seconds:>9.2f}{entries / seconds:>13,.0f}{seconds / copy_seconds:>9.1f}")
-    print(f"  ours: migrate {report.seconds['migrate']:.2f} s + verify {report.seconds['verify']:.2f} s; "
-          f"ours / Flink = {ours / flink:.2f}")
+        for parallelism in (1, 2):
+            savepoint = write_savepoint(cluster, args.keys, "hashmap", parallelism)
+            bench_savepoint(cluster, savepoint, args.keys, parallelism)
     return 0
 
 

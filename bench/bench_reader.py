@@ -31,14 +31,16 @@ from tests.support import sample_job  # noqa: E402
 WORK = ROOT / ".work" / "bench"
 
 
-def write_savepoint(cluster: LocalFlinkCluster, keys: int, backend: str) -> Path:
-    """A savepoint of the sample job after every key saw exactly one event (cached)."""
-    target = WORK / f"savepoint-{backend}-{keys}"
+def write_savepoint(cluster: LocalFlinkCluster, keys: int, backend: str, parallelism: int = 1) -> Path:
+    """A savepoint of the sample job after every key saw exactly one event (cached, per keys, backend and
+    parallelism). ``parallelism`` is the keyed operator's: that many keyed-state streams, one per subtask."""
+    suffix = "" if parallelism == 1 else f"-p{parallelism}"  # parallelism 1 keeps the cache names it always had
+    target = WORK / f"savepoint-{backend}-{keys}{suffix}"
     if (target / "_metadata").exists():
         return target
-    audit = WORK / f"audit-{backend}-{keys}"
+    audit = WORK / f"audit-{backend}-{keys}{suffix}"
     shutil.rmtree(audit, ignore_errors=True)
-    run = sample_job.submit(cluster.client, "v1", audit, keys=keys, rate=max(keys // 4, 100), parallelism=1,
+    run = sample_job.submit(cluster.client, "v1", audit, keys=keys, rate=max(keys // 4, 100), parallelism=parallelism,
                             state_backend=backend)
     deadline = time.monotonic() + 600
     while sum(1 for path in audit.glob("*.jsonl") for _ in path.open()) < keys:
