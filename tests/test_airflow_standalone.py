@@ -1,0 +1,225 @@
+"""flink_state_upgrade under a real ``airflow standalone`` (api-server, scheduler with LocalExecutor, dag-processor,
+triggerer), driven only through Airflow's REST API as an operator would: v1 of the sample job running on the real
+local Flink is upgraded to v2 through the migration branch (Spark in local mode), then standalone is stopped and no
+process of it may remain."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flinkstate.engine import LocalFlinkCluster
+from flinkstate.engine.local import free_port
+from tests.support import sample_job
+from tests.support.airflow_env import ROOT
+
+pytestmark = pytest.mark.flink
+
+DAG_ID = "flink_state_upgrade"
+MANIFESTS = ROOT / "examples" / "sample-job" / "manifests"
+VENV_BIN = Path(sys.executable).parent
+
+
+class Api:
+    """Airflow's public REST API (v2) with a bearer token."""
+
+    def __init__(self, base: str) -> None:
+        self.base, self.token = base, ""
+
+    def call(self, method: str, path: str, body: Any = None, *, timeout: float = 30) -> Any:
+        request = urllib.request.Request(f"{self.base}{path}", method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json",
+                                                  **({"Authorization": f"Bearer {self.token}"} if self.token else {})})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read() or b"null")
+
+    def wait_for(self, what: str, probe: Any, timeout: float, interval: float = 2.0) -> Any:
+        """Calls ``probe`` until it returns something truthy (errors count as not yet); bounded by ``timeout``."""
+        deadline, last = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            try:
+                result = probe()
+                if result:
+                    return result
+            except (urllib.error.URLError, OSError, KeyError, ValueError) as exc:
+                last = exc
+            time.sleep(interval)
+        raise TimeoutError(f"{what}: not within {timeout:.0f} s (last error: {last})")
+
+
+def processes_with_env(marker: str) -> list[int]:
+    """Ids of this user's processes whose environment holds ``marker`` (the fresh AIRFLOW_HOME): exactly the
+    processes standalone started, however they re-grouped themselves."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # gone, or not ours
+    return found
+
+
+@pytest.fixture
+def standalone(tmp_path: Path, flink_cluster: LocalFlinkCluster, webhook: Any) -> Iterator[tuple[Api, Path, Path]]:
+    home = tmp_path / "airflow-home"
+    home.mkdir()
+    port = free_port()
+    # A clean environment: nothing of the in-process Airflow of other tests (AIRFLOW__*, AIRFLOW_CONN_*) leaks in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        # Task processes talk to the api-server's execution API: by default on :8080, which is not ours.
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__PARALLELISM": "4",  # a 2-core machine shared with other tests
+        "AIRFLOW_CONN_FLINK_DEFAULT": json.dumps({"conn_type": "http", "host": "127.0.0.1",
+                                                  "port": flink_cluster.status()["rest_port"]}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_CONN_FLINK_UPGRADE_WEBHOOK": json.dumps({"conn_type": "http", "host": "127.0.0.1",
+                                                          "port": webhook.port, "schema": "http",
+                                                          "extra": {"endpoint": "/hooks/standalone"}}),
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit and airflow
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    })
+    log_path = tmp_path / "standalone.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([str(VENV_BIN / "airflow"), "standalone"], env=env, cwd=home, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    marker = f"AIRFLOW_HOME={home}"
+    try:
+        yield Api(f"http://127.0.0.1:{port}"), home, log_path
+    finally:
+        stop_standalone(process, marker, log_path)
+
+
+def stop_standalone(process: subprocess.Popen[bytes], marker: str, log_path: Path) -> None:
+    """SIGINT to standalone's process group (SIGTERM to the parent alone leaves its workers behind), bounded; then
+    every process carrying our AIRFLOW_HOME must be gone. Leftovers are named, then killed (they are ours)."""
+    parent_exited = True
+    try:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=120)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        parent_exited = False
+    deadline = time.monotonic() + 60
+    while processes_with_env(marker) and time.monotonic() < deadline:
+        time.sleep(1)
+    left = {pid: describe(pid) for pid in processes_with_env(marker)}
+    if parent_exited and not left:
+        return
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for pid in [process.pid, *left]:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        time.sleep(3)
+    process.wait(timeout=30)
+    print_tail(log_path)
+    pytest.fail(f"airflow standalone did not stop on SIGINT (parent exited within 120 s: {parent_exited}; "
+                f"left after 60 s more: {left})")
+
+
+def describe(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+    except OSError:
+        return "(gone)"
+
+
+def print_tail(path: Path, lines: int = 80) -> None:
+    if path.exists():
+        text = path.read_text(errors="replace").splitlines()
+        print(f"----- last {lines} lines of {path} -----\n" + "\n".join(text[-lines:]))
+
+
+def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
+        standalone: tuple[Api, Path, Path], flink_cluster: LocalFlinkCluster, webhook: Any, tmp_path: Path):
+    api, home, log_path = standalone
+    client = flink_cluster.client
+    running = sample_job.submit(client, "v1", tmp_path / "audit", keys=5, rate=50,
+                                extra_args=["--checkpoint-interval-ms", "1000"])
+    new_job = None
+    received_before = len(webhook.received)
+    try:
+        api.wait_for("api-server healthy", lambda: api.call("GET", "/api/v2/monitor/health")["metadatabase"]
+                     ["status"] == "healthy", timeout=180)
+        passwords = home / "simple_auth_manager_passwords.json.generated"
+        password = api.wait_for("admin password", lambda: json.loads(passwords.read_text()).get("admin"), 60)
+        api.token = api.call("POST", "/auth/token", {"username": "admin", "password": password})["access_token"]
+        api.wait_for(f"{DAG_ID} parsed", lambda: api.call("GET", f"/api/v2/dags/{DAG_ID}"), timeout=180)
+        assert api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})["is_paused"] is False
+
+        base = tmp_path / "savepoints"
+        v1 = {"jar": str(sample_job.jar("v1")), "manifest": str(MANIFESTS / "v1.yaml"),
+              "entry_class": sample_job.ENTRY_CLASS, "program_args": running.program_args, "parallelism": 1}
+        conf = {"job_id": running.job_id, "job_name": "keyed-stats", "jar": str(sample_job.jar("v2")),
+                "entry_class": sample_job.ENTRY_CLASS, "program_args": running.program_args, "parallelism": 1,
+                "manifest": str(MANIFESTS / "v2.yaml"), "savepoint_base": str(base), "mode": "upgrade",
+                "min_checkpoints": 2, "gate_timeout": 120, "current": v1}
+        run = api.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})
+        run_id = run["dag_run_id"]
+
+        def finished() -> str | None:
+            state = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")["state"]
+            return state if state in ("success", "failed") else None
+
+        started = time.monotonic()
+        state = api.wait_for(f"run {run_id} finished", finished, timeout=420, interval=3)
+        took = time.monotonic() - started
+        tasks = {t["task_id"]: t["state"] for t in
+                 api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances")["task_instances"]}
+        assert state == "success", tasks
+        print(f"upgrade run took {took:.0f} s: {tasks}")
+        assert tasks["stop_for_migration"] == tasks["migrate"] == tasks["recheck"] == "success", tasks
+        assert tasks["stop_for_restore"] == "skipped" and tasks["rollback"] == "skipped", tasks
+
+        registry = json.loads((base / "deployments.json").read_text())["keyed-stats"]
+        new_job = registry["job_id"]
+        assert registry["version"]["jar"] == str(sample_job.jar("v2"))
+        assert registry["version"]["manifest"] == str(MANIFESTS / "v2.yaml")
+        assert registry["savepoint"].endswith("/migrated/savepoint")
+        assert client.job_state(new_job) == "RUNNING" and client.job_state(running.job_id) == "FINISHED"
+        assert client.job(new_job)["name"] == "keyed-stats-v2"
+        # v2 restored v1's state migrated by Spark: every key's audit line matches v1's state at its count.
+        deadline = time.monotonic() + 60
+        while len({r["key"] for r in sample_job.read_audit(tmp_path / "audit", "v2")}) < 5:
+            assert time.monotonic() < deadline, "v2 did not report every key within 60 s"
+            time.sleep(0.5)
+        first: dict[str, dict[str, Any]] = {}
+        for record in sample_job.read_audit(tmp_path / "audit", "v2"):
+            first.setdefault(record["key"], record)
+        # The migration filled v2's new field with the manifest's default (Flink alone would leave it null).
+        assert {r["stats"].pop("label") for r in first.values()} == {"migrated"}, first
+        assert all(sample_job.check_audit_record(r, "v1") > 0 for r in first.values())
+
+        posted = [m for m in webhook.received[received_before:] if m["path"] == "/hooks/standalone"]
+        assert len(posted) == 1, posted
+        assert posted[0]["text"].startswith(f"Flink upgrade of keyed-stats succeeded: job {new_job} runs the new")
+    except BaseException:
+        print_tail(log_path)
+        raise
+    finally:
+        for job in (running.job_id, new_job):
+            if job and client.job_state(job) == "RUNNING":
+                client.cancel(job)
