@@ -44,12 +44,15 @@ with DAG(
     params={
         "job_name": Param("", type="string", description="the running job's name (or give job_id)"),
         "job_id": Param("", type="string", description="the running job's id (wins over job_name)"),
-        "jar": Param(type="string", description="the new version's jar"),
+        # Required values have empty defaults so that a failure callback can still render its context; the
+        # resolve task refuses a run without them, in one line.
+        "jar": Param("", type="string", description="the new version's jar (required)"),
         "entry_class": Param("", type="string"),
         "program_args": Param([], type="array", items={"type": "string"}),
         "parallelism": Param(None, type=["null", "integer"]),
-        "manifest": Param(type="string", description="the new version's state schema manifest"),
-        "savepoint_base": Param(type="string", description="local folder or s3://bucket/prefix for this run"),
+        "manifest": Param("", type="string", description="the new version's state schema manifest (required)"),
+        "savepoint_base": Param("", type="string",
+                                description="local folder or s3://bucket/prefix for this run (required)"),
         "mode": Param("upgrade", enum=["upgrade", "check-only"]),
         "allow_non_restored_state": Param(False, type="boolean"),
         "min_checkpoints": Param(2, type="integer", minimum=1, description="health gate: checkpoints after restore"),

@@ -93,19 +93,32 @@ def safe_name(text: str) -> str:
 
 
 def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient) -> dict[str, Any]:
-    """Resolves the job (RUNNING, by id or by name), the old version (the registry, else ``params['current']``) and
-    the new one, and the run's folder; writes ``run.json``. Everything downstream reads this plan from XCom."""
+    """Resolves the job (RUNNING), the old version (the registry, else ``params['current']``) and the new one,
+    and the run's folder; writes ``run.json``. Everything downstream reads this plan from XCom.
+
+    ``job_name`` names the deployment, the registry's key, which stays the same across versions even when each
+    version names its Flink job differently: its recorded job is upgraded while it runs; before any record, the
+    running Flink job of that name. A ``job_id`` wins, and finds its deployment by the recorded id.
+    """
     job_id, job_name = params.get("job_id") or None, params.get("job_name") or None
+    if not params.get("savepoint_base"):
+        raise UpgradeError("params: missing savepoint_base (a local folder or s3://bucket/prefix)")
+    base = str(params["savepoint_base"]).rstrip("/")
+    deployments = DeploymentRegistry(base).load()
     if job_id:
         job = client.job(job_id)
-        job_name = job_name or job["name"]
+        recorded = next((name for name, entry in deployments.items() if entry.get("job_id") == job_id), None)
+        job_name = job_name or recorded or job["name"]
         if job["state"] != "RUNNING":
             raise UpgradeError(f"job {job_id} ({job_name}) is {job['state']}, not RUNNING: nothing to upgrade")
     elif job_name:
-        job_id = client.find_job(job_name)
+        recorded_id = (deployments.get(job_name) or {}).get("job_id")
+        if recorded_id and _is_running(client, recorded_id):
+            job_id = recorded_id
+        else:
+            job_id = client.find_job(job_name)
     else:
         raise UpgradeError("give job_id or job_name")
-    base = str(params["savepoint_base"]).rstrip("/")
     registry = DeploymentRegistry(base)
     old = registry.current(job_name)
     if old is None and params.get("current"):
@@ -122,6 +135,13 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient) -> di
             "allow_non_restored_state": bool(params.get("allow_non_restored_state", False))}
     write_run_record(plan, {"stage": "planned"})
     return plan
+
+
+def _is_running(client: FlinkRestClient, job_id: str) -> bool:
+    try:
+        return client.job_state(job_id) == "RUNNING"
+    except FlinkRestError:
+        return False
 
 
 def write_run_record(plan: dict[str, Any], update: dict[str, Any]) -> None:

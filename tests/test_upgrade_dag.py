@@ -1,0 +1,259 @@
+"""The upgrade DAG end to end, in real Airflow (dag.test), against the real local Flink and Spark in local mode.
+
+One job is carried through the scenarios in order, its state checked value by value after each:
+v1 -> v2 through the migration branch; v2 -> v3 refused (no conversion declared): alert, v2 keeps running; the same
+in check-only mode changes nothing; v2 -> v3 with the conversion; then a release that crashes on start is rolled
+back to the running version from the stop savepoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flinkstate.engine import LocalFlinkCluster
+from flinkstate.savepoint import Savepoint
+from tests.support import sample_job
+from tests.support.airflow_env import ROOT, load_dag, set_connection
+from tests.support.sample_job import ENTRY_CLASS, expected_count
+
+pytestmark = pytest.mark.flink
+
+MANIFESTS = ROOT / "examples" / "sample-job" / "manifests"
+KEYS = 8
+
+
+def _args(audit: Path, *extra: str) -> list[str]:
+    return ["--keys", str(KEYS), "--rate", "100", "--audit-dir", str(audit), *extra]
+
+
+def _version(version: str, manifest: str, audit: Path, *extra: str) -> dict[str, Any]:
+    return {"jar": str(sample_job.jar(version)), "manifest": str(MANIFESTS / manifest), "entry_class": ENTRY_CLASS,
+            "program_args": _args(audit, *extra), "parallelism": 2}
+
+
+def _states(run: Any) -> dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+
+
+def _first_records(audit: Path, version: str) -> list[dict[str, Any]]:
+    """The state each key found at its first event in the run that wrote ``audit`` (all keys)."""
+    records = sample_job.read_audit(audit, version)
+    first: dict[str, dict[str, Any]] = {}
+    for record in records:
+        first.setdefault(record["key"], record)
+    assert len(first) == KEYS, f"{len(first)} of {KEYS} keys reported in {audit}"
+    return list(first.values())
+
+
+def _wait_for_keys(audit: Path, version: str) -> list[dict[str, Any]]:
+    import time
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return _first_records(audit, version)
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+V2_LABEL = "v2's own"  # the label v2 writes on each event: label-<key>
+
+
+def _assert_restored(record: dict[str, Any], *, count_type: type, label: Any) -> int:
+    """What a key found after a restore: the exact state for the count its sequence number implies. ``label`` is
+    the restored POJO's label: the migration's default, or V2_LABEL for state that v2 kept updating."""
+    n = expected_count(record["key"], record["seq"], record["keys"])
+    assert n > 0 and int(record["stats"]["count"]) == n and isinstance(record["stats"]["count"], count_type), record
+    expected = sample_job.expected_state(record["key"], n)
+    assert record["count"] == n
+    assert record["stats"]["key"] == record["key"] and record["stats"]["total"] == n * (n + 1) // 2
+    assert record["stats"].get("label") == (f"label-{record['key']}" if label == V2_LABEL else label), record
+    assert record["recent"] == expected["recent"] and record["buckets"] == expected["buckets"]
+    return n
+
+
+@pytest.fixture(scope="module")
+def env(airflow_home: Path, flink_cluster: LocalFlinkCluster, webhook: Any, tmp_path_factory: pytest.TempPathFactory
+        ) -> dict[str, Any]:
+    set_connection("flink_default", conn_type="http", host="127.0.0.1", port=flink_cluster.status()["rest_port"])
+    set_connection("spark_default", conn_type="spark", host="local[2]")
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # spark-submit
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    work = tmp_path_factory.mktemp("upgrades")
+    client = flink_cluster.client
+    v1 = sample_job.submit(client, "v1", work / "audit-v1", keys=KEYS, rate=100, parallelism=2)
+    v1.wait_for_keys()
+    return {"client": client, "work": work,
+            "base": work / "savepoints", "webhook": webhook, "v1_job": v1.job_id,
+            "v1": _version("v1", "v1.yaml", work / "audit-v1")}
+
+
+def _run(conf: dict[str, Any]) -> Any:
+    """One run of the DAG, loaded afresh (dag.test leaves state on the DAG object it ran)."""
+    return load_dag("flink_state_upgrade", ROOT / "dags").test(run_conf=conf)
+
+
+def _conf(env: dict[str, Any], new: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"job_name": extra.pop("job_name", ""), "job_id": extra.pop("job_id", ""), **new,
+            "savepoint_base": str(env["base"]), "min_checkpoints": 2, "gate_timeout": 90, **extra}
+
+
+def _registry(env: dict[str, Any]) -> dict[str, Any]:
+    return json.loads((env["base"] / "deployments.json").read_text())
+
+
+def _run_dir(env: dict[str, Any], job_name: str, run: Any) -> Path:
+    dirs = sorted((env["base"] / job_name).iterdir(), key=lambda p: p.stat().st_mtime)
+    assert dirs, f"no run folder for {job_name}"
+    return dirs[-1]
+
+
+def _messages(env: dict[str, Any], since: int) -> list[str]:
+    return [m["text"] for m in env["webhook"].received[since:]]
+
+
+@pytest.fixture(scope="module")
+def upgraded_to_v2(env: dict[str, Any]) -> dict[str, Any]:
+    since = len(env["webhook"].received)
+    new = _version("v2", "v2.yaml", env["work"] / "audit-v2")
+    run = _run(_conf(env, new, job_name="keyed-stats-v1", current=env["v1"]))
+    return {"run": run, "since": since, "new": new}
+
+
+def test_v1_to_v2_through_the_migration_branch(env: dict[str, Any], upgraded_to_v2: dict[str, Any]):
+    run, client = upgraded_to_v2["run"], env["client"]
+    states = _states(run)
+    assert str(run.state) == "success", states
+    for task in ("preflight_savepoint", "check", "stop_for_migration", "migrate", "recheck", "submit_new",
+                 "health_gate", "record", "upgraded"):
+        assert states[task] == "success", (task, states)
+    for task in ("stop_for_restore", "alert_incompatible", "check_only_done", "rollback"):
+        assert states[task] == "skipped", (task, states)
+
+    # The old job was stopped with a savepoint; the new one runs from the migrated savepoint.
+    assert client.job_state(env["v1_job"]) == "FINISHED"
+    entry = _registry(env)["keyed-stats-v1"]
+    assert entry["version"]["jar"].endswith("sample-job-v2.jar") and client.job_state(entry["job_id"]) == "RUNNING"
+    run_dir = _run_dir(env, "keyed-stats-v1", run)
+    assert entry["savepoint"] == str(run_dir / "migrated" / "savepoint")
+    assert client.checkpoints(entry["job_id"]).restored_from.removeprefix("file:") == entry["savepoint"]
+
+    # Every savepoint and report of the run is kept in its folder, the reports beside what they judged.
+    preflight = json.loads((run_dir / "preflight" / "check-report.json").read_text())
+    assert preflight["outcome"] == "migrate" and preflight["dry_run"]["ran"] and preflight["dry_run"]["failures"] == 0
+    assert len(list((run_dir / "preflight").glob("savepoint-*"))) == 1
+    assert len(list((run_dir / "stop").glob("savepoint-*"))) == 1
+    recheck = json.loads((run_dir / "migrated" / "check-report.json").read_text())
+    assert recheck["outcome"] == "restore" and recheck["verdict"] == "COMPATIBLE_AS_IS"
+    run_record = json.loads((run_dir / "run.json").read_text())
+    assert run_record["outcome"] == "upgraded" and run_record["plan"]["old"]["jar"].endswith("sample-job-v1.jar")
+
+    # v2 found every key's state as v1 left it, with the field v2 added filled by the migration.
+    for record in _wait_for_keys(env["work"] / "audit-v2", "v2"):
+        _assert_restored(record, count_type=int, label="migrated")
+    texts = _messages(env, upgraded_to_v2["since"])
+    assert any(t.startswith("Flink upgrade of keyed-stats-v1 succeeded") for t in texts), texts
+
+
+def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict[str, Any],
+                                                                        upgraded_to_v2: dict[str, Any]):
+    since = len(env["webhook"].received)
+    entry = _registry(env)["keyed-stats-v1"]
+    new = _version("v3", "v3.yaml", env["work"] / "audit-v3-refused")
+    run = _run(_conf(env, new, job_id=entry["job_id"]))
+    states = _states(run)
+    assert str(run.state) == "failed"
+    assert states["alert_incompatible"] == "failed"
+    for task in ("stop_for_restore", "stop_for_migration", "migrate", "submit_new", "rollback"):
+        assert states[task] == "skipped", (task, states)
+    # v2 runs on, untouched: same job, same state (it keeps counting), no savepoint but the preflight one.
+    assert env["client"].job_state(entry["job_id"]) == "RUNNING"
+    assert _registry(env)["keyed-stats-v1"] == entry
+    run_dir = _run_dir(env, "keyed-stats-v1", run)
+    assert not (run_dir / "stop").exists() and not (run_dir / "migrated").exists()
+    assert not (env["work"] / "audit-v3-refused").exists()
+    preflight = next((run_dir / "preflight").glob("savepoint-*"))
+    values = {key: value for key, _, value in Savepoint.open(preflight).iter_entries("stats", "stats")}
+    assert len(values) == KEYS
+    for key, value in values.items():  # v2's own state by now: it set `label` on every event since the restore
+        n = value["count"]
+        assert n > 0 and value == {"key": key, "count": n, "total": n * (n + 1) // 2, "label": f"label-{key}"}
+    texts = _messages(env, since)
+    refused = [t for t in texts if "REFUSED" in t]
+    assert len(refused) == 1 and "POJO_FIELD_TYPE_CHANGED" in refused[0] and "| stats | stats |" in refused[0]
+
+
+def test_check_only_changes_nothing(env: dict[str, Any], upgraded_to_v2: dict[str, Any]):
+    entry = _registry(env)["keyed-stats-v1"]
+    jobs_before = {j["jid"]: j["state"] for j in env["client"].list_jobs()}
+    new = _version("v3", "v3-with-conversion.yaml", env["work"] / "audit-check-only")
+    run = _run(_conf(env, new, job_id=entry["job_id"], mode="check-only"))
+    states = _states(run)
+    assert str(run.state) == "success" and states["check_only_done"] == "success", states
+    assert states["stop_for_migration"] == "skipped" and states["submit_new"] == "skipped"
+    assert {j["jid"]: j["state"] for j in env["client"].list_jobs()} == jobs_before
+    assert _registry(env)["keyed-stats-v1"] == entry
+    report = json.loads((_run_dir(env, "keyed-stats-v1", run) / "preflight" / "check-report.json").read_text())
+    assert report["outcome"] == "migrate"  # what an upgrade would do, reported, not done
+
+
+@pytest.fixture(scope="module")
+def upgraded_to_v3(env: dict[str, Any], upgraded_to_v2: dict[str, Any]) -> dict[str, Any]:
+    entry = _registry(env)["keyed-stats-v1"]
+    new = _version("v3", "v3-with-conversion.yaml", env["work"] / "audit-v3")
+    run = _run(_conf(env, new, job_id=entry["job_id"]))
+    return {"run": run, "old_job": entry["job_id"], "new": new}
+
+
+def test_v2_to_v3_with_the_conversion_flink_refuses(env: dict[str, Any], upgraded_to_v3: dict[str, Any]):
+    run = upgraded_to_v3["run"]
+    assert str(run.state) == "success", _states(run)
+    entry = _registry(env)["keyed-stats-v1"]
+    assert entry["version"]["manifest"].endswith("v3-with-conversion.yaml")
+    assert env["client"].job_state(entry["job_id"]) == "RUNNING"
+    assert env["client"].job_state(upgraded_to_v3["old_job"]) == "FINISHED"
+    for record in _wait_for_keys(env["work"] / "audit-v3", "v3"):
+        # count long -> String, done before the restore; label as v2 left it
+        _assert_restored(record, count_type=str, label=V2_LABEL)
+
+
+def test_a_release_that_crashes_on_start_is_rolled_back(env: dict[str, Any], upgraded_to_v3: dict[str, Any]):
+    since = len(env["webhook"].received)
+    entry = _registry(env)["keyed-stats-v1"]
+    crashing = _version("v3", "v3-with-conversion.yaml", env["work"] / "audit-crash", "--crash-on-start", "true")
+    run = _run(_conf(env, crashing, job_id=entry["job_id"]))
+    states = _states(run)
+    assert str(run.state) == "failed"
+    assert states["stop_for_restore"] == "success" and states["submit_new"] == "failed", states
+    assert states["rollback"] == "failed"  # it restored the old version, then failed the run on purpose
+
+    # The running version (v3 with the conversion, as recorded) is back, from the stop savepoint, with its state.
+    after = _registry(env)["keyed-stats-v1"]
+    assert after["version"] == entry["version"] and after["job_id"] != entry["job_id"]
+    client = env["client"]
+    assert client.job_state(after["job_id"]) == "RUNNING"
+    stop = next((_run_dir(env, "keyed-stats-v1", run) / "stop").glob("savepoint-*"))
+    assert after["savepoint"] == str(stop)
+    assert client.checkpoints(after["job_id"]).restored_from.removeprefix("file:") == str(stop)
+    crashed = [j for j in client.list_jobs() if j["jid"] not in (after["job_id"], entry["job_id"])
+               and j["start-time"] > 0 and j["state"] not in ("FINISHED", "CANCELED")]
+    assert not crashed, f"the crashing job must be cancelled: {crashed}"
+    # The rolled-back job restarted with the recorded arguments, so it audits into the same folder as the first v3
+    # run: for each key, the record with the highest sequence number is what the restart found.
+    restarted: dict[str, dict[str, Any]] = {}
+    for record in sample_job.read_audit(env["work"] / "audit-v3", "v3"):
+        if record["key"] not in restarted or record["seq"] > restarted[record["key"]]["seq"]:
+            restarted[record["key"]] = record
+    assert len(restarted) == KEYS
+    for record in restarted.values():
+        _assert_restored(record, count_type=str, label=V2_LABEL)
+    texts = _messages(env, since)
+    assert any("rollback" in t and "FAILED" in t for t in texts), texts
