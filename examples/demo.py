@@ -1,22 +1,29 @@
-"""The demo behind `make demo`: a real Flink job with real keyed state takes a real, canonical savepoint.
+"""The demo behind `make demo`: a safe upgrade of a running stateful Flink job, end to end, on this machine.
 
-1. starts (or reuses) a local Flink 2.3 cluster in .work/demo/cluster;
-2. runs v1 of the sample job (examples/sample-job) until every key holds state, cancelling any earlier demo job;
-3. takes a canonical savepoint through Flink's REST API while the job keeps running;
-4. prints the savepoint directory, then reads it with flinkstate: operators, states, types and a few entries.
+1. starts (or reuses) a local Flink 2.3 cluster in .work/demo/cluster and runs v1 of the sample job;
+2. runs the Airflow DAG flink_state_upgrade (real Airflow, `airflow dags test`) to upgrade it to v2: preflight
+   savepoint, the Spark check job, the migration branch (the Spark migration job, a re-check), stop-with-savepoint,
+   restore, health gate; prints the check report and the state before and after;
+3. runs the same DAG to v3, whose `count` changed type without a declared conversion: the check refuses it, an
+   alert goes out, and v2 keeps running with its state.
 
-It leaves the cluster running with v1 RUNNING (web UI address printed); `make cluster-stop` stops it.
+Alerts go to a small HTTP receiver inside this script (a stand-in for a chat webhook), which prints them. The
+cluster keeps running afterwards with v2 RUNNING; `make cluster-stop` stops it.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
-from flinkstate.cli.describe import render_text
 from flinkstate.engine import FlinkRestClient, LocalFlinkCluster
 from flinkstate.errors import FlinkStateError
 from flinkstate.jsonify import to_json
@@ -24,77 +31,140 @@ from flinkstate.savepoint import Savepoint
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".work" / "demo"
-JOB_JAR = ROOT / "examples" / "sample-job" / "build" / "sample-job-v1.jar"
-JOB_NAME_PREFIX = "keyed-stats-"
-KEYS = 10
+JOBS = ROOT / "examples" / "sample-job"
+VENV_BIN = Path(sys.executable).parent
+KEYS = 6
 
 
 def step(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
+def version(name: str, manifest: str, audit: Path) -> dict[str, Any]:
+    return {"jar": str(JOBS / "build" / f"sample-job-{name}.jar"), "manifest": str(JOBS / "manifests" / manifest),
+            "entry_class": "sample.KeyedStatsJob", "parallelism": 2,
+            "program_args": ["--keys", str(KEYS), "--rate", "20", "--audit-dir", str(audit)]}
+
+
+class AlertReceiver:
+    """Prints what the DAG posts to its webhook connection (Slack-compatible JSON)."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                first = body.get("text", "").splitlines()[0] if body.get("text") else ""
+                print(f"   [webhook] {first}", flush=True)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.port = self.server.server_address[1]
+
+
+def airflow_env(cluster: LocalFlinkCluster, webhook_port: int) -> dict[str, str]:
+    home = WORK / "airflow"
+    return {**os.environ,
+            "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+            "AIRFLOW_CONN_FLINK_DEFAULT": json.dumps({"conn_type": "http", "host": "127.0.0.1",
+                                                      "port": cluster.status()["rest_port"]}),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "AIRFLOW_CONN_FLINK_UPGRADE_WEBHOOK": json.dumps({"conn_type": "http", "host": "127.0.0.1",
+                                                              "port": webhook_port, "schema": "http"}),
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYTHONPATH": str(ROOT / "plugins")}
+
+
+def run_dag(env: dict[str, str], conf: dict[str, Any], log: Path) -> None:
+    """`airflow dags test flink_state_upgrade` with ``conf``; its (long) log goes to a file."""
+    with open(log, "w") as sink:
+        subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", "flink_state_upgrade", "-c", json.dumps(conf)],
+                       env=env, stdout=sink, stderr=subprocess.STDOUT, check=False, timeout=900)
+    print(f"   (Airflow's log of this run: {log})")
+
+
+def latest_run(base: Path) -> Path:
+    runs = sorted((base / "keyed-stats").iterdir(), key=lambda p: p.stat().st_mtime)
+    return runs[-1]
+
+
+def show_entries(title: str, savepoint: Path, states: tuple[str, ...] = ("stats", "count", "recent")) -> None:
+    print(f"   {title}: {savepoint}")
+    opened = Savepoint.open(savepoint)
+    for state in states:
+        for key, _, value in itertools.islice(sorted(opened.iter_entries("stats", state), key=str), 2):
+            print(f"     {state:<7} {key:<7} {json.dumps(to_json(value))}")
+
+
 def cancel_earlier_demo_jobs(client: FlinkRestClient) -> None:
     for job in client.list_jobs():
-        if job["name"].startswith(JOB_NAME_PREFIX) and job["state"] not in {"FINISHED", "CANCELED", "FAILED"}:
+        if job["name"].startswith("keyed-stats-") and job["state"] not in {"FINISHED", "CANCELED", "FAILED"}:
             print(f"   cancelling the earlier demo job {job['jid']} ({job['name']})")
             client.cancel(job["jid"])
 
 
-def keys_with_state(audit: Path) -> set[str]:
-    """Keys that have seen an event in this run: the job writes one audit line per key at its first event."""
-    return {json.loads(line)["key"] for path in audit.glob("*.jsonl") for line in path.read_text().splitlines()}
-
-
-def show_savepoint(savepoint: Path) -> None:
-    """What flinkstate reads from the savepoint: its operators and states, and a few decoded entries."""
-    opened = Savepoint.open(savepoint)
-    for line in render_text(opened.describe()).splitlines():
-        print(f"   {line}")
-    print("\n   a few entries of each state of operator 'stats' (flinkstate dump gives them all as JSON Lines):")
-    for info in opened.keyed_states("stats"):
-        for entry in itertools.islice(opened.iter_entries("stats", info.name), 2):
-            key, value = entry[0], entry[-1]
-            where = f"{key} / {entry[2]}" if len(entry) == 4 else key
-            print(f"   {info.name:<38} {where:<14} {json.dumps(to_json(value))}")
-
-
 def main() -> int:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = WORK / "runs" / stamp  # savepoints, reports and the deployment registry of this demo
     step("Starting a local Flink 2.3 cluster (reused if it already runs)")
-    cluster = LocalFlinkCluster(WORK / "cluster").start()
+    cluster = LocalFlinkCluster(WORK / "cluster", slots=4).start()
     client = cluster.client
     print(f"   web UI and REST API: {cluster.rest_url}")
     cancel_earlier_demo_jobs(client)
 
-    step("Running v1 of the sample job: 10 String keys, ValueState<POJO>, ValueState<Long>, "
-         "ListState<Tuple2>, MapState<String, Row>, a timer per key")
-    audit = WORK / "audit" / time.strftime("%Y%m%d-%H%M%S")
-    job_id = client.submit_jar(JOB_JAR, entry_class="sample.KeyedStatsJob", parallelism=2,
-                               program_args=["--keys", str(KEYS), "--rate", "50", "--audit-dir", str(audit)])
+    step("Running v1 of the sample job: String keys; ValueState<POJO>, ValueState<Long>, ListState<Tuple2>, "
+         "MapState<String, Row>, a timer per key")
+    v1 = version("v1", "v1.yaml", base / "audit-v1")
+    job_id = client.submit_jar(v1["jar"], entry_class=v1["entry_class"], parallelism=2, program_args=v1["program_args"])
     client.wait_until_running(job_id)
-    print(f"   job {job_id} is RUNNING; letting it build up state", end="", flush=True)
-    deadline = time.monotonic() + 60
-    while (len(keys_with_state(audit)) < KEYS or client.checkpoints(job_id).completed < 2) \
-            and time.monotonic() < deadline:
-        print(".", end="", flush=True)
-        time.sleep(1)
-    print(f" every key holds state; {client.checkpoints(job_id).completed} checkpoints completed")
+    time.sleep(8)
+    print(f"   job {job_id} (keyed-stats-v1) RUNNING, building up state")
 
-    step("Taking a canonical savepoint while the job keeps running")
-    location = client.savepoint(job_id, str(WORK / "savepoints"))
-    savepoint = Path(location.removeprefix("file:"))
-    print(f"   savepoint: {savepoint}")
-    print(f"   job state afterwards: {client.job_state(job_id)}")
+    receiver = AlertReceiver()
+    env = airflow_env(cluster, receiver.port)
+    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
 
-    step("The savepoint directory: _metadata plus state files referenced by relative names (relocatable)")
-    for path in sorted(savepoint.iterdir()):
-        print(f"   {path.name:<40} {path.stat().st_size:>8} bytes")
+    step("Upgrading to v2 with the Airflow DAG flink_state_upgrade (the POJO gains a field)")
+    v2 = version("v2", "v2.yaml", base / "audit-v2")
+    run_dag(env, {"job_name": "keyed-stats", "job_id": job_id, **v2, "savepoint_base": str(base),
+                  "current": v1}, base / "upgrade-v2.log")
+    registry = json.loads((base / "deployments.json").read_text()) if (base / "deployments.json").exists() else {}
+    run_dir = latest_run(base)
+    record = json.loads((run_dir / "run.json").read_text())
+    print(f"   outcome: {record.get('outcome')}; every savepoint and report of the run is in {run_dir}")
+    print("\n   The check report (Spark check job, before anything was stopped):\n")
+    print("   " + (run_dir / "preflight" / "check-report.md").read_text().replace("\n", "\n   "))
+    show_entries("state before (the stop savepoint, written by v1)", next((run_dir / "stop").glob("savepoint-*")))
+    show_entries("state after (the migrated savepoint v2 restored)", run_dir / "migrated" / "savepoint")
+    deployed = registry.get("keyed-stats")
+    if record.get("outcome") != "upgraded" or not deployed:
+        print("demo: error: the upgrade to v2 did not succeed; see the log above", file=sys.stderr)
+        return 1
+    v2_job = deployed["job_id"]
+    print(f"   v2 runs as job {v2_job}: {client.job_state(v2_job)}, restored from "
+          f"{client.checkpoints(v2_job).restored_from}")
 
-    step("What is inside, read by flinkstate without a JVM (flinkstate describe / dump)")
-    show_savepoint(savepoint)
+    step("Trying v3: `count` changes from long to String, with no conversion declared (Flink would loop in "
+         "restarts)")
+    v3 = version("v3", "v3.yaml", base / "audit-v3")
+    run_dag(env, {"job_name": "keyed-stats", **v3, "savepoint_base": str(base)}, base / "upgrade-v3.log")
+    run_dir = latest_run(base)
+    record = json.loads((run_dir / "run.json").read_text())
+    findings = json.loads((run_dir / "preflight" / "check-report.json").read_text())["findings"]
+    print(f"   outcome: {record.get('outcome')}: "
+          + "; ".join(f"{f['code']} at {f['state']}/{f['path']}" for f in findings if f["verdict"] == "INCOMPATIBLE"))
+    print(f"   v2 (job {v2_job}) is still {client.job_state(v2_job)}, its state untouched; nothing was stopped")
 
     step("Left running")
-    print(f"   cluster: {cluster.rest_url} (work folder {cluster.work_dir})")
-    print(f"   job {job_id} (keyed-stats-v1) keeps RUNNING; `make demo` again cancels it and starts afresh")
+    print(f"   cluster: {cluster.rest_url}; v2 RUNNING as job {v2_job}")
+    print(f"   try: .venv/bin/flinkstate check {next((run_dir / 'preflight').glob('savepoint-*'))} "
+          f"--schema {JOBS / 'manifests' / 'v3-with-conversion.yaml'}")
     print("   stop everything with: make cluster-stop")
     return 0
 
