@@ -21,21 +21,10 @@ from flinkstate.binary import F32, F64, I32, I64, Reader, Writer, decode_leb128,
 from flinkstate.compatibility import AFTER_MIGRATION, INCOMPATIBLE, Compatibility, Finding
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.serializers.base import Decoder, Encoder, TypeSerializerSnapshot
+from flinkstate.serializers.primitives import struct_codec
 from flinkstate.serializers.registry import register
 
 GENERIC_RECORD = "org.apache.avro.generic.GenericRecord"
-
-
-def _fixed_width(st: Any) -> tuple[Decoder, Encoder]:
-    unpack, pack, size = st.unpack_from, st.pack, st.size
-
-    def decode(buf: bytes, off: int) -> tuple[Any, int]:
-        return unpack(buf, off)[0], off + size
-
-    def encode(value: Any, out: bytearray) -> None:
-        out += pack(value)
-
-    return decode, encode
 
 
 def _decode_len_prefixed(buf: bytes, off: int) -> tuple[bytes, int]:
@@ -75,10 +64,10 @@ def _encode_boolean(value: bool, out: bytearray) -> None:
 _PRIMITIVES: dict[str, tuple[Decoder, Encoder]] = {
     "null": (_decode_null, _encode_null),
     "boolean": (_decode_boolean, _encode_boolean),
-    "int": _fixed_width(I32),
-    "long": _fixed_width(I64),
-    "float": _fixed_width(F32),
-    "double": _fixed_width(F64),
+    "int": struct_codec(I32),
+    "long": struct_codec(I64),
+    "float": struct_codec(F32),
+    "double": struct_codec(F64),
     "bytes": (_decode_len_prefixed, _encode_len_prefixed),
     "string": (_decode_string, _encode_string),
 }

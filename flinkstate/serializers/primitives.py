@@ -63,7 +63,8 @@ class SimpleType:
 # -- fixed-width numbers ---------------------------------------------------------------------------------------------
 
 
-def _struct_codec(st: struct.Struct) -> tuple[Decoder, Encoder]:
+def struct_codec(st: struct.Struct) -> tuple[Decoder, Encoder]:
+    """The codec of a fixed-width big-endian number (Java's DataOutput, and Flink's Avro encoder too)."""
     unpack, pack, size = st.unpack_from, st.pack, st.size
 
     def decode(buf: bytes, off: int) -> tuple[Any, int]:
@@ -342,8 +343,8 @@ def _char_array() -> tuple[Decoder, Encoder]:
 
 
 def _table() -> dict[str, SimpleType]:
-    long_c, int_c, short_c, byte_c = (_struct_codec(s) for s in (I64, I32, I16, I8))
-    float_c, double_c = _struct_codec(F32), _struct_codec(F64)
+    long_c, int_c, short_c, byte_c = (struct_codec(s) for s in (I64, I32, I16, I8))
+    float_c, double_c = struct_codec(F32), struct_codec(F64)
     numbers = {
         "Long": ("Long", 8, long_c, java_long_hash), "Int": ("Integer", 4, int_c, java_int_hash),
         "Short": ("Short", 2, short_c, java_int_hash), "Byte": ("Byte", 1, byte_c, java_int_hash),
