@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,6 @@ def _first_records(audit: Path, version: str) -> list[dict[str, Any]]:
 
 
 def _wait_for_keys(audit: Path, version: str) -> list[dict[str, Any]]:
-    import time
-
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -229,6 +228,7 @@ def test_a_release_that_crashes_on_start_is_rolled_back(env: dict[str, Any], upg
     since = len(env["webhook"].received)
     entry = _registry(env)["keyed-stats-v1"]
     crashing = _version("v3", "v3-with-conversion.yaml", env["work"] / "audit-crash", "--crash-on-start", "true")
+    started_ms = int(time.time() * 1000)
     run = _run(_conf(env, crashing, job_id=entry["job_id"]))
     states = _states(run)
     assert str(run.state) == "failed"
@@ -243,9 +243,11 @@ def test_a_release_that_crashes_on_start_is_rolled_back(env: dict[str, Any], upg
     stop = next((_run_dir(env, "keyed-stats-v1", run) / "stop").glob("savepoint-*"))
     assert after["savepoint"] == str(stop)
     assert client.checkpoints(after["job_id"]).restored_from.removeprefix("file:") == str(stop)
-    crashed = [j for j in client.list_jobs() if j["jid"] not in (after["job_id"], entry["job_id"])
-               and j["start-time"] > 0 and j["state"] not in ("FINISHED", "CANCELED")]
-    assert not crashed, f"the crashing job must be cancelled: {crashed}"
+    # The crashing job was cancelled: nothing started during this run is active but the rolled-back job.
+    active = [j for j in client.list_jobs() if j["start-time"] >= started_ms and j["jid"] != after["job_id"]
+              and j["state"] not in ("FINISHED", "CANCELED", "FAILED")]
+    assert not active, f"the crashing job must be cancelled: {active}"
+    assert any(j["start-time"] >= started_ms and j["state"] == "CANCELED" for j in client.list_jobs())
     # The rolled-back job restarted with the recorded arguments, so it audits into the same folder as the first v3
     # run: for each key, the record with the highest sequence number is what the restart found.
     restarted: dict[str, dict[str, Any]] = {}
