@@ -59,18 +59,27 @@ class Api:
         raise TimeoutError(f"{what}: not within {timeout:.0f} s (last error: {last})")
 
 
-def processes_with_env(marker: str) -> list[int]:
-    """Ids of this user's processes whose environment holds ``marker`` (the fresh AIRFLOW_HOME): exactly the
-    processes standalone started, however they re-grouped themselves."""
+def processes_with_env(marker: str, group: int | None = None) -> list[int]:
+    """Ids of the processes standalone started, however they re-grouped themselves: those whose environment holds
+    ``marker`` (the fresh AIRFLOW_HOME), and those in its process ``group``. Both are needed: LocalExecutor
+    workers rename themselves (setproctitle), which overwrites their environment block, but stay in the group."""
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue  # gone, or not ours
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if group is not None and _process_group(entry) == group:
+                found.append(int(entry.name))
+            elif marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue  # gone, or not ours
     return found
+
+
+def _process_group(entry: Path) -> int:
+    # /proc/<pid>/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces, so split after its ")".
+    return int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2])
 
 
 @pytest.fixture
@@ -113,25 +122,26 @@ def standalone(tmp_path: Path, flink_cluster: LocalFlinkCluster, webhook: Any) -
 def stop_standalone(process: subprocess.Popen[bytes], marker: str, log_path: Path) -> None:
     """Stops standalone's whole process group: SIGINT first (SIGTERM to the parent alone leaves its workers behind),
     then SIGTERM and SIGKILL to the group when a component does not exit in time (under load its scheduler can
-    hang in shutdown). Passes only when no process carrying our AIRFLOW_HOME is left."""
-    for signum, grace in ((signal.SIGINT, 90), (signal.SIGTERM, 30), (signal.SIGKILL, 15)):
+    hang in shutdown, and its LocalExecutor workers ignore SIGINT and SIGTERM: seen here, they needed SIGKILL). Passes
+    only when no process of ours is left."""
+    for signum, grace in ((signal.SIGINT, 60), (signal.SIGTERM, 20), (signal.SIGKILL, 10)):
         try:
             os.killpg(process.pid, signum)
         except ProcessLookupError:
             pass
-        for pid in processes_with_env(marker):  # a component that left the group is still ours
+        for pid in processes_with_env(marker, process.pid):  # a component that left the group is still ours
             try:
                 os.kill(pid, signum)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace
-        while (process.poll() is None or processes_with_env(marker)) and time.monotonic() < deadline:
+        while (process.poll() is None or processes_with_env(marker, process.pid)) and time.monotonic() < deadline:
             time.sleep(1)
-        if process.poll() is not None and not processes_with_env(marker):
+        if process.poll() is not None and not processes_with_env(marker, process.pid):
             if signum != signal.SIGINT:
                 print(f"airflow standalone needed {signal.Signals(signum).name} to stop")
             return
-    left = {pid: describe(pid) for pid in processes_with_env(marker)}
+    left = {pid: describe(pid) for pid in processes_with_env(marker, process.pid)}
     print_tail(log_path)
     pytest.fail(f"airflow standalone left processes behind even after SIGKILL: {left}")
 
