@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flinkstate.engine.rest import FlinkRestClient
+from tests.support.sample_job import wait_for_all_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_DIR = ROOT / "examples" / "compat-matrix"
@@ -54,14 +54,7 @@ class MatrixRun:
                 for line in path.read_text().splitlines() if line.strip()]
 
     def wait_for_keys(self, timeout: float = 60.0) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while True:
-            records = self.audit()
-            if len({r["key"] for r in records}) >= self.keys:
-                return records
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(records)} of {self.keys} keys seen in {self.audit_dir}")
-            time.sleep(0.2)
+        return wait_for_all_keys(self.audit, self.keys, self.audit_dir, timeout)
 
 
 def submit(client: FlinkRestClient, variant: str, audit_dir: Path, *, backend: str, keys: int = 4,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,16 +113,22 @@ class SampleJobRun:
     def audit(self) -> list[dict[str, Any]]:
         return read_audit(self.audit_dir, self.version)
 
-    def wait_for_keys(self, timeout: float = 60.0, min_count: int = 1) -> list[dict[str, Any]]:
+    def wait_for_keys(self, timeout: float = 60.0) -> list[dict[str, Any]]:
         """Waits until every key has been seen at least once in this run; returns the audit records."""
-        deadline = time.monotonic() + timeout
-        while True:
-            records = self.audit()
-            if len({r["key"] for r in records}) >= self.keys:
-                return records
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(records)} of {self.keys} keys seen in {self.audit_dir}")
-            time.sleep(0.3)
+        return wait_for_all_keys(self.audit, self.keys, self.audit_dir, timeout)
+
+
+def wait_for_all_keys(audit: Callable[[], list[dict[str, Any]]], keys: int, where: Path,
+                      timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Polls a job's audit records (``audit()``) until ``keys`` distinct keys have reported; returns them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = audit()
+        if len({r["key"] for r in records}) >= keys:
+            return records
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len({r['key'] for r in records})} of {keys} keys seen in {where}")
+        time.sleep(0.3)
 
 
 def submit(
