@@ -132,7 +132,9 @@ with DAG(
         application=f"{SPARK['jobs']}/check_compatibility.py",
         application_args=[plan_value("run_dir", suffix="/migrated/savepoint"), "--schema",
                           plan_value("new", "manifest"), "--report-dir",
-                          plan_value("run_dir", suffix="/migrated"), "--dry-run", "never", "--exit-code"])
+                          plan_value("run_dir", suffix="/migrated"), "--dry-run", "never", "--exit-code",
+                          "--verify-against", "{{ ti.xcom_pull(task_ids='stop_for_migration') }}",
+                          "--verify-old-schema", plan_value("old", "manifest")])
 
     @task
     def restore_path_migrated(plan: dict) -> str:

@@ -287,22 +287,29 @@ def make_entry_decoder(state: StateMetaInfo, layout: KeyLayout) -> EntryDecoder:
     value_snapshot = state.value_serializer
     if value_snapshot is None:
         raise SavepointFormatError(f"state {state.name} has no value serializer")
-    if getattr(value_snapshot, "opaque", False):
-        from flinkstate.serializers.kryo import OpaqueValue
-
+    if value_snapshot.needs_end:
+        # The value carries no length of its own (Kryo, or a POJO ending in a Kryo field): it is decoded only as a
+        # whole stored value, from its own slice. List elements of such a type cannot be delimited.
+        tail_dec = value_snapshot.tail_decoder()
         type_name = value_snapshot.type_name()
 
-        def value_dec(buf: bytes, off: int) -> tuple[Any, int]:  # only valid as a whole-value decoder
-            raise UnsupportedFormat(f"{type_name} values inside {kind} state cannot be decoded")
+        def value_dec(buf: bytes, off: int) -> tuple[Any, int]:
+            raise UnsupportedFormat(f"{type_name} values inside {kind} state cannot be decoded (they carry no "
+                                    f"length)")
 
         if kind not in ("LIST", "MAP"):
-            def decode_opaque(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
+            def decode_whole(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
                 key, namespace, _ = key_ns(buf, ks)
-                return key, namespace, OpaqueValue(type_name, bytes(buf[vs:ve]))
+                value, end = tail_dec(bytes(buf[vs:ve]), 0)
+                _check_end("value", end + vs, ve)
+                return key, namespace, value
 
-            return decode_opaque
-    else:
-        value_dec = value_snapshot.decoder()
+            return decode_whole
+        if kind == "MAP":
+            user_key = state.user_key_serializer
+            assert user_key is not None
+            return _map_entry_decoder(key_ns, user_key.decoder(), lambda buf, off: tail_dec(bytes(buf[off:]), 0),
+                                      whole_value=True)
     if kind == "LIST":
         return _list_entry_decoder(key_ns, value_dec)
     if kind == "MAP":
@@ -341,13 +348,17 @@ def _list_entry_decoder(key_ns: Callable[[bytes, int], tuple[Any, Any, int]],
 
 def _map_entry_decoder(key_ns: Callable[[bytes, int], tuple[Any, Any, int]],
                        user_key_dec: Callable[[bytes, int], tuple[Any, int]],
-                       value_dec: Callable[[bytes, int], tuple[Any, int]]) -> EntryDecoder:
+                       value_dec: Callable[[bytes, int], tuple[Any, int]], whole_value: bool = False) -> EntryDecoder:
     def decode(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
         key, namespace, o = key_ns(buf, ks)
         user_key, o = user_key_dec(buf, o)
         _check_end("map user key", o, ke)
         if buf[vs]:  # isNull: older heap backends may still have written bytes after it; they are ignored
             return key, namespace, user_key, None
+        if whole_value:  # a value without a length of its own: decoded from its slot alone
+            value, end = value_dec(bytes(buf[vs + 1:ve]), 0)
+            _check_end("map value", end + vs + 1, ve)
+            return key, namespace, user_key, value
         value, end = value_dec(buf, vs + 1)
         _check_end("map value", end, ve)
         return key, namespace, user_key, value
@@ -367,6 +378,47 @@ def _timer_entry_decoder(state: StateMetaInfo, prefix: int) -> EntryDecoder:
         return timer.key, timer.namespace, timer.timestamp
 
     return decode
+
+
+def iter_raw_entries(data: bytes) -> Iterator[tuple[int, int, int, int, int]]:
+    """``(state id, key start, key end, value start, value end)`` of every entry of an uncompressed key-group block,
+    without decoding anything (copying, counting and byte-level comparison). Lengths are checked here."""
+    unpack_i32, unpack_u16 = I32.unpack_from, U16.unpack_from
+    size = len(data)
+    if size < 2:
+        raise SavepointFormatError("empty key-group block", offset=0)
+    state_id = unpack_u16(data, 0)[0]
+    pos = 2
+    while pos + 4 <= size:
+        key_len = unpack_i32(data, pos)[0]
+        ks = pos + 4
+        ke = ks + key_len
+        if key_len <= 0 or ke + 4 > size:
+            raise SavepointFormatError(f"bad key length {key_len}", offset=pos)
+        value_len = unpack_i32(data, ke)[0]
+        vs = ke + 4
+        pos = vs + value_len
+        if value_len < 0 or pos > size:
+            raise SavepointFormatError(f"bad value length {value_len}", offset=ke)
+        yield state_id, ks, ke, vs, pos
+        if data[ks] & FIRST_BIT_IN_BYTE_MASK:
+            if pos + 2 > size:
+                raise SavepointFormatError("missing state id after the last entry of a run", offset=pos)
+            state_id = unpack_u16(data, pos)[0]
+            pos += 2
+            if state_id == END_OF_KEY_GROUP_MARK:
+                if pos != size:
+                    raise SavepointFormatError(f"{size - pos} bytes after the end-of-key-group mark", offset=pos)
+                return
+    raise SavepointFormatError("block ends without an end-of-key-group mark", offset=pos)
+
+
+def raw_key(data: bytes, ks: int, ke: int) -> bytes:
+    """An entry's key bytes without the "last entry of its state's run" flag, which depends on the neighbours."""
+    first = data[ks]
+    if first & FIRST_BIT_IN_BYTE_MASK:
+        return bytes((first & 0x7F,)) + data[ks + 1:ke]
+    return data[ks:ke]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -409,6 +461,11 @@ class KeyedStateStream:
     @property
     def key_group_range(self) -> KeyGroupRange:
         return self.handle.key_group_range
+
+    @property
+    def blocks(self) -> list[tuple[int, int, int]]:
+        """``(key group, start, end)`` of every non-empty key group's block, in stream order."""
+        return list(self._blocks)
 
     def header(self, tolerant: bool = False) -> KeyedBackendHeader:
         """The parsed header (read once: from offset 0 to the first block)."""

@@ -36,6 +36,7 @@ import yaml
 
 from flinkstate.binary import operator_id_from_uid
 from flinkstate.errors import FlinkStateError
+from flinkstate.identity import OperatorRef
 from flinkstate.keyed import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
@@ -266,10 +267,9 @@ class _Parser:
             if not _HEX_ID.match(operator_id):
                 raise self.fail(f"{path}.id", "expected 32 hex digits (an operator id)")
             uid = None
-        elif _HEX_ID.match(label.lower()):
-            operator_id, uid = label.lower(), None
         else:
-            operator_id, uid = operator_id_from_uid(label), label
+            ref = OperatorRef.parse(label)
+            operator_id, uid = ref.operator_id, ref.uid
         max_parallelism = spec.get("max_parallelism")
         if max_parallelism is not None and (not isinstance(max_parallelism, int) or isinstance(max_parallelism, bool)
                                             or not 1 <= max_parallelism <= 32768):

@@ -61,6 +61,10 @@ class Report:
     rows: list[StateRow] = field(default_factory=list)
     backend: str | None = None
     allow_non_restored_state: bool = False
+    #: The data-level dry run's section (:mod:`flinkstate.migration.dry_run`), when one ran or was declined.
+    dry_run: dict[str, Any] | None = None
+    #: Where the dry run ran, for the Markdown ("one process", "Spark").
+    dry_run_runner: str = "one process"
 
     @property
     def findings(self) -> list[Finding]:
@@ -83,7 +87,12 @@ class Report:
         """``restore`` (as is / reconfigured), ``migrate`` (required and possible) or ``incompatible``."""
         if self.verdict <= Verdict.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER:
             return "restore"
-        return "migrate" if self.migration_possible else "incompatible"
+        outcome = "migrate" if self.migration_possible else "incompatible"
+        if self.dry_run is not None:
+            from flinkstate.migration.dry_run import outcome_after_dry_run
+
+            outcome = outcome_after_dry_run(outcome, self.dry_run)
+        return outcome
 
     @property
     def exit_code(self) -> int:
@@ -102,13 +111,17 @@ class Report:
             "exit_code": self.exit_code,
             "states": [row.to_json() for row in self.rows],
             "findings": [f.to_json() for f in self.findings],
+            **({"dry_run": self.dry_run} if self.dry_run is not None else {}),
         }
 
     def render_json(self) -> str:
         return json.dumps(self.to_json(), indent=2)
 
     def render_markdown(self) -> str:
-        lines = [f"# Compatibility check: {_OUTCOME_TEXT[self.outcome]}", "",
+        headline = _OUTCOME_TEXT[self.outcome]
+        if self.outcome == "incompatible" and self.verdict < INCOMPATIBLE:
+            headline += " (the dry run shows the migration would fail)"
+        lines = [f"# Compatibility check: {headline}", "",
                  f"- savepoint: `{self.savepoint}`", f"- manifest: `{self.manifest}`",
                  f"- Flink's verdict: **{self.flink_verdict.name}**; verdict: **{self.verdict.name}**", "",
                  "| operator | state | kind | old type | new type | Flink | verdict | migration |",
@@ -136,7 +149,15 @@ class Report:
             change = f" (`{f.old_type}` → `{f.new_type}`)" if f.old_type or f.new_type else ""
             lines.append(f"- `{f.code}` at `{where}`: {_short(f.verdict)}. {f.message}{change}"
                          + (f" [{'; '.join(flags)}]" if flags else ""))
-        return "\n".join(lines) + "\n"
+        text = "\n".join(lines) + "\n"
+        if self.dry_run is not None:
+            from flinkstate.migration.dry_run import render_dry_run
+
+            text += render_dry_run(self.dry_run, self.dry_run_runner)
+        elif self.outcome == "migrate":
+            text += ("\nThe migration was planned from the serializer snapshots only; run the check with "
+                     "`--dry-run` to decode and migrate every entry in memory first.\n")
+        return text
 
 
 _OUTCOME_TEXT = {"restore": "restorable", "migrate": "migration required and possible",
@@ -156,7 +177,14 @@ def _types(types: dict[str, str]) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return escape_markdown(text)
 
 
-__all__ = ["EXIT_INCOMPATIBLE", "EXIT_MIGRATION", "EXIT_OK", "REPORT_VERSION", "Report", "StateRow"]
+def escape_markdown(text: str) -> str:
+    """Text from a savepoint or manifest (names, types, errors) made safe for one Markdown line: control characters
+    escaped, table pipes and backticks neutralised."""
+    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(text))
+    return text.replace("|", "\\|").replace("`", "'")
+
+
+__all__ = ["EXIT_INCOMPATIBLE", "EXIT_MIGRATION", "EXIT_OK", "REPORT_VERSION", "Report", "StateRow", "escape_markdown"]

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from flinkstate.binary import operator_id_from_uid
 from flinkstate.compatibility import (
     AFTER_MIGRATION,
     AS_IS,
@@ -36,6 +35,7 @@ from flinkstate.compatibility import (
     Compatibility,
     Finding,
 )
+from flinkstate.identity import OperatorRef
 from flinkstate.keyed import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.manifest import Manifest, OperatorSchema, StateSchema, load_manifest
 from flinkstate.metadata import OperatorState
@@ -121,8 +121,7 @@ class _Checker:
         if op.operator_id in by_id:
             return by_id[op.operator_id], False
         if op.renamed_from is not None:
-            old_id = op.renamed_from.lower() if len(op.renamed_from) == 32 and op.renamed_from.isalnum() \
-                else operator_id_from_uid(op.renamed_from)
+            old_id = OperatorRef.parse(op.renamed_from).operator_id
             if old_id in by_id:
                 return by_id[old_id], True
         return None, False
@@ -222,6 +221,14 @@ class _Checker:
             row.findings = [f.at(migratable=f.effective_verdict <= AFTER_MIGRATION) for f in row.findings]
             if result.verdict is AFTER_MIGRATION:
                 row.migration = "flink"
+                if self.planner is not None:
+                    # The upgrade pipeline migrates such states with flinkstate, not with Flink: it must be able to
+                    # reproduce exactly what Flink would do (e.g. the Java default of an added field), or say so.
+                    possible, reason = self.planner(meta, new)
+                    if not possible:
+                        row.migration = f"flink; flinkstate cannot reproduce it: {reason}"
+                        row.findings = [f.at(migratable=False) if f.effective_verdict >= AFTER_MIGRATION else f
+                                        for f in row.findings]
         row.verdict = max([result.verdict, *(f.effective_verdict for f in row.findings)])
         return row
 

@@ -13,18 +13,16 @@ Operators are named by uid (hashed as Flink does) or by 32-hex operator id.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from flinkstate.binary import KeyGroupRange, operator_id_from_uid
+from flinkstate.binary import KeyGroupRange
 from flinkstate.format_errors import SavepointFormatError, StateNotFound
+from flinkstate.identity import OperatorRef
 from flinkstate.keyed import KeyedBackendHeader, KeyedStateStream, StateMetaInfo
 from flinkstate.metadata import CheckpointMetadata, OperatorState, read_metadata
 from flinkstate.storage import METADATA_FILE, SavepointLocation, open_location
-
-_HEX_ID = re.compile(r"^[0-9a-fA-F]{32}$")
 
 
 @dataclass(frozen=True)
@@ -74,10 +72,9 @@ class Savepoint:
 
     def operator(self, uid_or_id: str) -> OperatorState:
         """The operator with this uid (hashed like Flink), 32-hex operator id, or (V5+) recorded uid."""
-        wanted = {uid_or_id.lower()} if _HEX_ID.match(uid_or_id) else set()
-        wanted.add(operator_id_from_uid(uid_or_id))
+        wanted = OperatorRef.parse(uid_or_id).operator_id
         for op in self.operators:
-            if op.operator_id in wanted or (op.uid is not None and op.uid == uid_or_id):
+            if op.operator_id == wanted or (op.uid is not None and op.uid == uid_or_id):
                 return op
         known = ", ".join(op.uid or op.operator_id for op in self.operators)
         raise StateNotFound(f"{self.location.uri}: no operator {uid_or_id!r} (operators: {known})")

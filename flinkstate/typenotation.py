@@ -11,8 +11,11 @@ Notation (YAML values):
   ``byte[]``, ``long[]``, ``String[]``, ...), namespaces (``VoidNamespace``, ``TimeWindow``, ``GlobalWindow``),
   generics (``List<Long>``, ``Map<String, Long>``, ``Set<String>``, ``Tuple2<Long, String>``, ``Nullable<Long>``,
   ``TTL<Long>``, ``Timer<String, VoidNamespace>``) and boxed arrays (``Long[]``);
-* mappings for structured types: ``{pojo: CLASS, fields: {name: TYPE}}`` (optional ``subclasses: {CLASS: TYPE}``,
-  ``declaring_classes: {field: CLASS}`` for inherited fields), ``{row: {name: TYPE}}`` (optional
+* mappings for structured types: ``{pojo: CLASS, fields: {name: TYPE}}`` (optional ``subclasses: {CLASS: TYPE}``
+  for registered subclasses, ``nonregistered_subclasses: {CLASS: TYPE}`` for those the serializer had cached,
+  ``declaring_classes: {field: CLASS}`` for inherited fields; a field's type written as a Java primitive, ``long``,
+  ``int``, ``double``, ``boolean``, ..., says the field is primitive: an added one then holds 0/false, not null),
+  ``{row: {name: TYPE}}`` (optional
   ``row_kind: false``), ``{enum: CLASS, constants: [...]}``, ``{avro: CLASS, schema: {...}}``,
   ``{kryo: CLASS}``, and the mapping forms of the generics, needed when an argument is structured:
   ``{list: T}``, ``{set: T}``, ``{map: {key: K, value: V}}``, ``{tuple: [T, ...]}``, ``{nullable: T, padding: N}``,
@@ -201,7 +204,8 @@ def _boxed_array(component: TypeSerializerSnapshot, text: str) -> GenericArraySn
 _FORMS = ("pojo", "row", "enum", "avro", "kryo", "list", "set", "map", "tuple", "nullable", "ttl", "array",
           "unknown")
 _ALLOWED_KEYS = {
-    "pojo": {"fields", "subclasses", "declaring_classes"}, "row": {"row_kind"}, "enum": {"constants"},
+    "pojo": {"fields", "subclasses", "nonregistered_subclasses", "declaring_classes"}, "row": {"row_kind"},
+    "enum": {"constants"},
     "avro": {"schema"}, "kryo": {"registrations", "default_serializers", "default_serializer_classes"},
     "nullable": {"padding"}, "array": {"component_class"}, "unknown": {"version", "raw"},
 }
@@ -230,6 +234,13 @@ def _nested(notation: Any, path: str) -> TypeSerializerSnapshot:
     return to_snapshot(notation, path)
 
 
+#: Java primitive type names: in a POJO's fields they say the field is primitive (same serializer as the boxed
+#: type, but an added primitive field holds 0/false, not null).
+_PRIMITIVE_NAMES = {"long", "int", "short", "byte", "float", "double", "boolean", "char"}
+_PRIMITIVE_BY_TYPE = {"Long": "long", "Integer": "int", "Short": "short", "Byte": "byte", "Float": "float",
+                      "Double": "double", "Boolean": "boolean", "Character": "char"}
+
+
 def _pojo_form(n: Mapping[str, Any]) -> PojoSnapshot:
     pojo_class = _require(n, "pojo", str, "pojo needs the class name")
     fields = _require(n, "fields", Mapping, "pojo needs 'fields', a mapping of field name to type")
@@ -237,13 +248,16 @@ def _pojo_form(n: Mapping[str, Any]) -> PojoSnapshot:
     if not isinstance(declaring, Mapping) or set(declaring) - set(fields):
         raise TypeNotationError("must map field names of this POJO to class names", "declaring_classes")
     ordered = sorted(fields.items(), key=lambda item: java_string_sort_key(str(item[0])))
-    pojo_fields = [PojoField(str(name), str(declaring.get(name, pojo_class)), _nested(t, f"fields.{name}"))
+    pojo_fields = [PojoField(str(name), str(declaring.get(name, pojo_class)), _nested(t, f"fields.{name}"),
+                             True if isinstance(t, str) and t in _PRIMITIVE_NAMES else None)
                    for name, t in ordered]
-    subclasses = n.get("subclasses") or {}
-    if not isinstance(subclasses, Mapping):
-        raise TypeNotationError("must map subclass names to their types", "subclasses")
-    registered = [OptionalMapEntry(str(name), (), _nested(t, f"subclasses.{name}")) for name, t in subclasses.items()]
-    return PojoSnapshot(PojoSnapshot.CLASS_NAMES[0], 2, pojo_class, pojo_fields, registered)
+    maps = []
+    for key in ("subclasses", "nonregistered_subclasses"):
+        subclasses = n.get(key) or {}
+        if not isinstance(subclasses, Mapping):
+            raise TypeNotationError("must map subclass names to their types", key)
+        maps.append([OptionalMapEntry(str(name), (), _nested(t, f"{key}.{name}")) for name, t in subclasses.items()])
+    return PojoSnapshot(PojoSnapshot.CLASS_NAMES[0], 2, pojo_class, pojo_fields, maps[0], maps[1])
 
 
 def _row_form(n: Mapping[str, Any]) -> RowSnapshot:
@@ -411,14 +425,22 @@ def _pojo_notation(snapshot: PojoSnapshot) -> dict[str, Any]:
     for field in snapshot.fields:
         if field.snapshot is None:
             raise TypeNotationError(f"POJO {snapshot.pojo_class}: field {field.name} has no serializer snapshot")
-        fields[field.name] = to_notation(field.snapshot)
+        notation = to_notation(field.snapshot)
+        if field.primitive and isinstance(notation, str) and notation in _PRIMITIVE_BY_TYPE:
+            notation = _PRIMITIVE_BY_TYPE[notation]
+        fields[field.name] = notation
         if field.declaring_class != snapshot.pojo_class:
             declaring[field.name] = field.declaring_class
     result: dict[str, Any] = {"pojo": snapshot.pojo_class, "fields": fields}
     if declaring:
         result["declaring_classes"] = declaring
-    if snapshot.registered_subclasses:
-        result["subclasses"] = {e.name: to_notation(e.value) for e in snapshot.registered_subclasses}
+    for key, entries in (("subclasses", snapshot.registered_subclasses),
+                         ("nonregistered_subclasses", snapshot.nonregistered_subclasses)):
+        if not entries:
+            continue
+        if any(e.value is None or e.key is None for e in entries):
+            raise TypeNotationError(f"POJO {snapshot.pojo_class}: a subclass in {key} is no longer loadable")
+        result[key] = {e.name: to_notation(e.value) for e in entries}
     return result
 
 

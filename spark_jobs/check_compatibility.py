@@ -22,17 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
 
-from flinkstate.migration.engine import DryRunResult, StateCount, dry_run_subtask, split_key_groups
+from flinkstate.migration.dry_run import DryRunUnit, run_dry_run, run_dry_run_unit
+from flinkstate.migration.engine import DryRunResult
 from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.manifest_targets import plan_state_migration
-from flinkstate.report import Report
+from flinkstate.migration.verify import verify_migration
 from flinkstate.resolution import BACKENDS, check
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage import write_file
@@ -42,69 +42,30 @@ REPORT_JSON = "check-report.json"
 REPORT_MARKDOWN = "check-report.md"
 
 
-def dry_run_unit(job: MigrationJob, examples: int, unit: tuple[str, int, int, int]) -> DryRunResult:
+def dry_run_unit(job: MigrationJob, examples: int, unit: DryRunUnit) -> DryRunResult:
     """One Spark task: one key-group range of one (operator, subtask) stream."""
-    from flinkstate.binary import KeyGroupRange
-
-    operator_id, subtask, start, end = unit
     source = Savepoint.open(job.savepoint)
-    return dry_run_subtask(source, job.plan(source), operator_id, subtask, KeyGroupRange(start, end), examples)
+    return run_dry_run_unit(source, job.plan(source), unit, examples)
 
 
-def dry_run(spark: Any, job: MigrationJob, examples: int) -> dict[str, Any]:
-    started = time.perf_counter()
+def dry_run(spark: Any, job: MigrationJob, examples: int, max_dead_letters: int = 0) -> dict[str, Any]:
+    """flinkstate's dry run (:mod:`flinkstate.migration.dry_run`) with its units as Spark tasks."""
     source = Savepoint.open(job.savepoint)
     plan = job.plan(source)
-    units: list[tuple[str, int, int, int]] = []
-    slices = max(2, spark.sparkContext.defaultParallelism * 2)
-    for operator_id, subtask in plan.units():
-        stream = dict(source.keyed_streams(plan.operators[operator_id].source))[subtask]
-        for piece in split_key_groups(stream.key_group_range, max(1, slices // max(1, len(plan.units())))):
-            units.append((operator_id, subtask, piece.start, piece.end))
-    results: list[DryRunResult] = []
-    if units:
-        results = spark.sparkContext.parallelize(units, len(units)).map(partial(dry_run_unit, job, examples)).collect()
-    totals: dict[str, StateCount] = {}
-    found: list[dict[str, Any]] = []
-    for result in results:
-        label = plan.operators[result.operator_id].new_uid or plan.operators[result.operator_id].new_operator_id
-        for name, count in result.counts.items():
-            total = totals.setdefault(f"{label}/{name}", StateCount())
-            total.read += count.read
-            total.written += count.written
-            total.dead_lettered += count.dead_lettered
-        found += result.examples
-    return {
-        "tasks": len(units),
-        "entries": sum(c.read for c in totals.values()),
-        "failures": sum(c.dead_lettered for c in totals.values()),
-        "failed_under_fail_policy": any(r.failed_under_fail_policy for r in results),
-        "states": {name: {"read": c.read, "converted": c.written, "failed": c.dead_lettered}
-                   for name, c in sorted(totals.items())},
-        "examples": found[:examples],
-        "seconds": round(time.perf_counter() - started, 3),
-    }
+
+    def on_spark(units: list[DryRunUnit]) -> list[DryRunResult]:
+        rdd = spark.sparkContext.parallelize(units, len(units))
+        return rdd.map(partial(dry_run_unit, job, examples)).collect()  # type: ignore[no-any-return]
+
+    return run_dry_run(source, plan, examples=examples, max_dead_letters=max_dead_letters, map_units=on_spark,
+                       slices=max(2, spark.sparkContext.defaultParallelism * 2))
 
 
-def render_dry_run(section: dict[str, Any]) -> str:
-    if not section.get("ran"):
-        return f"\n## Dry run\n\nNot run: {section['reason']}.\n"
-    lines = ["", "## Dry run", "",
-             f"{section['entries']} entries decoded and migrated in memory by {section['tasks']} Spark tasks in "
-             f"{section['seconds']} s; {section['failures']} failed.", "",
-             "| state | read | converted | failed |", "|---|---|---|---|"]
-    lines += [f"| {name} | {c['read']} | {c['converted']} | {c['failed']} |" for name, c in section["states"].items()]
-    if section["examples"]:
-        lines += ["", "Failing entries (first few):", ""]
-        lines += [f"- `{e['operator']}/{e['state']}` key `{json.dumps(e['key'])}` ({e.get('on_error')}): "
-                  f"{e['error']}" for e in section["examples"]]
-    return "\n".join(lines) + "\n"
-
-
-def outcome_after_dry_run(report: Report, section: dict[str, Any]) -> str:
-    if report.outcome == "migrate" and section.get("failed_under_fail_policy"):
-        return "incompatible"
-    return report.outcome
+def verify_against(source_path: str, migrated_path: str, schema: str, old_schema: str | None) -> list[str]:
+    """The independent verifier on a migrated savepoint and its source (the DAG's re-check)."""
+    source = Savepoint.open(source_path)
+    job = MigrationJob(source_path, schema, output="", old_schema=old_schema)
+    return verify_migration(source, Savepoint.open(migrated_path), job.plan(source)).lines()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -119,6 +80,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         choices=("true", "false"), help="the new job runs with allowNonRestoredState")
     parser.add_argument("--dry-run", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--examples", type=int, default=5)
+    parser.add_argument("--max-dead-letters", type=int, default=0,
+                        help="entries a dead-letter policy may skip before the migration counts as failing")
+    parser.add_argument("--verify-against", metavar="SOURCE_SAVEPOINT",
+                        help="SAVEPOINT is a migration of SOURCE_SAVEPOINT: compare every entry with it (the "
+                             "independent verifier); a difference fails")
+    parser.add_argument("--verify-old-schema", metavar="MANIFEST",
+                        help="with --verify-against: the manifest of the version that wrote SOURCE_SAVEPOINT")
     parser.add_argument("--exit-code", action="store_true")
     return parser.parse_args(argv)
 
@@ -127,6 +95,9 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=plan_state_migration,
                    backend=args.backend, allow_non_restored_state=args.allow_non_restored_state == "true")
+    verification: list[str] | None = None
+    if args.verify_against:
+        verification = verify_against(args.verify_against, args.savepoint, args.schema, args.verify_old_schema)
     wanted = args.dry_run == "always" or (args.dry_run == "auto" and report.outcome == "migrate")
     section: dict[str, Any] = {"ran": False, "reason": f"the outcome is '{report.outcome}'"}
     if args.dry_run == "never":
@@ -134,18 +105,18 @@ def main(argv: list[str]) -> int:
     elif wanted and report.outcome != "incompatible":
         spark = spark_session("flinkstate-check-compatibility")
         try:
-            job = MigrationJob(args.savepoint, args.schema, output="", old_schema=args.previous)
-            section = {"ran": True, **dry_run(spark, job, args.examples)}
+            job = MigrationJob(args.savepoint, args.schema, output="", old_schema=args.previous,
+                               max_dead_letters=args.max_dead_letters)
+            section = dry_run(spark, job, args.examples, args.max_dead_letters)
         finally:
             spark.stop()
-    outcome = outcome_after_dry_run(report, section)
+    report.dry_run, report.dry_run_runner = section, "Spark"
     body = report.to_json()
-    body.update({"dry_run": section, "outcome": outcome,
-                 "exit_code": {"restore": 0, "migrate": 3, "incompatible": 4}[outcome]})
-    markdown = report.render_markdown() + render_dry_run(section)
-    if outcome != report.outcome:
-        markdown = markdown.replace(markdown.splitlines()[0], "# Compatibility check: INCOMPATIBLE (the dry run "
-                                    "failed under the fail policy)", 1)
+    markdown = report.render_markdown()
+    if verification is not None:
+        body["verification"] = verification
+        markdown += "\n## Verification against the source savepoint\n\n" + "".join(
+            f"- {line}\n" for line in verification)
     folder = args.report_dir.rstrip("/")
     write_file(f"{folder}/{REPORT_JSON}", (json.dumps(body, indent=2) + "\n").encode())
     write_file(f"{folder}/{REPORT_MARKDOWN}", markdown.encode())

@@ -12,6 +12,7 @@ import importlib
 from typing import Any
 
 from flinkstate.errors import FlinkStateError
+from flinkstate.report import Report
 from flinkstate.resolution import BACKENDS, MigrationPlanner, check
 
 
@@ -30,6 +31,13 @@ def register(subparsers: Any) -> None:
                         help="the new job's state backend (default: the stricter rule of both)")
     parser.add_argument("--allow-non-restored-state", action="store_true",
                         help="the new job will run with allowNonRestoredState (removed operators are skipped)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="also decode and migrate every entry of the states a migration touches, in memory "
+                             "(nothing is written); a failing entry makes the outcome incompatible")
+    parser.add_argument("--max-dead-letters", type=int, default=0, metavar="N",
+                        help="with --dry-run: entries a dead-letter policy may skip before the migration counts "
+                             "as failing (default 0)")
+    parser.add_argument("--examples", type=int, default=5, metavar="N", help="failing entries kept as examples")
     parser.add_argument("--migration-planner", metavar="MODULE:FUNCTION",
                         help="callable(old_state, new_state) -> (possible, reason) judging declared migrations")
     parser.set_defaults(handler=_run)
@@ -52,6 +60,27 @@ def _run(args: argparse.Namespace) -> int:
     planner = load_planner(args.migration_planner) if args.migration_planner else None
     report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=planner,
                    backend=args.backend, allow_non_restored_state=args.allow_non_restored_state)
+    if args.dry_run:
+        report.dry_run = dry_run_section(report, args.savepoint, args.schema, args.previous,
+                                         examples=args.examples, max_dead_letters=args.max_dead_letters)
     print(report.render_json() if args.format == "json" else report.render_markdown(), end="\n"
           if args.format == "json" else "")
     return report.exit_code
+
+
+def dry_run_section(report: Report, savepoint: str, schema: str, previous: str | None, *, examples: int = 5,
+                    max_dead_letters: int = 0) -> dict[str, Any]:
+    """The dry run of the migration ``flinkstate migrate`` would run, in this process (the report's section)."""
+    from flinkstate.migration.dry_run import run_dry_run
+    from flinkstate.migration.job import MigrationJob
+    from flinkstate.savepoint import Savepoint
+
+    if report.outcome != "migrate":
+        return {"ran": False, "reason": f"the outcome is '{report.outcome}'"}
+    job = MigrationJob(savepoint, schema, output="", old_schema=previous, max_dead_letters=max_dead_letters)
+    source = Savepoint.open(savepoint)
+    try:
+        plan = job.plan(source)
+    except FlinkStateError as exc:
+        return {"ran": False, "reason": f"the migration cannot be planned: {exc}", "plan_error": str(exc)}
+    return run_dry_run(source, plan, examples=examples, max_dead_letters=max_dead_letters)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from flinkstate.savepoint import Savepoint
+
+#: Some operator's state could not be read (the listing is printed all the same).
+EXIT_UNREADABLE = 1
 
 
 def register(subparsers: Any) -> None:
@@ -25,7 +29,12 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(description, indent=2))
     else:
         print(render_text(description))
-    return 0
+    # What could not be read is also said on stderr, and the exit status says it: a listing with holes is not a
+    # successful describe.
+    errors = [op["error"] for op in description["operators"] if "error" in op]
+    for error in errors:
+        print(f"flinkstate: error: {error}", file=sys.stderr)
+    return EXIT_UNREADABLE if errors else 0
 
 
 def render_text(description: dict[str, Any]) -> str:

@@ -28,6 +28,9 @@ def register(subparsers: Any) -> None:
                         help="snappy-compress rewritten keyed state (default: as the source)")
     parser.add_argument("--report", metavar="DIR",
                         help="write report.json and dead-letters.jsonl there (default: OUTPUT.report beside OUTPUT)")
+    parser.add_argument("--max-dead-letters", type=int, default=0, metavar="N",
+                        help="entries a state with on_error: dead-letter may skip before the migration fails "
+                             "(default 0: any failing entry fails the migration and nothing is published)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(handler=_run)
 
@@ -36,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
                        metadata_version=args.metadata_version,
                        compression=None if args.compression is None else args.compression == "on",
-                       report_dir=args.report)
+                       report_dir=args.report, max_dead_letters=args.max_dead_letters)
     report = job.run()
     if args.json:
         print(json.dumps(report.to_json(), indent=2))

@@ -19,23 +19,24 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flinkstate.binary import I32, U16, KeyGroupRange, assign_key_group, encode_varint_le, operator_id_from_uid
+from flinkstate.binary import KeyGroupRange, assign_key_group, encode_varint_le
 from flinkstate.errors import FlinkStateError
 from flinkstate.format_errors import SavepointFormatError
+from flinkstate.identity import OperatorRef
 from flinkstate.jsonify import to_json
 from flinkstate.keyed import (
-    END_OF_KEY_GROUP_MARK,
-    FIRST_BIT_IN_BYTE_MASK,
     TIMERS,
     VALUE_SERIALIZER,
     KeyedBackendHeader,
     KeyLayout,
     StateMetaInfo,
+    iter_raw_entries,
     make_entry_decoder,
+    raw_key,
 )
 from flinkstate.metadata import CheckpointMetadata, KeyGroupsStateHandle, OperatorState, OperatorSubtaskState
 from flinkstate.migration.spec import NO_MIGRATION, StateMigration
@@ -92,10 +93,17 @@ class StateTarget:
 
 @dataclass
 class OperatorTarget:
+    """One operator of the new version. ``uid`` names it as a user does: a uid, or a 32-hex operator id (kept as
+    it is, never hashed: see :mod:`flinkstate.identity`)."""
+
     uid: str
     renamed_from: str | None = None  # the old uid (or 32-hex operator id)
     states: list[StateTarget] = field(default_factory=list)
     dropped_states: list[str] = field(default_factory=list)
+
+    @property
+    def ref(self) -> OperatorRef:
+        return OperatorRef.parse(self.uid)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -196,8 +204,13 @@ def plan_migration(source: Savepoint, targets: list[OperatorTarget], *, compress
 def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget, reencode: bool) -> OperatorPlan:
     label = f"operator {target.uid}"
     header = source.keyed_header(op)
-    new_id = operator_id_from_uid(target.uid)
-    new_uid = target.uid if (op.uid is not None or target.renamed_from) else op.uid
+    new_ref = target.ref
+    new_id = new_ref.operator_id
+    if new_ref.uid is None:
+        # Named by its id: the uid the metadata records (V5+) stays while the id does.
+        new_uid = op.uid if new_id == op.operator_id else None
+    else:
+        new_uid = new_ref.uid if (op.uid is not None or target.renamed_from) else op.uid
     if header is None:
         if target.states or target.dropped_states:
             raise MigrationError(f"{label}: the savepoint holds no keyed state for it")
@@ -268,17 +281,24 @@ def _state_transforms(meta: StateMetaInfo, target: StateTarget) -> tuple[Transfo
 
 def plan_value_migration(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, migration: StateMigration,
                          row_names: RowNames | None = None) -> tuple[bool, str]:
-    """Whether ``migration`` turns stored values of ``old`` into ``new``, and why (not)."""
+    """Whether ``migration`` turns stored values of ``old`` into ``new``, and why (not). A migration function is
+    not imported here (the check runs no user code): it is judged at ``migrate`` time and by the dry run."""
     try:
         transform = build_transform(old, new, rules=migration.fields, convert=migration.value, row_names=row_names)
-        if migration.function is not None:
-            load_function(migration.function)
     except MigrationPlanError as exc:
         if migration.function is not None and "cannot load" not in str(exc):
             return True, f"the function {migration.function} maps old values to new ones"
         return False, str(exc)
     if transform is None and migration.function is None:
         return True, "no change"
+    # Values are decoded with the old serializer and encoded with the new one: both codecs must exist.
+    try:
+        old.decoder()
+        new.encoder()
+    except (NotImplementedError, FlinkStateError) as exc:
+        return False, f"the values must be decoded and re-encoded, which this tool cannot do: {exc}"
+    if migration.function is not None:
+        return True, f"the function {migration.function} maps old values to new ones (loaded at migrate time)"
     return True, "migrated by flinkstate migrate"
 
 
@@ -301,38 +321,6 @@ class SubtaskResult:
     handle: KeyGroupsStateHandle | None
     counts: dict[str, StateCount]  # by new state name
     dead_letters: list[dict[str, Any]]
-
-
-def _raw_entries(data: bytes) -> Iterator[tuple[int, int, int, int, int]]:
-    """(state id, key start, key end, value start, value end) of every entry of an uncompressed block. The block
-    was already validated by nothing: lengths are checked here."""
-    unpack_i32, unpack_u16 = I32.unpack_from, U16.unpack_from
-    size = len(data)
-    state_id = unpack_u16(data, 0)[0]
-    pos = 2
-    while pos < size:
-        key_len = unpack_i32(data, pos)[0]
-        ks = pos + 4
-        ke = ks + key_len
-        value_len = unpack_i32(data, ke)[0]
-        vs = ke + 4
-        pos = vs + value_len
-        if key_len <= 0 or value_len < 0 or pos > size:
-            raise SavepointFormatError(f"bad entry lengths {key_len}/{value_len}", offset=ks - 4)
-        yield state_id, ks, ke, vs, pos
-        if data[ks] & FIRST_BIT_IN_BYTE_MASK:
-            state_id = unpack_u16(data, pos)[0]
-            pos += 2
-            if state_id == END_OF_KEY_GROUP_MARK:
-                return
-    raise SavepointFormatError("block ends without an end-of-key-group mark", offset=pos)
-
-
-def _clear_flag(data: bytes, ks: int, ke: int) -> bytes:
-    first = data[ks]
-    if first & FIRST_BIT_IN_BYTE_MASK:
-        return bytes((first & 0x7F,)) + data[ks + 1:ke]
-    return data[ks:ke]
 
 
 class _Rekeyed(Exception):
@@ -415,7 +403,9 @@ class _SubtaskMigrator:
         self.streams = dict(source.keyed_streams(plan.source))
         self.stream = self.streams[subtask]
         self.prefix_bytes = self.stream.prefix_bytes
-        self.codecs = [_StateCodec(plan, r, self.prefix_bytes) if r is not None else None for r in plan.rewrites]
+        # Only states whose entries are decoded need codecs: a state kept as bytes may have none (Kryo, unknown).
+        self.codecs = [_StateCodec(plan, r, self.prefix_bytes) if r is not None and (r.touches_values or
+                       plan.key_transform is not None) else None for r in plan.rewrites]
         assert plan.new_header is not None
         self.counts = {s.name: StateCount() for s in plan.new_header.states}
         self.dead_letters: list[dict[str, Any]] = []
@@ -493,7 +483,7 @@ class _SubtaskMigrator:
         recompress = plan.new_header.compressed != plan.old_header.compressed  # type: ignore[union-attr]
         only_copies = not recompress and all(r is not None and not r.touches_values and r.new_id == i
                                              for i, r in enumerate(plan.rewrites))
-        for key_group, start, end in stream._blocks:
+        for key_group, start, end in stream.blocks:
             if only_copies:
                 # No state of this operator changes its bytes: the stored block is copied as it is (only the
                 # header changed), but still scanned for the entry counts.
@@ -505,7 +495,7 @@ class _SubtaskMigrator:
             writer.write_block(key_group, encode_block(self._rewrite_block(data, key_group)))
 
     def _count_block(self, data: bytes, key_group: int) -> None:
-        for state_id, *_ in _raw_entries(data):
+        for state_id, *_ in iter_raw_entries(data):
             rewrite = self.plan.rewrites[state_id]
             assert rewrite is not None
             count = self.counts[rewrite.new_name]
@@ -515,14 +505,14 @@ class _SubtaskMigrator:
     def _rewrite_block(self, data: bytes, key_group: int) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
         runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
         rewrites, codecs = self.plan.rewrites, self.codecs
-        for state_id, ks, ke, vs, ve in _raw_entries(data):
+        for state_id, ks, ke, vs, ve in iter_raw_entries(data):
             rewrite = rewrites[state_id]
             if rewrite is None:
                 continue
             count = self.counts[rewrite.new_name]
             count.read += 1
             if not rewrite.touches_values:
-                pair = (_clear_flag(data, ks, ke), data[vs:ve])
+                pair = (raw_key(data, ks, ke), data[vs:ve])
             else:
                 codec = codecs[state_id]
                 assert codec is not None
@@ -533,9 +523,9 @@ class _SubtaskMigrator:
                     if new_entry is None:
                         continue
                     # Keys keep their bytes unless a MapState user key was rewritten.
-                    raw_key = None if rewrite.user_key_transform is not None or rewrite.reencode \
-                        else _clear_flag(data, ks, ke)
-                    encoded = self._encode(codec, new_entry, key_group, raw_key)
+                    kept_key = None if rewrite.user_key_transform is not None or rewrite.reencode \
+                        else raw_key(data, ks, ke)
+                    encoded = self._encode(codec, new_entry, key_group, kept_key)
                 except (MigrationError, SavepointFormatError):
                     raise
                 except Exception as exc:  # conversions raise ConversionError, user functions anything
@@ -560,9 +550,9 @@ class _SubtaskMigrator:
         assert key_f is not None
         buckets: dict[int, dict[int, list[tuple[bytes, bytes]]]] = {}
         for _, stream in sorted(self.streams.items()):
-            for key_group, start, end in stream._blocks:
+            for key_group, start, end in stream.blocks:
                 data = stream.read_block(key_group, start, end)
-                for state_id, ks, ke, vs, ve in _raw_entries(data):
+                for state_id, ks, ke, vs, ve in iter_raw_entries(data):
                     rewrite = plan.rewrites[state_id]
                     codec = self.codecs[state_id]
                     if rewrite is None or codec is None:
@@ -655,7 +645,7 @@ def dry_run_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, su
             migrator.run_rekeyed(writer, migrator.stream.key_group_range, op_plan.source.max_parallelism)
     else:
         stream = migrator.stream
-        for key_group, start, end in stream._blocks:
+        for key_group, start, end in stream.blocks:
             if key_group_range is None or key_group in key_group_range:
                 migrator._rewrite_block(stream.read_block(key_group, start, end), key_group)
     return DryRunResult(operator_id, subtask, key_group_range, migrator.counts, migrator.dead_letters)
@@ -768,38 +758,25 @@ def merge_counts(plan: MigrationPlan, results: list[SubtaskResult]) -> dict[str,
     return totals
 
 
-def verify_output(staged: Savepoint, plan: MigrationPlan, results: list[SubtaskResult],
+def verify_output(source: Savepoint, staged: Savepoint, plan: MigrationPlan, results: list[SubtaskResult],
                   extra_check: Callable[[Savepoint], list[str]] | None = None) -> list[str]:
-    """Re-reads the new savepoint: every rewritten state decodes with its new snapshot and holds exactly the
-    entries written, and its header carries exactly the planned snapshots. Raises MigrationError on mismatch;
-    returns what was checked."""
-    checked = []
+    """The gate before publishing: the independent verifier (:mod:`flinkstate.migration.verify`) compares the
+    staged savepoint with the source, the run's own counts must agree with what it found, and ``extra_check`` (the
+    manifest's snapshots) must pass. Raises MigrationError; returns what was compared."""
+    from flinkstate.migration.verify import VerificationError, verify_migration
+
+    try:
+        verification = verify_migration(source, staged, plan)
+    except VerificationError as exc:
+        raise MigrationError(f"verification: {exc}") from None
     totals = merge_counts(plan, results)
-    for op_plan in plan.operators.values():
-        if op_plan.new_header is None:
-            continue
-        label = op_plan.new_uid or op_plan.new_operator_id
-        op = staged.operator(op_plan.new_operator_id)
-        header = staged.keyed_header(op)
-        if header is None:
-            raise MigrationError(f"verification: operator {label} lost its keyed state")
-        for want, got in zip(op_plan.new_header.states, header.states, strict=False):
-            if want.name != got.name or any(snapshot_bytes(a) != snapshot_bytes(b) for (_, a), (_, b)
-                                            in zip(want.serializers, got.serializers, strict=True)):
-                raise MigrationError(f"verification: operator {label}, state {want.name}: the written snapshot "
-                                     f"differs from the planned one")
-        if len(header.states) != len(op_plan.new_header.states):
-            raise MigrationError(f"verification: operator {label}: {len(header.states)} states written, "
-                                 f"{len(op_plan.new_header.states)} planned")
-        if not op_plan.rewrites_stream:
-            continue
-        for name, count in totals.get(label, {}).items():
-            found = sum(len(entries) for _, entries in staged.iter_key_groups(op, name))
-            expected = count.written
-            if found != expected:
-                raise MigrationError(f"verification: operator {label}, state {name}: {found} entries read back, "
-                                     f"{expected} written")
-            checked.append(f"{label}/{name}: {found} entries decode with the new snapshot")
+    for state in verification.states:
+        count = totals.get(state.operator, {}).get(state.state)
+        if count is not None and (count.written != state.entries or count.dead_lettered != state.dead_lettered):
+            raise MigrationError(f"verification: operator {state.operator}, state {state.state}: the run wrote "
+                                 f"{count.written} entries and dead-lettered {count.dead_lettered}, the output "
+                                 f"holds {state.entries} and the migration dead-letters {state.dead_lettered}")
+    checked = verification.lines()
     if extra_check is not None:
         checked += extra_check(staged)
     return checked
@@ -818,7 +795,7 @@ def run_units_locally(source: Savepoint, plan: MigrationPlan, units: list[tuple[
 def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: SavepointOutput, *,
                       metadata_version: int | None = None, compressed: bool | None = None, reencode: bool = False,
                       extra_check: Callable[[Savepoint], list[str]] | None = None,
-                      run_units: UnitRunner = run_units_locally) -> MigrationReport:
+                      run_units: UnitRunner = run_units_locally, max_dead_letters: int = 0) -> MigrationReport:
     """The whole migration: plan, rewrite every (operator, subtask) stream through ``run_units``, assemble
     ``_metadata``, verify, publish. The output is published only after verification and removed on any failure.
     The result does not depend on how the units are run: file names and contents derive from the input only."""
@@ -830,10 +807,14 @@ def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: S
         source = Savepoint.open(source_path)
         plan = plan_migration(source, targets, compressed=compressed, reencode=reencode)
         results = run_units(source, plan, plan.units(), output)
+        dead_lettered = sum(c.dead_lettered for r in results for c in r.counts.values())
+        if dead_lettered > max_dead_letters:
+            raise MigrationError(f"{dead_lettered} entries failed and would be dead-lettered, more than the limit "
+                                 f"of {max_dead_letters} (--max-dead-letters); nothing was published")
         metadata = assemble_metadata(source, plan, results, output, metadata_version)
         timings["migrate"] = time.perf_counter() - start
         verify_start = time.perf_counter()
-        checked = verify_output(Savepoint(output.staged()), plan, results, extra_check)
+        checked = verify_output(source, Savepoint(output.staged()), plan, results, extra_check)
         timings["verify"] = time.perf_counter() - verify_start
         output.publish()
     except BaseException:

@@ -32,6 +32,8 @@ class MigrationJob:
     metadata_version: int | None = None
     compression: bool | None = None  # None: as the source
     report_dir: str | None = None
+    #: Entries a ``dead-letter`` policy may skip before the migration fails (nothing is published then).
+    max_dead_letters: int = 0
 
     def manifests(self) -> tuple[Manifest, Manifest | None]:
         return load_manifest(self.schema), load_manifest(self.old_schema) if self.old_schema else None
@@ -56,7 +58,8 @@ class MigrationJob:
         report = migrate_savepoint(
             self.savepoint, self.targets(Savepoint.open(self.savepoint)), open_output(self.output),
             metadata_version=self.metadata_version, compressed=self.compression,
-            extra_check=lambda staged: check_against_manifest(staged, manifest), run_units=run_units)
+            extra_check=lambda staged: check_against_manifest(staged, manifest), run_units=run_units,
+            max_dead_letters=self.max_dead_letters)
         write_report(report, self.report_path)
         return report
 

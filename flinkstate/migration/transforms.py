@@ -57,6 +57,8 @@ _WIDENING = {
     "Float": {"Double"},
 }
 _JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+_PRIMITIVE_NAMES = {"Long": "long", "Integer": "int", "Short": "short", "Byte": "byte", "Float": "float",
+                    "Double": "double", "Boolean": "boolean", "Character": "char"}
 _F32 = struct.Struct(">f")
 
 
@@ -241,7 +243,8 @@ def build_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, *,
     if isinstance(new, PojoSnapshot) and isinstance(old, PojoSnapshot):
         return _record_transform([f.name for f in old.fields], [f.snapshot for f in old.fields],
                                  [f.name for f in new.fields], [f.snapshot for f in new.fields],
-                                 rules, row_names, path, as_dict=True)
+                                 rules, row_names, path, as_dict=True,
+                                 implicit=[f.java_default() for f in new.fields])
     if isinstance(new, RowSnapshot) and isinstance(old, RowSnapshot):
         return _row_transform(old, new, rules, row_names, path)
     if isinstance(new, AvroSnapshot) and isinstance(old, AvroSnapshot):
@@ -279,14 +282,17 @@ def _positional_transform(new: TypeSerializerSnapshot, parts: list[Transform | N
 
 
 def _record_transform(old_names: list[str], old_types: list[Any], new_names: list[str], new_types: list[Any],
-                      rules: dict[str, FieldRule], row_names: RowNames, path: str, *, as_dict: bool) -> Transform:
-    """POJO (``as_dict``) or Row (tuple) fields matched by name, with renames, defaults and conversions."""
+                      rules: dict[str, FieldRule], row_names: RowNames, path: str, *, as_dict: bool,
+                      implicit: list[tuple[bool, Any]] | None = None) -> Transform:
+    """POJO (``as_dict``) or Row (tuple) fields matched by name, with renames, defaults and conversions. An added
+    field without a ``default`` rule gets ``implicit`` (POJO: what Flink's own migration leaves in it, the Java
+    default), or null (Row); a POJO field whose Java default is unknown (``Long``: a primitive or not?) refuses."""
     old_index = {name: i for i, name in enumerate(old_names)}
     for name in {k.split(".", 1)[0] for k in rules}:
         if name not in new_names:
             raise MigrationPlanError(f"a rule names field {_join(path, name)}, which the new type does not have")
     steps: list[tuple[str, int | None, Transform | None]] = []  # (new name, old index or None, transform)
-    for name, new_type in zip(new_names, new_types, strict=True):
+    for position, (name, new_type) in enumerate(zip(new_names, new_types, strict=True)):
         rule = rules.get(name, FieldRule())
         source = rule.source or name
         if source in old_index and not rule.has_default:
@@ -299,14 +305,28 @@ def _record_transform(old_names: list[str], old_types: list[Any], new_names: lis
         elif rule.source is not None:
             raise MigrationPlanError(f"field {_join(path, name)} comes from {rule.source}, which the old type "
                                      f"does not have")
-        else:
+        elif rule.has_default or implicit is None:
             steps.append((name, None, _constant(rule.default)))  # added field: its default, or null
+        else:
+            known, default = implicit[position]
+            if not known:
+                type_name = new_type.type_name() if new_type is not None else "?"
+                primitive = _PRIMITIVE_NAMES.get(type_name, type_name.lower())
+                raise MigrationPlanError(
+                    f"field {_join(path, name)} is added with type {type_name}: Flink fills an added field with "
+                    f"its Java default, which is {'false' if primitive == 'boolean' else '0'} for a primitive "
+                    f"{primitive} and null for a {type_name}; the manifest must say which: write its type as "
+                    f"'{primitive}' if the field is primitive, or give it a value (default: null for a {type_name})")
+            steps.append((name, None, _constant(default)))
     if as_dict:
         old_keys = old_names
 
         def pojo(value: Any) -> Any:
             if value is None:
                 return None
+            if "@class" in value:
+                raise ConversionError(f"a value of the subclass {value['@class']}: subclass values of a changed "
+                                      f"POJO cannot be migrated")
             out = {}
             for name, index, part in steps:
                 if index is None:

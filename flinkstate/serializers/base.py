@@ -66,6 +66,14 @@ class TypeSerializerSnapshot:
     def make_decoder(self) -> Decoder:
         raise NotImplementedError(f"no decoder for {self.class_name}")
 
+    #: Whether a record can only be decoded when its end is known (it ends with bytes that carry no length, e.g. a
+    #: Kryo value): then only a whole stored value (or a MAP state value) can be decoded, with :meth:`tail_decoder`.
+    needs_end: ClassVar[bool] = False
+
+    def tail_decoder(self) -> Decoder:
+        """A decoder for a record that extends to the end of the buffer it is given (a whole stored value)."""
+        return self.decoder()
+
     def make_encoder(self) -> Encoder:
         raise NotImplementedError(f"no encoder for {self.class_name}")
 

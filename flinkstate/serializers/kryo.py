@@ -3,7 +3,8 @@ serializer instances, default serializer classes) whose frames are kept as raw b
 
 Kryo data (``writeClassAndObject``; Kryo 2.24 in Flink 1.x, 5.6 in 2.x) is not decoded: records are opaque and
 have no length of their own, so they can only be returned whole where the stream frames them (a whole state
-value), as :class:`OpaqueValue`.
+value, a MAP state value, or the last field of a POJO stored as one), as :class:`OpaqueValue`, and are written
+back byte for byte. Anywhere else (a list element, a POJO field followed by others) they are refused.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from flinkstate.binary import Reader, Writer
 from flinkstate.compatibility import INCOMPATIBLE, RECONFIGURED, Compatibility, Finding
 from flinkstate.format_errors import UnsupportedFormat
-from flinkstate.serializers.base import Decoder, TypeSerializerSnapshot
+from flinkstate.serializers.base import Decoder, Encoder, TypeSerializerSnapshot
 from flinkstate.serializers.pojo import OptionalMapEntry, read_linked_optional_map, write_linked_optional_map
 from flinkstate.serializers.registry import register
 
@@ -60,9 +61,32 @@ class KryoSnapshot(TypeSerializerSnapshot):
         for entries in (self.registrations, self.default_serializers, self.default_serializer_classes):
             write_linked_optional_map(writer, entries, _same, _same)
 
+    #: A Kryo record carries no length: it is known only as a whole stored value (or the tail of one).
+    needs_end = True
+
     def make_decoder(self) -> Decoder:
-        raise UnsupportedFormat(f"Kryo-serialized {self.type_class} cannot be decoded (opaque; only whole values "
-                                f"can be passed through)")
+        raise UnsupportedFormat(f"Kryo-serialized {self.type_class} cannot be decoded here: Kryo records carry no "
+                                f"length, so only a whole stored value (or a POJO's last field) can be passed through")
+
+    def tail_decoder(self) -> Decoder:
+        type_name = self.type_name()
+
+        def decode(buf: bytes, off: int) -> tuple[Any, int]:
+            return OpaqueValue(type_name, bytes(buf[off:])), len(buf)
+
+        return decode
+
+    def make_encoder(self) -> Encoder:
+        type_name = self.type_name()
+
+        def encode(value: Any, out: bytearray) -> None:
+            # Values pass through byte for byte: only the bytes read from a savepoint can be written back.
+            if not isinstance(value, OpaqueValue) or value.type_name != type_name:
+                raise UnsupportedFormat(f"{type_name}: only Kryo values read from a savepoint (passed through byte "
+                                        f"for byte) can be written, not {type(value).__name__}")
+            out += value.data
+
+        return encode
 
     def type_name(self) -> str:
         return f"Kryo<{self.type_class}>"

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from flinkstate.binary import I8, Reader, Writer, decode_mutf8
+from flinkstate.binary import I8, Reader, Writer, decode_mutf8, encode_mutf8
 from flinkstate.compatibility import (
     AFTER_MIGRATION,
     AS_IS,
@@ -33,7 +33,7 @@ from flinkstate.compatibility import (
     join,
     relabel_type_change,
 )
-from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot
+from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot, UnsupportedFormat
 from flinkstate.serializers.base import Decoder, Encoder, TypeSerializerSnapshot, UnknownSnapshot
 from flinkstate.serializers.registry import read_snapshot, register, snapshot_bytes
 
@@ -119,11 +119,30 @@ def _read_nested_tolerant(frame: Reader) -> TypeSerializerSnapshot:
         return UnknownSnapshot(class_name, version, frame.rest())
 
 
+#: Java's default value of a field of each primitive type (what a new field holds after Flink's POJO migration).
+PRIMITIVE_DEFAULTS: dict[str, Any] = {"Long": 0, "Integer": 0, "Short": 0, "Byte": 0, "Float": 0.0, "Double": 0.0,
+                                      "Boolean": False, "Character": "\x00"}
+
+
 @dataclass
 class PojoField:
+    """A field as the snapshot records it. ``primitive`` is not in the snapshot (Flink uses the same serializer for
+    ``long`` and ``Long``): True or False when a manifest says so, None when unknown."""
+
     name: str
     declaring_class: str | None
     snapshot: TypeSerializerSnapshot | None
+    primitive: bool | None = None
+
+    def java_default(self) -> tuple[bool, Any]:
+        """``(known, value)``: the value the field holds in a new instance (``new Pojo()``), which is what Flink's
+        POJO migration leaves in an added field: 0/false for a primitive, null for an object."""
+        type_name = self.snapshot.type_name() if self.snapshot is not None else None
+        if type_name not in PRIMITIVE_DEFAULTS:
+            return True, None
+        if self.primitive is None:
+            return False, None
+        return True, PRIMITIVE_DEFAULTS[type_name] if self.primitive else None
 
 
 @register
@@ -168,11 +187,34 @@ class PojoSnapshot(TypeSerializerSnapshot):
     def nested(self) -> list[TypeSerializerSnapshot]:
         return [f.snapshot for f in self.fields if f.snapshot is not None]
 
+    @property
+    def needs_end(self) -> bool:  # type: ignore[override]
+        """A POJO whose last field needs its end (a Kryo field) can be decoded only as a whole stored value."""
+        return bool(self.fields) and self.fields[-1].snapshot is not None and self.fields[-1].snapshot.needs_end
+
     def make_decoder(self) -> Decoder:
-        for field in self.fields:
+        if self.needs_end:
+            raise UnsupportedFormat(f"POJO {self.pojo_class}: its last field {self.fields[-1].name} is "
+                                    f"Kryo-serialized and carries no length, so the POJO can be decoded only as a "
+                                    f"whole stored value")
+        return self._decoder_with(last_to_end=False)
+
+    def tail_decoder(self) -> Decoder:
+        return self._decoder_with(last_to_end=self.needs_end)
+
+    def _decoder_with(self, last_to_end: bool) -> Decoder:
+        decoders = []
+        for index, field in enumerate(self.fields):
             if field.snapshot is None:
                 raise SavepointFormatError(f"POJO {self.pojo_class}: field {field.name} has no serializer snapshot")
-        fields = tuple((f.name, f.snapshot.decoder()) for f in self.fields)  # type: ignore[union-attr]
+            if field.snapshot.needs_end and not (last_to_end and index == len(self.fields) - 1):
+                raise UnsupportedFormat(f"POJO {self.pojo_class}: field {field.name} is "
+                                        f"{field.snapshot.type_name()}, which carries no length, and other fields "
+                                        f"follow it: the values cannot be decoded (they are passed through whole "
+                                        f"where the state is not migrated)")
+            last = last_to_end and index == len(self.fields) - 1
+            decoders.append((field.name, field.snapshot.tail_decoder() if last else field.snapshot.decoder()))
+        fields = tuple(decoders)
         subclass_by_name = {e.name: e.value for e in self.nonregistered_subclasses if e.value is not None}
         subclass_by_tag = [e.value for e in self.registered_subclasses]
         pojo_class = self.pojo_class
@@ -197,10 +239,17 @@ class PojoSnapshot(TypeSerializerSnapshot):
 
     def make_encoder(self) -> Encoder:
         fields = tuple((f.name, f.snapshot.encoder()) for f in self.fields)  # type: ignore[union-attr]
+        registered = {e.name: i for i, e in enumerate(self.registered_subclasses)}
+        subclasses = {e.name: e.value for e in (*self.registered_subclasses, *self.nonregistered_subclasses)}
+        pojo_class = self.pojo_class
 
         def encode(value: Any, out: bytearray) -> None:
             if value is None:
                 out.append(IS_NULL)
+                return
+            subclass = value.get("@class")
+            if subclass is not None and subclass != pojo_class:
+                _encode_subclass(value, subclass, out, pojo_class, registered, subclasses)
                 return
             out.append(NO_SUBCLASS)
             for name, enc in fields:
@@ -250,8 +299,11 @@ class PojoSnapshot(TypeSerializerSnapshot):
             result.merge(relabel_type_change(nested, field_path, "POJO_FIELD_TYPE_CHANGED"))
         for key, field in new_fields.items():
             if key not in old_keys:
+                known, default = field.java_default()
+                fill = ("its Java default (0/false for a primitive, null for an object)" if not known
+                        else f"its Java default ({'null' if default is None else repr(default)})")
                 result.add(Finding("POJO_FIELD_ADDED", join(path, field.name), f"field {field.name} added "
-                                   f"(restores as null)", AFTER_MIGRATION, None,
+                                   f"(Flink fills {fill} unless a migration gives it a value)", AFTER_MIGRATION, None,
                                    field.snapshot.type_name() if field.snapshot else None))
         if result.verdict is INCOMPATIBLE:
             return result
@@ -271,6 +323,25 @@ class PojoSnapshot(TypeSerializerSnapshot):
                                "compatible as is and RocksDB would misread every value", AS_IS,
                                silent_misread=True))
         return result
+
+
+def _encode_subclass(value: dict[str, Any], subclass: str, out: bytearray, pojo_class: str,
+                     registered: dict[str, int], subclasses: dict[str, TypeSerializerSnapshot | None]) -> None:
+    """``PojoSerializer.serialize`` of a subclass instance: the flags, the class (its tag when registered, else its
+    name), then the subclass serializer's own record."""
+    snapshot = subclasses.get(subclass)
+    if snapshot is None:
+        raise SavepointFormatError(f"POJO {pojo_class}: no serializer snapshot for subclass {subclass}")
+    tag = registered.get(subclass)
+    if tag is not None:
+        out.append(IS_TAGGED_SUBCLASS)
+        out += I8.pack(tag)
+    else:
+        out.append(IS_SUBCLASS)
+        name = encode_mutf8(subclass)
+        out += len(name).to_bytes(2, "big")
+        out += name
+    snapshot.encoder()({k: v for k, v in value.items() if k != "@class"}, out)
 
 
 def _decode_subclass(buf: bytes, off: int, flags: int, pojo_class: str,

@@ -1,0 +1,129 @@
+"""The data-level dry run of a migration, shared by ``flinkstate check --dry-run`` (one process) and the Spark check
+job (one Spark task per unit): every entry of the states a migration touches is decoded with the old serializers,
+migrated and encoded in memory, and thrown away. Failures are counted whatever the state's error policy; the
+outcome turns ``incompatible`` when an entry fails under the ``fail`` policy or more entries would be dead-lettered
+than allowed (``max_dead_letters``, default 0): the migration would not get through.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from flinkstate.binary import KeyGroupRange
+from flinkstate.migration.engine import DryRunResult, MigrationPlan, StateCount, dry_run_subtask, split_key_groups
+from flinkstate.savepoint import Savepoint
+
+#: (source operator id, subtask, first key group, last key group): one dry-run task.
+DryRunUnit = tuple[str, int, int, int]
+
+
+def dry_run_units(source: Savepoint, plan: MigrationPlan, slices: int = 1) -> list[DryRunUnit]:
+    """The plan's keyed streams cut into about ``slices`` key-group ranges in all."""
+    units: list[DryRunUnit] = []
+    streams = plan.units()
+    for operator_id, subtask in streams:
+        stream = dict(source.keyed_streams(plan.operators[operator_id].source))[subtask]
+        for piece in split_key_groups(stream.key_group_range, max(1, slices // max(1, len(streams)))):
+            units.append((operator_id, subtask, piece.start, piece.end))
+    return units
+
+
+def run_dry_run_unit(source: Savepoint, plan: MigrationPlan, unit: DryRunUnit, examples: int) -> DryRunResult:
+    operator_id, subtask, start, end = unit
+    return dry_run_subtask(source, plan, operator_id, subtask, KeyGroupRange(start, end), examples)
+
+
+def summarize(plan: MigrationPlan, results: list[DryRunResult], *, tasks: int, seconds: float, examples: int,
+              max_dead_letters: int = 0) -> dict[str, Any]:
+    """The report's ``dry_run`` section."""
+    totals: dict[str, StateCount] = {}
+    found: list[dict[str, Any]] = []
+    failed_under_fail = False
+    dead_letters = 0
+    for result in results:
+        op_plan = plan.operators[result.operator_id]
+        label = op_plan.new_uid or op_plan.new_operator_id
+        # The state's error policy decides what its failures mean: dead letters (limited) or a failed migration.
+        dead_letter = {r.new_name: r.dead_letter and (op_plan.key_transform is None or op_plan.key_dead_letter)
+                       for r in op_plan.rewrites if r is not None}
+        for name, count in result.counts.items():
+            total = totals.setdefault(f"{label}/{name}", StateCount())
+            total.read += count.read
+            total.written += count.written
+            total.dead_lettered += count.dead_lettered
+            if count.dead_lettered:
+                if dead_letter.get(name, False):
+                    dead_letters += count.dead_lettered
+                else:
+                    failed_under_fail = True
+        found += result.examples
+    return {
+        "ran": True,
+        "tasks": tasks,
+        "entries": sum(c.read for c in totals.values()),
+        "failures": sum(c.dead_lettered for c in totals.values()),
+        "failed_under_fail_policy": failed_under_fail,
+        "dead_letters": dead_letters,
+        "max_dead_letters": max_dead_letters,
+        "too_many_dead_letters": dead_letters > max_dead_letters,
+        "states": {name: {"read": c.read, "converted": c.written, "failed": c.dead_lettered}
+                   for name, c in sorted(totals.items())},
+        "examples": found[:examples],
+        "seconds": round(seconds, 3),
+    }
+
+
+def run_dry_run(source: Savepoint, plan: MigrationPlan, *, examples: int = 5, max_dead_letters: int = 0,
+                map_units: Callable[[list[DryRunUnit]], list[DryRunResult]] | None = None,
+                slices: int = 1) -> dict[str, Any]:
+    """Runs every unit (in this process, or through ``map_units``, e.g. Spark) and summarizes."""
+    import time
+
+    started = time.perf_counter()
+    units = dry_run_units(source, plan, slices)
+    if map_units is None:
+        results = [run_dry_run_unit(source, plan, unit, examples) for unit in units]
+    else:
+        results = map_units(units) if units else []
+    return summarize(plan, results, tasks=len(units), seconds=time.perf_counter() - started, examples=examples,
+                     max_dead_letters=max_dead_letters)
+
+
+def outcome_after_dry_run(outcome: str, section: dict[str, Any]) -> str:
+    """A migration that would fail (an entry under the ``fail`` policy, or more dead letters than allowed) is not
+    possible: ``migrate`` becomes ``incompatible``."""
+    if outcome == "migrate" and (section.get("plan_error") or (section.get("ran") and (
+            section.get("failed_under_fail_policy") or section.get("too_many_dead_letters")))):
+        return "incompatible"
+    return outcome
+
+
+def render_dry_run(section: dict[str, Any], runner: str = "one process") -> str:
+    """The Markdown section appended to the check report."""
+    from flinkstate.report import escape_markdown
+
+    if not section.get("ran"):
+        return f"\n## Dry run\n\nNot run: {section['reason']}.\n"
+    lines = ["", "## Dry run", "",
+             f"{section['entries']} entries decoded and migrated in memory ({section['tasks']} tasks, {runner}) in "
+             f"{section['seconds']} s; {section['failures']} failed.", ""]
+    if section.get("failed_under_fail_policy"):
+        lines += ["**The migration would fail**: entries fail in a state whose policy is `fail`.", ""]
+    if section.get("too_many_dead_letters"):
+        lines += [f"**The migration would fail**: {section['dead_letters']} entries would be dead-lettered, more "
+                  f"than the limit of {section['max_dead_letters']} (`--max-dead-letters`).", ""]
+    lines += ["| state | read | converted | failed |", "|---|---|---|---|"]
+    lines += [f"| {escape_markdown(name)} | {c['read']} | {c['converted']} | {c['failed']} |"
+              for name, c in section["states"].items()]
+    if section["examples"]:
+        lines += ["", "Failing entries (first few):", ""]
+        lines += [f"- `{escape_markdown(e['operator'])}/{escape_markdown(e['state'])}` key "
+                  f"`{escape_markdown(json.dumps(e['key']))}` ({e.get('on_error')}): {escape_markdown(e['error'])}"
+                  for e in section["examples"]]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["DryRunUnit", "dry_run_units", "outcome_after_dry_run", "render_dry_run", "run_dry_run",
+           "run_dry_run_unit", "summarize"]

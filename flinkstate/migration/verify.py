@@ -1,0 +1,431 @@
+"""The independent verifier: a migrated savepoint is compared with its source, entry by entry, before it is
+published (``flinkstate migrate``, the Spark migration job) and again by the upgrade DAG's re-check.
+
+It trusts nothing the migration run reported (no counts, no file names): it re-reads both savepoints and checks
+
+* identity: every operator of the source is in the output under the id the manifest gives it (its uid hashed, its
+  32-hex id kept, or the id of ``renamed_from``'s new uid), with the same parallelism, max parallelism, name and
+  uid (where the metadata records them), subtasks and finished subtasks; the same checkpoint id and master states;
+  no operator the source does not have;
+* non-keyed state, byte for byte: operator state (names, distribution modes, offsets and bytes), raw operator and
+  raw keyed state, coordinator state, channel state;
+* keyed state of an operator the migration does not target: the same key-group offsets and stream bytes;
+* keyed state of a targeted operator, per key group: the output's state list is the plan's (renames and drops
+  applied); entries of a state whose values are kept have the same key and value bytes; entries of a migrated state
+  equal the declared transform applied to the source entry, compared as values decoded from the written bytes with
+  the new serializers (dead-lettered and dropped entries excepted, and counted); nothing extra.
+
+A difference raises :class:`VerificationError` naming the operator, the state, the key group and the entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import struct
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from flinkstate.binary import assign_key_group
+from flinkstate.errors import FlinkStateError
+from flinkstate.jsonify import to_json
+from flinkstate.keyed import TIMERS, StreamSource, iter_raw_entries, raw_key
+from flinkstate.metadata import KeyGroupsStateHandle, OperatorState, StreamStateHandle
+from flinkstate.migration.engine import DROP, MigrationPlan, OperatorPlan, StateRewrite
+from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.registry import snapshot_bytes
+
+_F64 = struct.Struct(">d")
+
+
+class VerificationError(FlinkStateError):
+    """The migrated savepoint is not what the manifest declares."""
+
+
+@dataclass
+class StateVerification:
+    operator: str
+    state: str
+    mode: str  # "bytes" (kept) or "values" (migrated)
+    entries: int = 0
+    dead_lettered: int = 0
+    dropped: int = 0
+
+
+@dataclass
+class VerificationReport:
+    operators: int = 0
+    non_keyed_handles: int = 0
+    states: list[StateVerification] = field(default_factory=list)
+    untargeted_keyed_streams: int = 0
+
+    @property
+    def entries(self) -> int:
+        return sum(s.entries for s in self.states)
+
+    @property
+    def dead_lettered(self) -> int:
+        return sum(s.dead_lettered for s in self.states)
+
+    def lines(self) -> list[str]:
+        """What was compared, one line per state plus a summary (the migration report's ``verification``)."""
+        lines = [f"{s.operator}/{s.state}: {s.entries} entries equal "
+                 + ("byte for byte" if s.mode == "bytes" else "to the declared transform of the source's")
+                 + (f", {s.dead_lettered} dead-lettered" if s.dead_lettered else "")
+                 + (f", {s.dropped} dropped by the migration function" if s.dropped else "")
+                 for s in self.states]
+        lines.append(f"verified: {self.operators} operators (ids, uids, parallelism), {self.non_keyed_handles} "
+                     f"non-keyed state handles byte for byte, {self.untargeted_keyed_streams} untouched keyed "
+                     f"streams byte for byte, {len(self.states)} keyed states with {self.entries} entries")
+        return lines
+
+
+def canonical(value: Any) -> Any:
+    """A hashable form of a decoded value in which equal means equal to Java: floats by bits (NaN equals NaN,
+    -0.0 differs from 0.0), BigDecimal by its text (scale counts), rows with their RowKind, records by field."""
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return (type(value).__name__, value)
+    if isinstance(value, int):
+        return ("int", value)
+    if isinstance(value, float):
+        return ("float", b"NaN" if math.isnan(value) else _F64.pack(value))
+    if isinstance(value, Decimal):
+        return ("decimal", str(value))
+    if isinstance(value, dict):
+        return ("map", tuple(sorted((canonical(k), canonical(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return ("seq", getattr(value, "kind", 0) or 0, tuple(canonical(v) for v in value))
+    if isinstance(value, (set, frozenset)):
+        return ("set", tuple(sorted(canonical(v) for v in value)))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, tuple(canonical(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    return (type(value).__name__, repr(value))
+
+
+def _show(entry: Any) -> str:
+    try:
+        text = str(to_json(entry))
+    except Exception:
+        text = repr(entry)
+    text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def verify_migration(source: Savepoint, output: Savepoint, plan: MigrationPlan) -> VerificationReport:
+    """Compares ``output`` with ``source`` as :mod:`this module <flinkstate.migration.verify>` describes; ``plan``
+    supplies what the manifest declares (new ids, renames, drops, transforms), not what a run did."""
+    report = VerificationReport()
+    _verify_metadata(source, output, plan, report)
+    for op in source.operators:
+        op_plan = plan.operators.get(op.operator_id)
+        if op_plan is None or op_plan.old_header is None:
+            continue
+        new_op = output.operator(op_plan.new_operator_id)
+        verified = 0
+        for rewrite in op_plan.rewrites:
+            if rewrite is not None:
+                state = _verify_state(source, op, output, new_op, op_plan, rewrite)
+                report.states.append(state)
+                verified += state.entries
+        # Nothing extra: every stored entry belongs to a state just compared.
+        stored = sum(len(entries) for _, entries in _raw_entries_by_group(output, new_op, None))
+        if stored != verified:
+            raise VerificationError(f"operator {op_plan.new_uid or op_plan.new_operator_id}: {stored} entries "
+                                    f"stored, {verified} accounted for by its states")
+    return report
+
+
+# -- metadata and non-keyed state --------------------------------------------------------------------------------------
+
+
+def _verify_metadata(source: Savepoint, output: Savepoint, plan: MigrationPlan, report: VerificationReport) -> None:
+    src, out = source.metadata, output.metadata
+    if src.checkpoint_id != out.checkpoint_id:
+        raise VerificationError(f"checkpoint id {out.checkpoint_id}, the source's is {src.checkpoint_id}")
+    if [(m.version, m.name, m.payload) for m in src.master_states] != \
+            [(m.version, m.name, m.payload) for m in out.master_states]:
+        raise VerificationError("the master states differ from the source's")
+    written = {op.operator_id: op for op in out.operators}
+    expected_ids = set()
+    for op in src.operators:
+        op_plan = plan.operators.get(op.operator_id)
+        new_id = op_plan.new_operator_id if op_plan is not None else op.operator_id
+        label = f"operator {op.uid or op.operator_id}"
+        if new_id in expected_ids:
+            raise VerificationError(f"{label}: two source operators map to operator id {new_id}")
+        expected_ids.add(new_id)
+        new = written.get(new_id)
+        if new is None:
+            raise VerificationError(f"{label}: missing from the output (expected operator id {new_id})")
+        _verify_operator(source, op, output, new, op_plan, label, report)
+    extra = sorted(set(written) - expected_ids)
+    if extra:
+        raise VerificationError(f"the output has operators the source does not: {', '.join(extra)}")
+    report.operators = len(src.operators)
+
+
+def _verify_operator(source: Savepoint, op: OperatorState, output: Savepoint, new: OperatorState,
+                     op_plan: OperatorPlan | None, label: str, report: VerificationReport) -> None:
+    for what, a, b in (("parallelism", op.parallelism, new.parallelism),
+                       ("max parallelism", op.max_parallelism, new.max_parallelism),
+                       ("subtasks", sorted(op.subtasks), sorted(new.subtasks)),
+                       ("finished subtasks", sorted(op.finished_subtasks), sorted(new.finished_subtasks)),
+                       ("fully finished", op.fully_finished, new.fully_finished)):
+        if a != b:
+            raise VerificationError(f"{label}: {what} {b!r} in the output, {a!r} in the source")
+    if output.metadata.version >= 5 and source.metadata.version >= 5:
+        want_uid = op_plan.new_uid if op_plan is not None else op.uid
+        if new.uid != want_uid or new.name != op.name:
+            raise VerificationError(f"{label}: uid/name {new.uid!r}/{new.name!r} in the output, expected "
+                                    f"{want_uid!r}/{op.name!r}")
+    if (op.coordinator_state is None) != (new.coordinator_state is None) or (
+            op.coordinator_state is not None and new.coordinator_state is not None
+            and op.coordinator_state.data != new.coordinator_state.data):
+        raise VerificationError(f"{label}: the coordinator state differs from the source's")
+    for index, sub in op.subtasks.items():
+        new_sub = new.subtasks[index]
+        where = f"{label}, subtask {index}"
+        for what in ("managed_operator_state", "raw_operator_state"):
+            a, b = getattr(sub, what), getattr(new_sub, what)
+            if (a is None) != (b is None):
+                raise VerificationError(f"{where}: {what.replace('_', ' ')} missing or added")
+            if a is not None:
+                if a.states != b.states:
+                    raise VerificationError(f"{where}: {what.replace('_', ' ')}: state names, modes or offsets "
+                                            f"differ from the source's")
+                _same_stream(source, a.delegate, output, b.delegate, f"{where}: {what.replace('_', ' ')}")
+                report.non_keyed_handles += 1
+        _same_keyed(source, sub.raw_keyed_state, output, new_sub.raw_keyed_state, f"{where}: raw keyed state")
+        if sub.raw_keyed_state is not None:
+            report.non_keyed_handles += 1
+        if [_channel_key(c) for c in sub.input_channel_state] != [_channel_key(c) for c in
+                                                                   new_sub.input_channel_state] or \
+                [_channel_key(c) for c in sub.result_subpartition_state] != \
+                [_channel_key(c) for c in new_sub.result_subpartition_state]:
+            raise VerificationError(f"{where}: channel state differs from the source's")
+        if op_plan is None or op_plan.old_header is None:
+            # Not targeted (or no keyed state): its keyed stream is copied as it is.
+            _same_keyed(source, sub.managed_keyed_state, output, new_sub.managed_keyed_state,
+                        f"{where}: keyed state")
+            if sub.managed_keyed_state is not None:
+                report.untargeted_keyed_streams += 1
+        elif (sub.managed_keyed_state is None) != (new_sub.managed_keyed_state is None):
+            raise VerificationError(f"{where}: keyed state missing or added")
+
+
+def _channel_key(handle: Any) -> Any:
+    return (handle.kind, handle.subtask_index, handle.info, handle.offsets, handle.size)
+
+
+def _read_all(savepoint: Savepoint, handle: StreamStateHandle | None) -> bytes:
+    if handle is None:
+        return b""
+    stream = StreamSource(savepoint.location, handle)
+    data = stream.read(0, handle.size)
+    if len(data) != handle.size:
+        raise VerificationError(f"{stream.path}: {len(data)} bytes, the metadata records {handle.size}")
+    return data
+
+
+def _same_stream(source: Savepoint, a: StreamStateHandle | None, output: Savepoint, b: StreamStateHandle | None,
+                 where: str) -> None:
+    if (a is None) != (b is None) or _read_all(source, a) != _read_all(output, b):
+        raise VerificationError(f"{where}: the bytes differ from the source's")
+
+
+def _same_keyed(source: Savepoint, a: KeyGroupsStateHandle | None, output: Savepoint,
+                b: KeyGroupsStateHandle | None, where: str) -> None:
+    if a is None and b is None:
+        return
+    if a is None or b is None or a.offsets != b.offsets:
+        raise VerificationError(f"{where}: missing, added, or other key-group offsets than the source's")
+    _same_stream(source, a.delegate, output, b.delegate, where)
+
+
+# -- keyed state -------------------------------------------------------------------------------------------------------
+
+
+def _raw_entries_by_group(savepoint: Savepoint, op: OperatorState, state_id: int | None
+                          ) -> Iterator[tuple[int, list[tuple[bytes, bytes]]]]:
+    """(key group, [(key bytes, value bytes)]) of one state (None: all), in key-group order, without decoding."""
+    for _, stream in savepoint.keyed_streams(op):
+        for key_group, start, end in stream.blocks:
+            data = stream.read_block(key_group, start, end)
+            pairs = [(raw_key(data, ks, ke), data[vs:ve]) for sid, ks, ke, vs, ve in iter_raw_entries(data)
+                     if state_id is None or sid == state_id]
+            if pairs:
+                yield key_group, pairs
+
+
+def _merge(left: Iterable[tuple[int, list[Any]]], right: Iterable[tuple[int, list[Any]]]
+           ) -> Iterator[tuple[int, list[Any], list[Any]]]:
+    """Joins two key-group-ordered streams of ``(key group, items)`` on the key group."""
+    lit, rit = iter(left), iter(right)
+    lcur, rcur = next(lit, None), next(rit, None)
+    last = -1
+    while lcur is not None or rcur is not None:
+        kg = min(c[0] for c in (lcur, rcur) if c is not None)
+        if kg <= last:
+            raise VerificationError(f"key group {kg} appears twice or out of order")
+        last = kg
+        litems = lcur[1] if lcur is not None and lcur[0] == kg else []
+        ritems = rcur[1] if rcur is not None and rcur[0] == kg else []
+        if lcur is not None and lcur[0] == kg:
+            lcur = next(lit, None)
+        if rcur is not None and rcur[0] == kg:
+            rcur = next(rit, None)
+        yield kg, litems, ritems
+
+
+def _verify_state(source: Savepoint, op: OperatorState, output: Savepoint, new_op: OperatorState,
+                  op_plan: OperatorPlan, rewrite: StateRewrite) -> StateVerification:
+    label = f"operator {op_plan.new_uid or op_plan.new_operator_id}"
+    where = f"{label}, state {rewrite.new_name}"
+    header = output.keyed_header(new_op)
+    assert op_plan.new_header is not None and op_plan.old_header is not None
+    if header is None:
+        raise VerificationError(f"{label}: the output has no keyed state")
+    if [s.name for s in header.states] != [s.name for s in op_plan.new_header.states]:
+        raise VerificationError(f"{label}: states {[s.name for s in header.states]} in the output, expected "
+                                f"{[s.name for s in op_plan.new_header.states]}")
+    got, want = header.states[rewrite.new_id], op_plan.new_header.states[rewrite.new_id]
+    if [(k, snapshot_bytes(s)) for k, s in got.serializers] != [(k, snapshot_bytes(s)) for k, s in want.serializers] \
+            or got.backend_type != want.backend_type or list(got.options) != list(want.options):
+        raise VerificationError(f"{where}: the written serializer snapshots or options are not the declared ones")
+    if snapshot_bytes(header.key_serializer) != snapshot_bytes(op_plan.new_header.key_serializer):
+        raise VerificationError(f"{label}: the written key serializer is not the declared one")
+    old_id = op_plan.rewrites.index(rewrite)
+    kept = not rewrite.touches_values and op_plan.key_transform is None and \
+        snapshot_bytes(op_plan.old_header.key_serializer) == snapshot_bytes(header.key_serializer)
+    result = StateVerification(label.removeprefix("operator "), rewrite.new_name, "bytes" if kept else "values")
+    if kept:
+        pairs = _merge(_raw_entries_by_group(source, op, old_id), _raw_entries_by_group(output, new_op,
+                                                                                       rewrite.new_id))
+        for kg, src_items, out_items in pairs:
+            if Counter(src_items) != Counter(out_items):
+                missing = Counter(src_items) - Counter(out_items)
+                extra = Counter(out_items) - Counter(src_items)
+                raise VerificationError(f"{where}, key group {kg}: {sum(missing.values())} source entries missing "
+                                        f"or changed, {sum(extra.values())} entries not in the source (stored "
+                                        f"bytes compared)")
+            result.entries += len(out_items)
+        return result
+    _verify_values(source, op, output, new_op, op_plan, rewrite, where, result)
+    return result
+
+
+def _expected(op_plan: OperatorPlan, rewrite: StateRewrite, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The entry the declared migration makes of a source entry (None: dropped by a function). Raises what the
+    transform raises (the entry is dead-lettered or the migration fails)."""
+    if op_plan.key_transform is not None:
+        entry = (op_plan.key_transform(entry[0]), *entry[1:])
+    if rewrite.kind == TIMERS:
+        return entry
+    if rewrite.kind == "MAP":
+        key, ns, user_key, value = entry
+        if rewrite.user_key_transform is not None:
+            user_key = rewrite.user_key_transform(user_key)
+        if rewrite.transform is not None and value is not None:
+            value = rewrite.transform(value)
+            if value is DROP:
+                return None
+        return key, ns, user_key, value
+    key, ns, value = entry
+    if rewrite.transform is not None:
+        if rewrite.kind == "LIST":
+            value = [v for v in map(rewrite.transform, value) if v is not DROP]
+            if not value:
+                return None  # an empty list is not stored
+        else:
+            value = rewrite.transform(value)
+            if value is DROP:
+                return None
+    return key, ns, value
+
+
+def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_op: OperatorState,
+                   op_plan: OperatorPlan, rewrite: StateRewrite, where: str, result: StateVerification) -> None:
+    rekeyed = op_plan.key_transform is not None
+    key_snapshot = op_plan.new_header.key_serializer if op_plan.new_header is not None else None
+
+    def expected_groups() -> Iterator[tuple[int, list[Any]]]:
+        for kg, entries in source.iter_key_groups(op, rewrite.old_name):
+            items = []
+            for entry in entries:
+                try:
+                    new_entry = _expected(op_plan, rewrite, entry)
+                except Exception as exc:
+                    if not (rewrite.dead_letter or (rekeyed and op_plan.key_dead_letter)):
+                        raise VerificationError(f"{where}, key group {kg}: the declared migration fails on the "
+                                                f"source entry {_show(entry)} ({type(exc).__name__}: {exc}) and "
+                                                f"the state's policy is fail") from None
+                    result.dead_lettered += 1
+                    continue
+                if new_entry is None:
+                    result.dropped += 1
+                    continue
+                items.append(canonical(new_entry))
+            yield kg, items
+
+    def written_groups() -> Iterator[tuple[int, list[Any]]]:
+        for kg, entries in output.iter_key_groups(new_op, rewrite.new_name):
+            if rekeyed and key_snapshot is not None:
+                for entry in entries:
+                    want = assign_key_group(key_snapshot.hash_code(entry[0]), new_op.max_parallelism)
+                    if want != kg:
+                        raise VerificationError(f"{where}: key {_show(entry[0])} is stored in key group {kg}, "
+                                                f"Flink assigns it to {want}")
+            yield kg, [canonical(entry) for entry in entries]
+
+    if rekeyed:
+        # Keys move between key groups: compare the whole state (its size bounds the memory, as the rekey does).
+        want_all = Counter(item for _, items in expected_groups() for item in items)
+        got_all = Counter(item for _, items in written_groups() for item in items)
+        _compare(want_all, got_all, where)
+        result.entries = sum(got_all.values())
+        return
+    for kg, want, got in _merge(expected_groups(), written_groups()):
+        _compare(Counter(want), Counter(got), f"{where}, key group {kg}")
+        result.entries += len(got)
+
+
+def _compare(want: Counter[Any], got: Counter[Any], where: str) -> None:
+    if want == got:
+        return
+    missing, extra = want - got, got - want
+    detail = []
+    if missing:
+        example = _show(_uncanonical(next(iter(missing))))
+        detail.append(f"expected {sum(missing.values())} entries not found (e.g. {example})")
+    if extra:
+        detail.append(f"{sum(extra.values())} written entries not expected (e.g. "
+                      f"{_show(_uncanonical(next(iter(extra))))})")
+    raise VerificationError(f"{where}: {'; '.join(detail)} (values decoded from the written bytes compared with "
+                            f"the declared migration of the source's)")
+
+
+def _uncanonical(item: Any) -> Any:
+    """A readable form of a canonical value for messages."""
+    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+        tag, payload = item
+        if tag == "float":
+            return "NaN" if payload == b"NaN" else _F64.unpack(payload)[0]
+        if tag == "map":
+            return {str(_uncanonical(k)): _uncanonical(v) for k, v in payload}
+        if tag == "set":
+            return [_uncanonical(v) for v in payload]
+        if tag in ("decimal",):
+            return payload
+        if isinstance(payload, tuple):
+            return [_uncanonical(v) for v in payload]
+        return payload
+    if isinstance(item, tuple) and len(item) == 3 and item[0] == "seq":
+        return [_uncanonical(v) for v in item[2]]
+    return item
+
+
+__all__ = ["StateVerification", "VerificationError", "VerificationReport", "canonical", "verify_migration"]
+
