@@ -1,26 +1,44 @@
 """Decoded state values → JSON-ready Python values, the encoding ``flinkstate dump`` promises:
 POJO → object; Row and Tuple → array by position; List/Set → array; byte[] → base64 string; null → null;
-BigDecimal → string (no precision loss); dates and times → ISO-8601 strings; VoidNamespace → null;
-TimeWindow → {"start", "end"}; TTL values → {"value", "last_access"}; Kryo (opaque) values →
-{"type", "base64"}; Enum → constant name.
+BigDecimal → string (no precision loss); VoidNamespace → null; TimeWindow → {"start", "end"}; TTL values →
+{"value", "last_access"}; Kryo (opaque) values → {"type", "base64"}; Enum → constant name.
+
+Dates and times (the exact models of :mod:`flinkstate.serializers.times`) → ISO-8601 strings with every stored digit:
+Instant and java.sql.Timestamp in UTC with 9 fractional digits and ``Z`` (``2024-05-01T10:15:00.123456789Z``),
+LocalDateTime ``2024-05-01T10:15:00.123456789``, LocalTime ``10:15:00.000000001``, LocalDate ``2024-05-01``,
+java.util.Date / java.sql.Date / java.sql.Time in UTC with 3 fractional digits (``2024-05-01T10:15:00.123Z``);
+years beyond 9999 or before 0 as Java writes them (``+10000-01-01``, ``-0001-01-01``).
+
+Floating point: JSON has no NaN or infinities (``json.dumps`` would write the invalid tokens ``NaN``/``Infinity``),
+so they become the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (Java's ``Double.toString``); every other
+float stays a number, ``-0.0`` included. The output is therefore strict JSON (``json.dumps(..., allow_nan=False)``
+accepts it).
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import math
 from decimal import Decimal
 from typing import Any
 
 from flinkstate.serializers.kryo import OpaqueValue
 from flinkstate.serializers.namespaces import TimeWindow
 from flinkstate.serializers.timer import Timer
+from flinkstate.serializers.times import Temporal
 from flinkstate.serializers.ttl import TtlValue
+
+_NON_FINITE = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}
 
 
 def to_json(value: Any) -> Any:
-    if value is None or isinstance(value, (str, bool, int, float)):
+    if value is None or isinstance(value, (str, bool, int)):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _NON_FINITE[repr(value)]
+    if isinstance(value, Temporal):
+        return str(value)
     if isinstance(value, dict):
         return {_key(k): to_json(v) for k, v in value.items()}
     if isinstance(value, TimeWindow):

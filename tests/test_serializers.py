@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from flinkstate.binary import I32, I64, Reader, Writer, encode_sv
+from flinkstate.binary import I32, I64, INT_MIN, LONG_MIN, Reader, Writer, encode_sv
 from flinkstate.format_errors import UnknownSerializerSnapshot
 from flinkstate.keyed import KeyLayout
 from flinkstate.serializers import read_snapshot, snapshot_bytes
@@ -25,6 +25,16 @@ from flinkstate.serializers.pojo import PojoSnapshot, java_string_sort_key
 from flinkstate.serializers.primitives import BASE, SIMPLE_TYPES, SimpleSnapshot, simple
 from flinkstate.serializers.row import KindedRow, RowSnapshot
 from flinkstate.serializers.timer import Timer, TimerSnapshot
+from flinkstate.serializers.times import (
+    Date,
+    Instant,
+    LocalDate,
+    LocalDateTime,
+    LocalTime,
+    SqlDate,
+    SqlTime,
+    SqlTimestamp,
+)
 from flinkstate.serializers.ttl import TtlSnapshot, TtlValue
 from flinkstate.serializers.tuple import TupleSnapshot
 
@@ -60,12 +70,19 @@ PRIMITIVE_VALUES = {
     "String": [("key-1", b"\x06key-1"), (None, b"\x00"), ("€", b"\x02\xac\x41")],
     "BigInt": [(None, b"\x00\x00\x00\x00"), (-129, b"\x00\x00\x00\x06\xff\x7f"), (10**30, None)],
     "BigDec": [(Decimal("-12.345"), None), (None, b"\x00\x00\x00\x00")],
-    "Date": [(dt.datetime(2024, 1, 2, 3, 4, 5, 6000, tzinfo=dt.timezone.utc), None), (None, None)],
-    "SqlTimestamp": [(dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc), None), (None, None)],
-    "Instant": [(dt.datetime(1969, 12, 31, 23, 0, 0, 1, tzinfo=dt.timezone.utc), None), (None, None)],
-    "LocalDate": [(dt.date(2024, 2, 29), b"\x00\x00\x07\xe8\x02\x1d"), (None, None)],
-    "LocalTime": [(dt.time(23, 59, 58, 999999), None), (None, None)],
-    "LocalDateTime": [(dt.datetime(2024, 2, 29, 1, 2, 3), None), (None, None)],
+    "Date": [(Date(1_704_164_645_006), I64.pack(1_704_164_645_006)), (None, I64.pack(LONG_MIN))],
+    "SqlDate": [(SqlDate(-86_400_000), I64.pack(-86_400_000)), (None, I64.pack(LONG_MIN))],
+    "SqlTime": [(SqlTime(3_723_004), I64.pack(3_723_004)), (None, I64.pack(LONG_MIN))],
+    "SqlTimestamp": [(SqlTimestamp(1_704_164_645_123, 123_456_789),
+                      I64.pack(1_704_164_645_123) + I32.pack(123_456_789)),
+                     (SqlTimestamp(-1, 999_000_001), I64.pack(-1) + I32.pack(999_000_001)),
+                     (None, I64.pack(LONG_MIN) + I32.pack(0))],
+    "Instant": [(Instant(-3600, 1), I64.pack(-3600) + I32.pack(1)), (None, I64.pack(LONG_MIN) + I32.pack(INT_MIN))],
+    "LocalDate": [(LocalDate(2024, 2, 29), b"\x00\x00\x07\xe8\x02\x1d"), (None, I32.pack(INT_MIN) + b"\x80\x00")],
+    "LocalTime": [(LocalTime(23, 59, 58, 999_999_999), b"\x17\x3b\x3a" + I32.pack(999_999_999)),
+                  (None, b"\x80\x80\x00" + I32.pack(INT_MIN))],
+    "LocalDateTime": [(LocalDateTime(2024, 2, 29, 1, 2, 3, 4), b"\x00\x00\x07\xe8\x02\x1d\x01\x02\x03" + I32.pack(4)),
+                      (None, I32.pack(INT_MIN) + b"\x80\x00\x80\x80\x00" + I32.pack(INT_MIN))],
     "Void": [(None, b"\x00")], "NullValue": [(None, b"")],
 }
 
@@ -85,6 +102,31 @@ def test_primitive_roundtrip(stem: str, value: Any, data: bytes | None) -> None:
 def test_primitive_arrays(stem: str, value: Any) -> None:
     snapshot = SimpleSnapshot(f"{BASE}array.{stem}PrimitiveArraySerializer${stem}PrimitiveArraySerializerSnapshot")
     assert _roundtrip(snapshot, value) == value
+
+
+@pytest.mark.parametrize(("stem", "python_value", "model"), [
+    ("Instant", dt.datetime(1969, 12, 31, 23, 0, 0, 1, tzinfo=dt.timezone.utc), Instant(-3600, 1000)),
+    ("SqlTimestamp", dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc),
+     SqlTimestamp(1_704_164_645_123, 123_456_000)),
+    ("Date", dt.datetime(2024, 1, 2, 3, 4, 5, 6000, tzinfo=dt.timezone.utc), Date(1_704_164_645_006)),
+    ("LocalDate", dt.date(2024, 2, 29), LocalDate(2024, 2, 29)),
+    ("LocalTime", dt.time(23, 59, 58, 999999), LocalTime(23, 59, 58, 999_999_000)),
+    ("LocalDateTime", dt.datetime(2024, 2, 29, 1, 2, 3, 7), LocalDateTime(2024, 2, 29, 1, 2, 3, 7000)),
+])
+def test_time_encoders_take_python_values_exactly(stem: str, python_value: Any, model: Any) -> None:
+    # Values written by code that still holds Python datetimes encode exactly like the model (and decode to it).
+    snapshot = simple(stem)
+    assert snapshot.encode(python_value) == snapshot.encode(model)
+    assert snapshot.decode(snapshot.encode(python_value)) == model
+
+
+def test_time_encoders_refuse_what_they_cannot_write_exactly() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        simple("Instant").encode(dt.datetime(2024, 1, 1))
+    with pytest.raises(ValueError, match="below the millisecond"):
+        simple("Date").encode(dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=dt.timezone.utc))
+    with pytest.raises(TypeError, match="expected a Instant, got str"):
+        simple("Instant").encode("2024-01-01T00:00:00Z")
 
 
 def test_string_array_and_value_types() -> None:

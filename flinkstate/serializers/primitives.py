@@ -3,14 +3,17 @@ primitive arrays, String[], dates and times, BigInteger/BigDecimal, Void and Nul
 
 Snapshot payload: empty at version 3; version 2 (pre-1.7 style) carried ``UTF serializerClassName``, kept verbatim.
 Python values: Long/Int/Short/Byte → int; Float/Double → float; Boolean → bool; Char → 1-char str; String → str;
-byte[] → bytes; other arrays → list; BigInteger → int; BigDecimal → Decimal; Date/SqlDate/SqlTime/SqlTimestamp/
-Instant → aware UTC datetime (nanoseconds beyond microseconds are truncated); LocalDate/LocalTime/LocalDateTime →
-date/time/naive datetime; Java null sentinels → None.
+byte[] → bytes; char[] → str; other arrays → list; BigInteger → int; BigDecimal → Decimal (exact, any precision);
+dates and times → the exact models of :mod:`flinkstate.serializers.times` (Date, SqlDate, SqlTime, SqlTimestamp,
+Instant, LocalDate, LocalTime, LocalDateTime: nanoseconds and Java's full year range kept; encoders also accept
+Python datetime/date/time and convert them exactly); Java null sentinels → None.
+Float/Double NaN is written as Java's canonical NaN (``floatToIntBits``/``doubleToLongBits``, which Flink uses).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +44,10 @@ from flinkstate.binary import (
     java_int_hash,
     java_long_hash,
     java_string_hash,
+    to_int32,
 )
+from flinkstate.format_errors import SavepointFormatError
+from flinkstate.serializers import times
 from flinkstate.serializers.base import VARIABLE_LENGTH, Decoder, Encoder, TypeSerializerSnapshot
 from flinkstate.serializers.registry import register
 
@@ -69,6 +75,15 @@ def struct_codec(st: struct.Struct) -> tuple[Decoder, Encoder]:
 
     def decode(buf: bytes, off: int) -> tuple[Any, int]:
         return unpack(buf, off)[0], off + size
+
+    if st.format[-1] in "fd":
+        # Java writes floatToIntBits/doubleToLongBits: every NaN as the canonical one (Python keeps a NaN's sign).
+        canonical_nan = pack(math.nan)
+
+        def encode_float(value: Any, out: bytearray) -> None:
+            out += pack(value) if value == value else canonical_nan
+
+        return decode, encode_float
 
     def encode(value: Any, out: bytearray) -> None:
         out += pack(value)
@@ -132,7 +147,22 @@ def _encode_void(value: Any, out: bytearray) -> None:
 
 # -- big numbers -----------------------------------------------------------------------------------------------------
 
+# BigIntSerializer writes the codes 1, 2, 3 for the BigInteger.ZERO/ONE/TEN *instances* (reference equality), the
+# general form (i32 len+4, two's complement bytes) for every other instance, equal values included. The instances are
+# what Java nearly always has (BigInteger.valueOf, arithmetic results, BigDecimal.unscaledValue() of a small decimal),
+# so 0, 1 and 10 are written as the codes; a 0, 1 or 10 read in the general form is decoded as a
+# NonCanonicalBigInteger (an int) or NonCanonicalBigDecimal (a Decimal) whose encoding keeps that form, so that
+# re-encoding writes back the very bytes that were read.
 _BIGINT_SHORTCUTS = {1: 0, 2: 1, 3: 10}
+_BIGINT_CODES = {0: I32.pack(1), 1: I32.pack(2), 10: I32.pack(3)}
+
+
+class NonCanonicalBigInteger(int):
+    """0, 1 or 10 stored in BigIntSerializer's general form (not as the shortcut code)."""
+
+
+class NonCanonicalBigDecimal(Decimal):
+    """A BigDecimal whose unscaled value 0, 1 or 10 was stored in the general form."""
 
 
 def decode_big_integer(buf: bytes, off: int) -> tuple[int | None, int]:
@@ -142,17 +172,24 @@ def decode_big_integer(buf: bytes, off: int) -> tuple[int | None, int]:
         return None, off
     if code in _BIGINT_SHORTCUTS:
         return _BIGINT_SHORTCUTS[code], off
+    if code < 4:
+        raise SavepointFormatError(f"BigInteger length code {code} is negative", offset=off - 4)
     n = code - 4
-    return int.from_bytes(buf[off:off + n], "big", signed=True), off + n
+    if off + n > len(buf):
+        raise SavepointFormatError(f"BigInteger of {n} bytes runs past the end of the record", offset=off - 4)
+    value = int.from_bytes(buf[off:off + n], "big", signed=True)
+    return (NonCanonicalBigInteger(value) if value in _BIGINT_CODES else value), off + n
 
 
 def encode_big_integer(value: int | None, out: bytearray) -> None:
-    # Flink writes the shortcut codes only for the BigInteger.ZERO/ONE/TEN *instances*; equal values written through
-    # the general form read back identically, so the general form is always correct.
     if value is None:
         out += I32.pack(0)
         return
-    raw = value.to_bytes(max(1, (value + (value < 0)).bit_length() // 8 + 1), "big", signed=True)
+    if value in _BIGINT_CODES and type(value) is not NonCanonicalBigInteger:
+        out += _BIGINT_CODES[value]
+        return
+    # BigInteger.toByteArray: the minimal two's complement, at least one byte.
+    raw = value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True)
     out += I32.pack(len(raw) + 4) + raw
 
 
@@ -161,7 +198,11 @@ def _decode_big_decimal(buf: bytes, off: int) -> tuple[Decimal | None, int]:
     if unscaled is None:
         return None, off
     scale = I32.unpack_from(buf, off)[0]
-    return Decimal(unscaled).scaleb(-scale), off + 4
+    # Built from the digits: Decimal arithmetic (scaleb) would round to the context's 28 digits.
+    # (Decimal(int) and int(Decimal) are exact and, unlike str(), know no 4300-digit limit.)
+    cls = NonCanonicalBigDecimal if type(unscaled) is NonCanonicalBigInteger else Decimal
+    sign, digits, _ = Decimal(unscaled).as_tuple()
+    return cls((sign, digits, -scale)), off + 4
 
 
 def _encode_big_decimal(value: Decimal | None, out: bytearray) -> None:
@@ -169,103 +210,199 @@ def _encode_big_decimal(value: Decimal | None, out: bytearray) -> None:
         encode_big_integer(None, out)
         return
     sign, digits, exponent = value.as_tuple()
-    unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
+    if not isinstance(exponent, int):
+        raise ValueError(f"BigDecimal has no {value}")
+    unscaled = int(Decimal((sign, digits, 0)))
+    if type(value) is NonCanonicalBigDecimal:
+        unscaled = NonCanonicalBigInteger(unscaled)
     encode_big_integer(unscaled, out)
-    out += I32.pack(-int(exponent))
+    out += I32.pack(-exponent)
 
 
 # -- dates and times -------------------------------------------------------------------------------------------------
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-
-
-def _millis_to_datetime(millis: int) -> dt.datetime:
-    return _EPOCH + dt.timedelta(milliseconds=millis)
-
-
-def _datetime_to_millis(value: dt.datetime) -> int:
-    delta = value - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-
-
-def _decode_date(buf: bytes, off: int) -> tuple[dt.datetime | None, int]:
-    millis = I64.unpack_from(buf, off)[0]
-    return (None if millis == LONG_MIN else _millis_to_datetime(millis)), off + 8
-
-
-def _encode_date(value: dt.datetime | None, out: bytearray) -> None:
-    out += I64.pack(LONG_MIN if value is None else _datetime_to_millis(value))
-
+# Exact models (times.py): nanoseconds and Java's whole year range survive decoding, so re-encoding writes the very
+# bytes Flink wrote. Encoders also take Python datetime/date/time values (converted exactly, or refused).
 
 _I64_I32 = struct.Struct(">qi")
-
-
-def _decode_sql_timestamp(buf: bytes, off: int) -> tuple[dt.datetime | None, int]:
-    millis, nanos = _I64_I32.unpack_from(buf, off)
-    if millis == LONG_MIN:
-        return None, off + 12
-    # getTime() already holds the whole milliseconds; nanos repeats them plus the sub-millisecond part.
-    seconds = millis // 1000
-    return _EPOCH + dt.timedelta(seconds=seconds, microseconds=nanos // 1000), off + 12
-
-
-def _encode_sql_timestamp(value: dt.datetime | None, out: bytearray) -> None:
-    if value is None:
-        out += _I64_I32.pack(LONG_MIN, 0)
-    else:
-        out += _I64_I32.pack(_datetime_to_millis(value), value.microsecond * 1000)
-
-
-def _decode_instant(buf: bytes, off: int) -> tuple[dt.datetime | None, int]:
-    seconds, nanos = _I64_I32.unpack_from(buf, off)
-    if seconds == LONG_MIN and nanos == INT_MIN:
-        return None, off + 12
-    return _EPOCH + dt.timedelta(seconds=seconds, microseconds=nanos // 1000), off + 12
-
-
-def _encode_instant(value: dt.datetime | None, out: bytearray) -> None:
-    if value is None:
-        out += _I64_I32.pack(LONG_MIN, INT_MIN)
-        return
-    delta = value - _EPOCH
-    out += _I64_I32.pack(delta.days * 86_400 + delta.seconds, delta.microseconds * 1000)
-
-
 _LOCAL_DATE = struct.Struct(">ibb")
 _LOCAL_TIME = struct.Struct(">bbbi")
+_LOCAL_DATE_TIME = struct.Struct(">ibbbbbi")
+_NANOS = 1_000_000_000
+_LOCAL_DATE_NULL = I32.pack(INT_MIN) + I16.pack(-(1 << 15))
+_LOCAL_TIME_NULL = I8.pack(-128) + I16.pack(-(1 << 15)) + I32.pack(INT_MIN)
 
 
-def _decode_local_date(buf: bytes, off: int) -> tuple[dt.date | None, int]:
-    year, month, day = _LOCAL_DATE.unpack_from(buf, off)
-    return (None if year == INT_MIN else dt.date(year, month, day)), off + 6
+def _bad(what: str, off: int) -> SavepointFormatError:
+    return SavepointFormatError(what, offset=off)
 
 
-def _encode_local_date(value: dt.date | None, out: bytearray) -> None:
-    out += I32.pack(INT_MIN) + I16.pack(-(1 << 15)) if value is None else _LOCAL_DATE.pack(
-        value.year, value.month, value.day)
+def _coerce(value: Any, model: type, from_python: Callable[[Any], Any], python_type: type | tuple[type, ...]) -> Any:
+    """A model value from ``value``: the model itself, or a Python date/time converted exactly."""
+    if isinstance(value, model):
+        return value
+    if isinstance(value, python_type):
+        return from_python(value)
+    raise TypeError(f"expected a {model.__name__}, got {type(value).__name__}")
 
 
-def _decode_local_time(buf: bytes, off: int) -> tuple[dt.time | None, int]:
-    hour, minute, second, nano = _LOCAL_TIME.unpack_from(buf, off)
-    return (None if hour == -128 else dt.time(hour, minute, second, nano // 1000)), off + 7
+def _epoch_millis_codec(model: type) -> tuple[Decoder, Encoder]:
+    """java.util.Date, java.sql.Date, java.sql.Time: ``i64 getTime()``, Long.MIN_VALUE for null."""
+    make = times.unchecked_epoch_millis[model]
+    unpack, pack = I64.unpack_from, I64.pack
+    null = pack(LONG_MIN)
+
+    def decode(buf: bytes, off: int) -> tuple[Any, int]:
+        millis = unpack(buf, off)[0]
+        return (None if millis == LONG_MIN else make(millis)), off + 8
+
+    def encode(value: Any, out: bytearray) -> None:
+        if value is None:
+            out += null
+        elif isinstance(value, times.EpochMillis):  # the three share the stored form
+            out += pack(value.millis)
+        else:
+            out += pack(_coerce(value, model, model.from_datetime, dt.datetime).millis)
+
+    return decode, encode
 
 
-def _encode_local_time(value: dt.time | None, out: bytearray) -> None:
+def _decode_sql_timestamp(buf: bytes, off: int) -> tuple[times.SqlTimestamp | None, int]:
+    millis, nanos = _I64_I32.unpack_from(buf, off)
+    if millis == LONG_MIN:  # null: the nanos int is a 0 placeholder
+        return None, off + 12
+    if not 0 <= nanos < _NANOS:
+        raise _bad(f"java.sql.Timestamp nanos {nanos} outside 0..999999999", off + 8)
+    # new Timestamp(millis).setNanos(nanos): the whole seconds come from millis, the fraction from nanos (Flink
+    # writes getTime(), which already agrees with nanos; this is what Java reads from any bytes).
+    return _make_sql_timestamp(millis - millis % 1000 + nanos // 1_000_000, nanos), off + 12
+
+
+def _encode_sql_timestamp(value: times.SqlTimestamp | None, out: bytearray) -> None:
     if value is None:
-        out += I8.pack(-128) + I16.pack(-(1 << 15)) + I32.pack(INT_MIN)
-    else:
-        out += _LOCAL_TIME.pack(value.hour, value.minute, value.second, value.microsecond * 1000)
+        out += _SQL_TIMESTAMP_NULL
+        return
+    if type(value) is not times.SqlTimestamp:
+        value = _coerce(value, times.SqlTimestamp, times.SqlTimestamp.from_datetime, dt.datetime)
+    out += _I64_I32.pack(value.millis, value.nanos)
 
 
-def _decode_local_date_time(buf: bytes, off: int) -> tuple[dt.datetime | None, int]:
-    date, off = _decode_local_date(buf, off)
-    time, off = _decode_local_time(buf, off)
-    return (None if date is None or time is None else dt.datetime.combine(date, time)), off
+def _decode_instant(buf: bytes, off: int) -> tuple[times.Instant | None, int]:
+    seconds, nanos = _I64_I32.unpack_from(buf, off)
+    if 0 <= nanos < _NANOS and _INSTANT_MIN <= seconds <= _INSTANT_MAX:
+        return _make_instant(seconds, nanos), off + 12
+    if seconds == LONG_MIN and nanos == INT_MIN:
+        return None, off + 12
+    try:  # Instant.ofEpochSecond(seconds, nanoAdjustment) normalises the nanos, then checks the range
+        return times.Instant.of_epoch_nanos(seconds * _NANOS + nanos), off + 12
+    except ValueError as e:
+        raise _bad(f"Instant ({seconds} s, {nanos} ns): {e}", off) from None
 
 
-def _encode_local_date_time(value: dt.datetime | None, out: bytearray) -> None:
-    _encode_local_date(None if value is None else value.date(), out)
-    _encode_local_time(None if value is None else value.time(), out)
+def _encode_instant(value: times.Instant | None, out: bytearray) -> None:
+    if value is None:
+        out += _INSTANT_NULL
+        return
+    if type(value) is not times.Instant:
+        value = _coerce(value, times.Instant, times.Instant.from_datetime, dt.datetime)
+    out += _I64_I32.pack(value.seconds, value.nanos)
+
+
+def _decode_local_date(buf: bytes, off: int) -> tuple[times.LocalDate | None, int]:
+    year, month, day = _LOCAL_DATE.unpack_from(buf, off)
+    if year == INT_MIN:
+        return None, off + 6
+    try:
+        return times.LocalDate(year, month, day), off + 6
+    except ValueError as e:
+        raise _bad(f"LocalDate: {e}", off) from None
+
+
+def _encode_local_date(value: times.LocalDate | None, out: bytearray) -> None:
+    if value is None:
+        out += _LOCAL_DATE_NULL
+        return
+    if type(value) is not times.LocalDate:
+        value = _coerce(value, times.LocalDate, times.LocalDate.from_date, dt.date)
+    out += _LOCAL_DATE.pack(value.year, value.month, value.day)
+
+
+def _decode_local_time(buf: bytes, off: int) -> tuple[times.LocalTime | None, int]:
+    hour, minute, second, nano = _LOCAL_TIME.unpack_from(buf, off)
+    if 0 <= hour < 24 and 0 <= minute < 60 and 0 <= second < 60 and 0 <= nano < _NANOS:
+        return _make_local_time(hour, minute, second, nano), off + 7
+    if hour == -128:
+        return None, off + 7
+    raise _bad(f"LocalTime: invalid time {hour}:{minute}:{second}.{nano}", off)
+
+
+def _encode_local_time(value: times.LocalTime | None, out: bytearray) -> None:
+    if value is None:
+        out += _LOCAL_TIME_NULL
+        return
+    if type(value) is not times.LocalTime:
+        value = _coerce(value, times.LocalTime, times.LocalTime.from_time, dt.time)
+    out += _LOCAL_TIME.pack(value.hour, value.minute, value.second, value.nano)
+
+
+def _decode_local_date_time(buf: bytes, off: int) -> tuple[times.LocalDateTime | None, int]:
+    year, month, day, hour, minute, second, nano = _LOCAL_DATE_TIME.unpack_from(buf, off)
+    if 1 <= month <= 12 and 1 <= day <= 28 and _YEAR_MIN <= year <= _YEAR_MAX and 0 <= hour < 24 \
+            and 0 <= minute < 60 and 0 <= second < 60 and 0 <= nano < _NANOS:
+        return _make_local_date_time(year, month, day, hour, minute, second, nano), off + 13
+    if year == INT_MIN and hour == -128:
+        return None, off + 13
+    if year == INT_MIN or hour == -128:
+        raise _bad("LocalDateTime: exactly one of LocalDate and LocalTime is null", off)
+    try:  # days 29..31 and invalid values: the full check
+        return times.LocalDateTime(year, month, day, hour, minute, second, nano), off + 13
+    except ValueError as e:
+        raise _bad(f"LocalDateTime: {e}", off) from None
+
+
+def _encode_local_date_time(value: times.LocalDateTime | None, out: bytearray) -> None:
+    if value is None:
+        out += _LOCAL_DATE_TIME_NULL
+        return
+    if type(value) is not times.LocalDateTime:
+        value = _coerce(value, times.LocalDateTime, times.LocalDateTime.from_datetime, dt.datetime)
+    out += _LOCAL_DATE_TIME.pack(value.year, value.month, value.day, value.hour, value.minute, value.second,
+                                 value.nano)
+
+
+_make_instant = times.unchecked_instant
+_make_sql_timestamp = times.unchecked_sql_timestamp
+_make_local_time = times.unchecked_local_time
+_make_local_date_time = times.unchecked_local_date_time
+_INSTANT_MIN, _INSTANT_MAX = times.INSTANT_MIN_SECONDS, times.INSTANT_MAX_SECONDS
+_YEAR_MIN, _YEAR_MAX = times.YEAR_MIN, times.YEAR_MAX
+_INSTANT_NULL = _I64_I32.pack(LONG_MIN, INT_MIN)
+_SQL_TIMESTAMP_NULL = _I64_I32.pack(LONG_MIN, 0)
+_LOCAL_DATE_TIME_NULL = _LOCAL_DATE_NULL + _LOCAL_TIME_NULL
+
+
+def _instant_hash(value: times.Instant) -> int:
+    # Instant.hashCode: ((int) (seconds ^ (seconds >>> 32))) + 51 * nanos
+    return to_int32(java_long_hash(value.seconds) + 51 * value.nanos)
+
+
+def _local_date_hash(value: times.LocalDate) -> int:
+    # LocalDate.hashCode: (year & 0xFFFFF800) ^ ((year << 11) + (month << 6) + day)
+    year = value.year
+    return to_int32((year & 0xFFFFF800) ^ ((year << 11) + (value.month << 6) + value.day))
+
+
+def _local_time_hash(value: times.LocalTime) -> int:
+    # LocalTime.hashCode: Long.hashCode(toNanoOfDay())
+    return java_long_hash(((value.hour * 60 + value.minute) * 60 + value.second) * _NANOS + value.nano)
+
+
+def _local_date_time_hash(value: times.LocalDateTime) -> int:
+    return to_int32(_local_date_hash(value.date) ^ _local_time_hash(value.time))
+
+
+def _millis_hash(value: Any) -> int:
+    # Date.hashCode (and Timestamp's, inherited): Long.hashCode(getTime())
+    return java_long_hash(value.millis)
 
 
 # -- arrays ----------------------------------------------------------------------------------------------------------
@@ -368,18 +505,20 @@ def _table() -> dict[str, SimpleType]:
         "BigInteger", VARIABLE_LENGTH, decode_big_integer, encode_big_integer)
     table[f"{BASE}BigDecSerializer$BigDecSerializerSnapshot"] = SimpleType(
         "BigDecimal", VARIABLE_LENGTH, _decode_big_decimal, _encode_big_decimal)
-    for stem, name in (("Date", "Date"), ("SqlDate", "java.sql.Date"), ("SqlTime", "java.sql.Time")):
-        table[f"{BASE}{stem}Serializer${stem}SerializerSnapshot"] = SimpleType(name, 8, _decode_date, _encode_date)
+    for stem, name, model in (("Date", "Date", times.Date), ("SqlDate", "java.sql.Date", times.SqlDate),
+                              ("SqlTime", "java.sql.Time", times.SqlTime)):
+        table[f"{BASE}{stem}Serializer${stem}SerializerSnapshot"] = SimpleType(
+            name, 8, *_epoch_millis_codec(model), _millis_hash)
     table[f"{BASE}SqlTimestampSerializer$SqlTimestampSerializerSnapshot"] = SimpleType(
-        "java.sql.Timestamp", 12, _decode_sql_timestamp, _encode_sql_timestamp)
+        "java.sql.Timestamp", 12, _decode_sql_timestamp, _encode_sql_timestamp, _millis_hash)
     table[f"{BASE}InstantSerializer$InstantSerializerSnapshot"] = SimpleType(
-        "Instant", 12, _decode_instant, _encode_instant)
+        "Instant", 12, _decode_instant, _encode_instant, _instant_hash)
     table[f"{BASE}LocalDateSerializer$LocalDateSerializerSnapshot"] = SimpleType(
-        "LocalDate", 6, _decode_local_date, _encode_local_date)
+        "LocalDate", 6, _decode_local_date, _encode_local_date, _local_date_hash)
     table[f"{BASE}LocalTimeSerializer$LocalTimeSerializerSnapshot"] = SimpleType(
-        "LocalTime", 7, _decode_local_time, _encode_local_time)
+        "LocalTime", 7, _decode_local_time, _encode_local_time, _local_time_hash)
     table[f"{BASE}LocalDateTimeSerializer$LocalDateTimeSerializerSnapshot"] = SimpleType(
-        "LocalDateTime", 13, _decode_local_date_time, _encode_local_date_time)
+        "LocalDateTime", 13, _decode_local_date_time, _encode_local_date_time, _local_date_time_hash)
     arrays = {"Long": (I64, "long[]"), "Int": (I32, "int[]"), "Short": (I16, "short[]"),
               "Float": (F32, "float[]"), "Double": (F64, "double[]")}
     for stem, (st, name) in arrays.items():
