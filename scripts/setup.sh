@@ -88,6 +88,7 @@ flink_home=$(ls -d .venv-flink/lib/python*/site-packages/pyflink 2>/dev/null | h
 [ -n "$flink_home" ] && [ -x "$flink_home/bin/jobmanager.sh" ] || die "no Flink distribution in .venv-flink"
 examples/sample-job/build.sh "$flink_home"
 examples/compat-matrix/build.sh "$flink_home"
+examples/edge-job/build.sh "$flink_home"
 for version in $FLINK_MATRIX_VERSIONS; do
   examples/sample-job/build.sh ".flink-dists/$version/pyflink" "examples/sample-job/build/flink-$version"
 done
