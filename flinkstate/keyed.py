@@ -27,6 +27,7 @@ import cramjam
 from flinkstate.binary import I32, U16, KeyGroupRange, Reader, Writer, varint_le_size
 from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot, UnsupportedFormat
 from flinkstate.metadata import (
+    SAVEPOINT_KEY_GROUPS,
     ByteStreamStateHandle,
     FileStateHandle,
     KeyGroupsStateHandle,
@@ -310,6 +311,8 @@ def make_entry_decoder(state: StateMetaInfo, layout: KeyLayout) -> EntryDecoder:
             assert user_key is not None
             return _map_entry_decoder(key_ns, user_key.decoder(), lambda buf, off: tail_dec(bytes(buf[off:]), 0),
                                       whole_value=True)
+    else:
+        value_dec = value_snapshot.decoder()
     if kind == "LIST":
         return _list_entry_decoder(key_ns, value_dec)
     if kind == "MAP":
@@ -473,16 +476,62 @@ class KeyedStateStream:
             end = self._blocks[0][1] if self._blocks else self.source.size
             data = self.source.read(0, end)
             try:
-                self._header = read_keyed_header(Reader(data, 0, self.source.path), tolerant)
+                header = read_keyed_header(Reader(data, 0, self.source.path), tolerant)
             except SavepointFormatError as exc:
                 raise exc.located(self.source.path, 0, self.context) from None
-            if self._header.error is not None:
-                self._header.error = self._header.error.located(self.source.path, 0, self.context)
-            if self._header.error is None and self._header.length != end:
-                raise SavepointFormatError(f"{self.context}: keyed state header ends at {self._header.length}, "
+            if header.error is not None:
+                header.error = header.error.located(self.source.path, 0, self.context)
+            # Cached only once checked: a refused header must be refused again by the next non-tolerant call.
+            native = self._native_heap_format(header.compressed)
+            if native is not None:
+                if not tolerant:
+                    raise native
+                # describe still lists the states (the header is the same in both formats) and reports this, or
+                # the header's own error first, as the non-tolerant read would.
+                header.error = header.error or native
+            elif header.error is None and header.length != end:
+                raise SavepointFormatError(f"{self.context}: keyed state header ends at {header.length}, "
                                            f"the first key-group block starts at {end}", self.source.path,
-                                           self._header.length)
+                                           header.length)
+            self._header = header
         return self._header
+
+    def _native_heap_format(self, compressed: bool) -> UnsupportedFormat | None:
+        """The refusal to raise when the blocks are in the HashMap backend's own format, else None.
+
+        ``HeapSnapshotStrategy`` (checkpoints, native savepoints, and every heap savepoint before Flink 1.13's unified
+        format) writes, for *every* key group of the range, empty or not, ``i32 keyGroupId`` (never compressed) and
+        then per state ``i16 stateId`` + the state map's own entry layout. The canonical format
+        (``FullSnapshotAsyncWriter``) starts a block with ``u16 stateId`` and ``i32 keyLength`` (or, compressed, with
+        the snappy stream identifier 0xff...) and leaves empty key groups at offset 0. Read as canonical, heap blocks
+        fail deep inside (``bad key length 65536``), so they are recognised up front: every key group present and
+        the first i32 of a block equal to its key group. That is conclusive for a key group other than 0; a
+        canonical uncompressed block of key group 0 may also start with four zero bytes, so there the block must
+        also fail to parse as canonical. A canonical savepoint's handle (``KeyGroupsSavepointStateHandle``, code 7)
+        is never heap format."""
+        if self.handle.code == SAVEPOINT_KEY_GROUPS:
+            return None
+        offsets = self.handle.offsets.offsets
+        if not offsets or not all(offsets) or not self._blocks:
+            return None
+        conclusive = compressed
+        for key_group, start, end in self._blocks[:2]:
+            head = self.source.read(start, 4) if end - start >= 4 else b""
+            if len(head) != 4 or I32.unpack(head)[0] != key_group:
+                return None
+            conclusive = conclusive or key_group != 0
+        if not conclusive:
+            _, start, end = self._blocks[0]
+            try:
+                for _ in iter_raw_entries(self.source.read(start, end - start)):
+                    pass
+                return None  # a well-formed canonical block of key group 0
+            except SavepointFormatError:
+                pass
+        return UnsupportedFormat(f"{self.context}: keyed state is in the HashMap (heap) backend's native snapshot "
+                                 f"format (a checkpoint, a native savepoint, or a heap savepoint of Flink 1.12 or "
+                                 f"earlier), which is not supported: take a canonical savepoint",
+                                 self.source.path, self._blocks[0][1])
 
     def read_block(self, key_group: int, start: int, end: int, state_name: str | None = None) -> bytes:
         """The (decompressed) block of one key group; ``state_name`` only names the state being read in errors."""

@@ -114,7 +114,10 @@ def test_a_to_number_conversion_dead_letters_what_does_not_parse(flink_savepoint
     target = OperatorTarget("stats", states=[StateTarget("stats", value=PojoSnapshot.create(
         "sample.Stats", [("key", simple("Long")), ("total", simple("Long")), ("count", simple("Long"))]),
         migration=parse_migration({"fields": {"key": {"convert": "to-number"}}, "on_error": "dead-letter"}))])
-    report = _migrate(flink_savepoints["heap-p2"], tmp_path / "out", [target])
+    with pytest.raises(MigrationError, match="more than the limit of 0"):  # dead letters need an explicit limit
+        _migrate(flink_savepoints["heap-p2"], tmp_path / "refused", [target])
+    assert not (tmp_path / "refused").exists()
+    report = _migrate(flink_savepoints["heap-p2"], tmp_path / "out", [target], max_dead_letters=KEYS)
     assert report.counts["stats"]["stats"].dead_lettered == KEYS
     assert sorted(d["key"] for d in report.dead_letters) == sorted(f"key-{k}" for k in range(KEYS))
     assert "not an integer" in report.dead_letters[0]["error"]
@@ -213,7 +216,8 @@ def test_dead_letter_policy(flink_cluster: LocalFlinkCluster, flink_savepoints: 
     target = OperatorTarget("stats", states=[StateTarget("stats", migration=parse_migration(
         {"function": "tests.test_migration:fail_on_some_keys", "on_error": "dead-letter"}))])
     out = tmp_path / "migrated"
-    report = _migrate(flink_savepoints["heap-p2" if backend == "hashmap" else "rocksdb-p2"], out, [target])
+    report = _migrate(flink_savepoints["heap-p2" if backend == "hashmap" else "rocksdb-p2"], out, [target],
+                      max_dead_letters=KEYS // 4)
     failing = sorted(f"key-{k}" for k in range(KEYS) if k % 4 == 0)
     assert sorted(d["key"] for d in report.dead_letters) == failing
     assert all(d["state"] == "stats" and "cannot upgrade" in d["error"] for d in report.dead_letters)

@@ -103,7 +103,7 @@ def test_key_group_range_reads_only_its_blocks(case: tuple[Path, dict[str, Any]]
         allowed = set()
         for _, stream in savepoint.keyed_streams(OPERATOR_UID):
             name = stream.source.name
-            allowed |= {(name, start) for kg, start, _ in stream._blocks if kg in part}
+            allowed |= {(name, start) for kg, start, _ in stream.blocks if kg in part}
             allowed.add((name, 0))  # the header, if not read yet
         assert {(name, offset) for name, offset, _ in reads} <= allowed
     assert sorted(parts) == everything
@@ -238,7 +238,7 @@ def test_truncated_state_file(damaged: Any, capsys: pytest.CaptureFixture[str]) 
 def test_corrupted_key_group_block(name: str, damaged: Any, capsys: pytest.CaptureFixture[str]) -> None:
     path = damaged(name)
     state_file, stream = _keyed_file(path)
-    key_group, start, _ = stream._blocks[1]
+    key_group, start, _ = stream.blocks[1]
     data = bytearray(state_file.read_bytes())
     data[start + 2:start + 12] = b"\x7f" * 10  # first key length of the block (or snappy chunk header) garbled
     state_file.write_bytes(bytes(data))

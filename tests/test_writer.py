@@ -54,15 +54,15 @@ def test_block_encoding_round_trips_through_the_reader(tmp_path: Path, flink_sav
     source = Savepoint.open(flink_savepoints["heap-p1"])
     ((_, stream),) = source.keyed_streams("stats")
     header: KeyedBackendHeader = stream.header()
-    key_group, start, end = stream._blocks[0]
+    key_group, start, end = stream.blocks[0]
     block = stream.read_block(key_group, start, end)
-    from flinkstate.migration.engine import _clear_flag, _raw_entries
+    from flinkstate.keyed import iter_raw_entries, raw_key
 
     runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
-    for state_id, ks, ke, vs, ve in _raw_entries(block):
+    for state_id, ks, ke, vs, ve in iter_raw_entries(block):
         if not runs or runs[-1][0] != state_id:
             runs.append((state_id, []))
-        runs[-1][1].append((_clear_flag(block, ks, ke), block[vs:ve]))
+        runs[-1][1].append((raw_key(block, ks, ke), block[vs:ve]))
     assert len(runs) > 1
     assert encode_block(runs) == block  # flags on each run's last key, next state ids, end mark: Flink's bytes
     with open(tmp_path / "stream", "wb") as sink:

@@ -327,8 +327,9 @@ class _Rekeyed(Exception):
     """Internal: an entry's new key group is outside this subtask (rekey mode)."""
 
 
-class _StateCodec:
-    """Decode (old) and encode (new) of one state's entries: the reader's entry decoder and its mirror."""
+class StateCodec:
+    """Decode (old) and encode (new) of one state's entries: the reader's entry decoder and its mirror. With a plan
+    whose old and new headers are the same, it is the state's own codec (the verifier's round-trip check)."""
 
     def __init__(self, plan: OperatorPlan, rewrite: StateRewrite, prefix_bytes: int) -> None:
         assert plan.old_header is not None and plan.new_header is not None
@@ -362,6 +363,29 @@ class _StateCodec:
 
     def prefix(self, key_group: int) -> bytes:
         return key_group.to_bytes(self.prefix_bytes, "big")
+
+    def encode_entry(self, entry: tuple[Any, ...], key_group: int, raw_key: bytes | None = None
+                     ) -> tuple[bytes, bytes] | None:
+        """The stored (key, value) bytes of an entry tuple (the reader's shape); ``raw_key`` keeps a key's bytes.
+        None when nothing is stored (an empty list)."""
+        kind = self.rewrite.kind
+        if kind == TIMERS:
+            key, ns, timestamp = entry
+            out = bytearray(self.prefix(key_group))
+            self.value_enc(Timer(timestamp, key, ns), out)  # the timer serializer encodes the whole key
+            return bytes(out), b""
+        value = entry[3] if kind == "MAP" else entry[2]
+        value_bytes = self.encode_value(value)
+        if value_bytes is None:
+            return None
+        if raw_key is not None:
+            return raw_key, value_bytes
+        out = bytearray(self.prefix(key_group))
+        self.key_ns(entry[0], entry[1], out)
+        if kind == "MAP":
+            assert self.user_key_enc is not None
+            self.user_key_enc(entry[2], out)
+        return bytes(out), value_bytes
 
     def encode_value(self, value: Any) -> bytes | None:
         """The stored value bytes; None when nothing is stored (an empty list)."""
@@ -404,7 +428,7 @@ class _SubtaskMigrator:
         self.stream = self.streams[subtask]
         self.prefix_bytes = self.stream.prefix_bytes
         # Only states whose entries are decoded need codecs: a state kept as bytes may have none (Kryo, unknown).
-        self.codecs = [_StateCodec(plan, r, self.prefix_bytes) if r is not None and (r.touches_values or
+        self.codecs = [StateCodec(plan, r, self.prefix_bytes) if r is not None and (r.touches_values or
                        plan.key_transform is not None) else None for r in plan.rewrites]
         assert plan.new_header is not None
         self.counts = {s.name: StateCount() for s in plan.new_header.states}
@@ -431,7 +455,7 @@ class _SubtaskMigrator:
             self.dead_letters.append(record)
         self.counts[rewrite.new_name].dead_lettered += 1
 
-    def _convert(self, codec: _StateCodec, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    def _convert(self, codec: StateCodec, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The new entry tuple (same shape as the reader's), or None to drop it."""
         r = codec.rewrite
         if r.kind == TIMERS:
@@ -455,26 +479,9 @@ class _SubtaskMigrator:
                     return None
         return key, ns, value
 
-    def _encode(self, codec: _StateCodec, entry: tuple[Any, ...], key_group: int, raw_key: bytes | None
+    def _encode(self, codec: StateCodec, entry: tuple[Any, ...], key_group: int, raw_key: bytes | None
                 ) -> tuple[bytes, bytes] | None:
-        r = codec.rewrite
-        if r.kind == TIMERS:
-            key, ns, timestamp = entry
-            out = bytearray(codec.prefix(key_group))
-            codec.value_enc(Timer(timestamp, key, ns), out)  # the timer serializer encodes the whole key
-            return bytes(out), b""
-        value = entry[3] if r.kind == "MAP" else entry[2]
-        value_bytes = codec.encode_value(value)
-        if value_bytes is None:
-            return None
-        if raw_key is not None:
-            return raw_key, value_bytes
-        out = bytearray(codec.prefix(key_group))
-        codec.key_ns(entry[0], entry[1], out)
-        if r.kind == "MAP":
-            assert codec.user_key_enc is not None
-            codec.user_key_enc(entry[2], out)
-        return bytes(out), value_bytes
+        return codec.encode_entry(entry, key_group, raw_key)
 
     # -- the common case: keys stay where they are ---------------------------------------------------------------
 

@@ -13,7 +13,9 @@ It trusts nothing the migration run reported (no counts, no file names): it re-r
 * keyed state of a targeted operator, per key group: the output's state list is the plan's (renames and drops
   applied); entries of a state whose values are kept have the same key and value bytes; entries of a migrated state
   equal the declared transform applied to the source entry, compared as values decoded from the written bytes with
-  the new serializers (dead-lettered and dropped entries excepted, and counted); nothing extra.
+  the new serializers (dead-lettered and dropped entries excepted, and counted); nothing extra. Every source entry
+  so decoded must also re-encode to exactly the bytes Flink wrote, so a codec that loses anything cannot hide
+  behind an equal comparison of two equally shortened values.
 
 A difference raises :class:`VerificationError` naming the operator, the state, the key group and the entry.
 """
@@ -34,7 +36,7 @@ from flinkstate.errors import FlinkStateError
 from flinkstate.jsonify import to_json
 from flinkstate.keyed import TIMERS, StreamSource, iter_raw_entries, raw_key
 from flinkstate.metadata import KeyGroupsStateHandle, OperatorState, StreamStateHandle
-from flinkstate.migration.engine import DROP, MigrationPlan, OperatorPlan, StateRewrite
+from flinkstate.migration.engine import DROP, MigrationPlan, OperatorPlan, StateCodec, StateRewrite
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.registry import snapshot_bytes
 
@@ -346,13 +348,50 @@ def _expected(op_plan: OperatorPlan, rewrite: StateRewrite, entry: tuple[Any, ..
     return key, ns, value
 
 
+def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: OperatorPlan, rewrite: StateRewrite,
+                          where: str) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+    """The source's entries of one state, decoded, each checked to re-encode to exactly the bytes Flink wrote: a
+    codec that loses anything (a nanosecond, a NaN payload, a subclass) is caught here, before a migration that
+    decodes the state can publish changed values that comparing decoded values alone would call equal."""
+    assert op_plan.old_header is not None
+    old_id = op_plan.rewrites.index(rewrite)
+    identity = OperatorPlan(op_plan.source, op_plan.source.operator_id, op_plan.source.uid, op_plan.old_header,
+                            op_plan.old_header, [StateRewrite(m.name, m.name, i, m.kind, None, None, False, True)
+                                                 for i, m in enumerate(op_plan.old_header.states)])
+    meta = op_plan.old_header.states[old_id]
+    type_name = meta.value_serializer.type_name() if meta.value_serializer is not None else meta.kind
+    for _, stream in source.keyed_streams(op):
+        codec = StateCodec(identity, identity.rewrites[old_id], stream.prefix_bytes)  # type: ignore[arg-type]
+        for kg, start, end in stream.blocks:
+            data = stream.read_block(kg, start, end, rewrite.old_name)
+            entries = []
+            for sid, ks, ke, vs, ve in iter_raw_entries(data):
+                if sid != old_id:
+                    continue
+                try:
+                    entry = codec.decode(data, ks, ke, vs, ve)
+                    again = codec.encode_entry(entry, kg)
+                except FlinkStateError:
+                    raise
+                except Exception as exc:
+                    raise VerificationError(f"{where}, key group {kg}: a source entry cannot be decoded and "
+                                            f"re-encoded ({type(exc).__name__}: {exc})") from None
+                if again != (raw_key(data, ks, ke), data[vs:ve]):
+                    raise VerificationError(f"{where}, key group {kg}: the source entry {_show(entry)} does not "
+                                            f"re-encode to the bytes Flink wrote: this tool's codec for {type_name} "
+                                            f"would change it, so the state cannot be migrated exactly")
+                entries.append(entry)
+            if entries:
+                yield kg, entries
+
+
 def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_op: OperatorState,
                    op_plan: OperatorPlan, rewrite: StateRewrite, where: str, result: StateVerification) -> None:
     rekeyed = op_plan.key_transform is not None
     key_snapshot = op_plan.new_header.key_serializer if op_plan.new_header is not None else None
 
     def expected_groups() -> Iterator[tuple[int, list[Any]]]:
-        for kg, entries in source.iter_key_groups(op, rewrite.old_name):
+        for kg, entries in _exact_source_entries(source, op, op_plan, rewrite, where):
             items = []
             for entry in entries:
                 try:
