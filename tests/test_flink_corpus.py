@@ -1,0 +1,723 @@
+"""Apache Flink's own savepoints and checkpoints (Flink 1.6 to 2.3, vendored in tests/corpus/savepoints, see its
+README) as a conformance suite. No Flink cluster: the bytes are the ones Flink's test suite committed.
+
+For every vendored directory:
+
+- open + describe, through the Python API and the CLI: either it reads, or it is refused as unsupported (an
+  ``UnsupportedFormat`` / ``UnknownSerializerSnapshot``, one line naming the file and what is unsupported), exactly
+  as ``EXPECTED`` says, never with a parse error such as ``bad key length 65536``;
+- every keyed state of every subtask that opens: every stored entry decodes, and the counts match ``COUNTS``;
+- identity migration (``flinkstate schema`` then ``flinkstate migrate``) of every savepoint whose states all read:
+  the same operators (ids, uids, parallelism, max parallelism), master, coordinator and operator state byte for
+  byte, and per keyed state the same multiset of entries, decoded and raw.
+
+``EXPECTED`` and ``COUNTS`` are the regression tables: a savepoint that read and now fails, a refusal whose reason
+changes kind, or an entry that disappears fails the test. When the reader learns something new (say RowData), the
+table is updated on purpose. Each "unsupported" reason was checked against the bytes and Flink's sources:
+
+- ``_metadata version 2``: bytes 4-8 of ``_metadata`` are 2 (``MetadataV2Serializer``, Flink 1.10 and earlier).
+- ``INCREMENTAL_KEY_GROUPS_V2``: keyed handle code 11 (``MetadataV2V3SerializerBase``), RocksDB native savepoints and
+  incremental checkpoints (SST files beside ``_metadata``).
+- ``CHANGELOG_HANDLE_V2``: handle code 14, the only checkpoint written with the changelog state backend.
+- ``HashMap (heap) backend's native snapshot format``: handle code 3/12 and blocks written by
+  ``HeapSnapshotStrategy`` (every key group present, each block starting with ``i32 keyGroupId``), i.e. HashMap
+  checkpoints, HashMap native savepoints and heap savepoints of Flink 1.11/1.12 (before the unified format).
+- ``RowDataSerializer$RowDataSerializerSnapshot``: the Table/SQL runtime's RowData serializer, not in the registry.
+- ``TypeSerializerSnapshotMigrationITCase$TestSerializerSnapshot``: a serializer class defined by that Flink test.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flinkstate.cli import main as cli_main
+from flinkstate.errors import FlinkStateError
+from flinkstate.format_errors import UnknownSerializerSnapshot, UnsupportedFormat
+from flinkstate.jsonify import to_json
+from flinkstate.keyed import StreamSource, iter_raw_entries, raw_key
+from flinkstate.metadata import OperatorStreamStateHandle
+from flinkstate.savepoint import Savepoint
+
+pytestmark = pytest.mark.corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "corpus" / "savepoints"
+FLINKSTATE = ROOT / ".venv" / "bin" / "flinkstate"
+
+#: The reasons a savepoint (or some of its operators) may be refused for; EXPECTED names one per savepoint.
+V2 = "_metadata version 2 (Flink 1.10 or earlier) is not supported"
+ROCKSDB_NATIVE = "keyed state handle INCREMENTAL_KEY_GROUPS_V2 (native RocksDB savepoint or checkpoint) (code 11)"
+CHANGELOG = "keyed state handle CHANGELOG_HANDLE_V2 (changelog state backend) (code 14)"
+HEAP_NATIVE = "keyed state is in the HashMap (heap) backend's native snapshot format"
+ROW_DATA = "unknown serializer snapshot class org.apache.flink.table.runtime.typeutils.RowDataSerializer$RowData"
+TEST_SERIALIZER = ("unknown serializer snapshot class "
+                   "org.apache.flink.test.migration.TypeSerializerSnapshotMigrationITCase$TestSerializerSnapshot")
+REASONS = (V2, ROCKSDB_NATIVE, CHANGELOG, HEAP_NATIVE, ROW_DATA, TEST_SERIALIZER)
+#: Messages that describe a parse going wrong rather than what is unsupported: never acceptable for the corpus.
+MISLEADING = ("bad key length", "bad value length", "undecodable", "beyond its length", "implausible", "truncated",
+              "end-of-key-group", "block ends", "Traceback")
+
+_T = "flink-tests/src/test/resources/"
+_R = "flink-table/flink-table-planner/src/test/resources/restore-tests/"
+_P = "flink-libraries/flink-state-processing-api/src/test/resources/"
+_E = "flink-end-to-end-tests/flink-state-evolution-test/savepoints/"
+
+# fmt: off
+#: path below tests/corpus/savepoints -> "reads" | "unsupported: <reason>" (built from a first run, reasons checked).
+EXPECTED: dict[str, str] = {
+    _E + '1.6': "unsupported: " + V2,
+    _E + '1.7': "unsupported: " + V2,
+    _P + 'table-state': "unsupported: " + HEAP_NATIVE,
+    _P + 'table-state-avro': "unsupported: " + HEAP_NATIVE,
+    _P + 'table-state-nulls': "unsupported: " + HEAP_NATIVE,
+    _R + 'stream-exec-async-calc_1/async-calc-complex/savepoint': 'reads',
+    _R + 'stream-exec-calc_1/calc-coalesce/savepoint': 'reads',
+    _R + 'stream-exec-calc_1/calc-filter-pushdown/savepoint': 'reads',
+    _R + 'stream-exec-changelog-normalize_1/changelog-normalize-source-mini-batch/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-changelog-normalize_1/changelog-normalize-upsert-filter-watermark/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-changelog-normalize_1/changelog-normalize-upsert-filter/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-correlate_1/async-correlate-catalog-func/savepoint': 'reads',
+    _R + 'stream-exec-correlate_1/correlate-cross-join-unnest-map/savepoint': 'reads',
+    _R + 'stream-exec-deduplicate_1/deduplicate-asc-proctime/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-delta-join_1/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-delta-join_2/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-expand_1/expand/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-group-aggregate_1/agg-with-state-ttl-hint/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-group-window-aggregate_1/group-window-aggregate-hop-event-time/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-incremental-group-aggregate_1/incremental-group-aggregate-complex/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-interval-join_1/interval-join-event-time/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-join_1/join-anti-join/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-join_1/semi-anti-join-with-literal-agg/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-lateral-snapshot-join_1/lateral-snapshot-join-inner/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-limit_1/limit/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-lookup-join_1/lookup-join-async-hint/savepoint': 'reads',
+    _R + 'stream-exec-match_1/match-complex/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-mini-batch-assigner_1/mini-batch-assigner-proc-time/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-ml-predict-table-function_1/async-unordered-ml-predict/savepoint': 'reads',
+    _R + 'stream-exec-multi-join_1/four-way-complex-preserves-upsert-key-with-restore/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-over-aggregate_1/over-aggregate-bounded-non-partitioned-rows-with-out-of-order-records/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-over-aggregate_1/over-aggregate-bounded-non-partitioned-rows/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-over-aggregate_1/over-aggregate-non-time-range-unbounded-avg-append-mode/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-process-table-function_1/from-changelog-retract-partition-by-restore/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-rank_1/rank-n-test/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-sink_1/insert-into-upsert-with-sink-upsert-materializer-writable-metadata-v1/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-sink_1/sink-bucketing_hash-with-keys-with-count/savepoint': 'reads',
+    _R + 'stream-exec-sink_2/insert-into-upsert-with-sink-upsert-materializer-writable-metadata-v1/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-sort-limit_1/sort-limit-asc/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-table-source-scan_1/table-source-scan-filter-pushdown/savepoint': 'reads',
+    _R + 'stream-exec-table-source-scan_2/table-source-scan-filter-pushdown/savepoint': 'reads',
+    _R + 'stream-exec-temporal-join_1/temporal-join-table-join-key-from-map/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-temporal-sort_1/temporal-sort-proctime/savepoint': 'reads',
+    _R + 'stream-exec-union_1/union-all-two-sources/savepoint': 'reads',
+    _R + 'stream-exec-vector-search-table-function_1/async-vector-search/savepoint': 'reads',
+    _R + 'stream-exec-watermark-assigner_1/watermark-assigner-basic-filter/savepoint': 'reads',
+    _R + 'stream-exec-watermark-assigner_1/watermark-assigner-pushdown-computed/savepoint': 'reads',
+    _R + 'stream-exec-window-aggregate_1/window-aggregate-cumulate-event-time-two-phase-distinct-split/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-window-deduplicate_1/window-deduplicate-asc-cumulate-first-row/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _R + 'stream-exec-window-join_1/window-join-anti-tumble-event-time/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-window-rank_1/window-rank-cumulate-tvf-min-top-n/savepoint': "unsupported: " + ROW_DATA,
+    _R + 'stream-exec-window-table-function_1/window-table-function-cumulate-tvf-agg-proc-time/savepoint': "unsupported: " + ROW_DATA,  # noqa: E501
+    _T + 'legacy-raw-state-heap-timers-rocks-db-1.12': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.10-rocksdb-savepoint': "unsupported: " + V2,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.10-savepoint': "unsupported: " + V2,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.11-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.11-savepoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.12-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.13-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.14-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,  # noqa: E501
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-rocksdb-checkpoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-rocksdb-savepoint-native': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,  # noqa: E501
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-rocksdb-checkpoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-hashmap-checkpoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-rocksdb-checkpoint': "unsupported: " + ROCKSDB_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-rocksdb-savepoint-native': "unsupported: " + ROCKSDB_NATIVE,  # noqa: E501
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.18-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.19-hashmap-checkpoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.20-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.20-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.20-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,  # noqa: E501
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.20-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.8-rocksdb-savepoint': "unsupported: " + V2,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.8-savepoint': "unsupported: " + V2,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.9-rocksdb-savepoint': "unsupported: " + V2,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-checkpoint': "unsupported: " + ROCKSDB_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-savepoint-native': "unsupported: " + ROCKSDB_NATIVE,  # noqa: E501
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-checkpoint': "unsupported: " + ROCKSDB_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-savepoint-native': "unsupported: " + ROCKSDB_NATIVE,  # noqa: E501
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.2-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.10-rocksdb-savepoint': "unsupported: " + V2,
+    _T + 'new-stateful-udf-migration-itcase-flink1.10-savepoint': "unsupported: " + V2,
+    _T + 'new-stateful-udf-migration-itcase-flink1.11-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.11-savepoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink1.12-savepoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink1.13-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.14-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-rocksdb-checkpoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-rocksdb-savepoint-native': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.17-hashmap-checkpoint': "unsupported: " + CHANGELOG,
+    _T + 'new-stateful-udf-migration-itcase-flink1.18-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.19-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.20-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink1.20-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.20-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink1.20-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.8-rocksdb-savepoint': "unsupported: " + V2,
+    _T + 'new-stateful-udf-migration-itcase-flink1.8-savepoint': "unsupported: " + V2,
+    _T + 'new-stateful-udf-migration-itcase-flink1.9-rocksdb-savepoint': "unsupported: " + V2,
+    _T + 'new-stateful-udf-migration-itcase-flink2.0-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink2.0-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink2.0-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink2.0-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink2.1-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink2.1-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink2.1-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink2.1-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink2.2-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-checkpoint': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint-native': "unsupported: " + HEAP_NATIVE,
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-rocksdb-savepoint': 'reads',
+    _T + 'operatorstate/complexKeyed-flink1.10': "unsupported: " + V2,
+    _T + 'operatorstate/complexKeyed-flink1.11': "unsupported: " + HEAP_NATIVE,
+    _T + 'operatorstate/complexKeyed-flink1.12': "unsupported: " + HEAP_NATIVE,
+    _T + 'operatorstate/complexKeyed-flink1.13': 'reads',
+    _T + 'operatorstate/complexKeyed-flink1.14': 'reads',
+    _T + 'operatorstate/complexKeyed-flink1.15': 'reads',
+    _T + 'operatorstate/complexKeyed-flink1.16': 'reads',
+    _T + 'operatorstate/complexKeyed-flink1.17': 'reads',
+    _T + 'operatorstate/complexKeyed-flink1.18': 'reads',
+    _T + 'operatorstate/complexKeyed-flink1.19': 'reads',
+    _T + 'operatorstate/complexKeyed-flink1.20': 'reads',
+    _T + 'operatorstate/complexKeyed-flink1.8': "unsupported: " + V2,
+    _T + 'operatorstate/complexKeyed-flink1.9': "unsupported: " + V2,
+    _T + 'operatorstate/complexKeyed-flink2.0': 'reads',
+    _T + 'operatorstate/complexKeyed-flink2.1': 'reads',
+    _T + 'operatorstate/complexKeyed-flink2.2': 'reads',
+    _T + 'operatorstate/complexKeyed-flink2.3': 'reads',
+    _T + 'operatorstate/nonKeyed-flink1.10': "unsupported: " + V2,
+    _T + 'operatorstate/nonKeyed-flink1.11': 'reads',
+    _T + 'operatorstate/nonKeyed-flink1.12': 'reads',
+    _T + 'operatorstate/nonKeyed-flink1.13': 'reads',
+    _T + 'operatorstate/nonKeyed-flink1.14': 'reads',
+    _T + 'operatorstate/nonKeyed-flink1.15': 'reads',
+    _T + 'operatorstate/nonKeyed-flink1.16': 'reads',
+    _T + 'operatorstate/nonKeyed-flink1.17': 'reads',
+    _T + 'operatorstate/nonKeyed-flink1.18': 'reads',
+    _T + 'operatorstate/nonKeyed-flink1.19': 'reads',
+    _T + 'operatorstate/nonKeyed-flink1.20': 'reads',
+    _T + 'operatorstate/nonKeyed-flink1.8': "unsupported: " + V2,
+    _T + 'operatorstate/nonKeyed-flink1.9': "unsupported: " + V2,
+    _T + 'operatorstate/nonKeyed-flink2.0': 'reads',
+    _T + 'operatorstate/nonKeyed-flink2.1': 'reads',
+    _T + 'operatorstate/nonKeyed-flink2.2': 'reads',
+    _T + 'operatorstate/nonKeyed-flink2.3': 'reads',
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-checkpoint': "unsupported: " + TEST_SERIALIZER,
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-savepoint': "unsupported: " + TEST_SERIALIZER,
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-savepoint-native': "unsupported: " + TEST_SERIALIZER,  # noqa: E501
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-checkpoint': "unsupported: " + ROCKSDB_NATIVE,
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-savepoint': "unsupported: " + TEST_SERIALIZER,
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-savepoint-native': "unsupported: " + ROCKSDB_NATIVE,  # noqa: E501
+    _T + 'unified-sink-migration-test/savepoint-7bd90b-3a2cda6957cb': 'reads',
+}
+
+#: path -> (keyed states read, entries decoded), over every subtask that reads (keyed state = operator + name).
+COUNTS: dict[str, tuple[int, int]] = {
+    _P + 'table-state': (0, 0),
+    _P + 'table-state-avro': (0, 0),
+    _P + 'table-state-nulls': (1, 5),
+    _R + 'stream-exec-async-calc_1/async-calc-complex/savepoint': (0, 0),
+    _R + 'stream-exec-calc_1/calc-coalesce/savepoint': (0, 0),
+    _R + 'stream-exec-calc_1/calc-filter-pushdown/savepoint': (0, 0),
+    _R + 'stream-exec-changelog-normalize_1/changelog-normalize-source-mini-batch/savepoint': (0, 0),
+    _R + 'stream-exec-changelog-normalize_1/changelog-normalize-upsert-filter-watermark/savepoint': (0, 0),
+    _R + 'stream-exec-changelog-normalize_1/changelog-normalize-upsert-filter/savepoint': (0, 0),
+    _R + 'stream-exec-correlate_1/async-correlate-catalog-func/savepoint': (0, 0),
+    _R + 'stream-exec-correlate_1/correlate-cross-join-unnest-map/savepoint': (0, 0),
+    _R + 'stream-exec-deduplicate_1/deduplicate-asc-proctime/savepoint': (0, 0),
+    _R + 'stream-exec-delta-join_1/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': (0, 0),
+    _R + 'stream-exec-delta-join_2/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': (0, 0),
+    _R + 'stream-exec-expand_1/expand/savepoint': (0, 0),
+    _R + 'stream-exec-group-aggregate_1/agg-with-state-ttl-hint/savepoint': (0, 0),
+    _R + 'stream-exec-group-window-aggregate_1/group-window-aggregate-hop-event-time/savepoint': (0, 0),
+    _R + 'stream-exec-incremental-group-aggregate_1/incremental-group-aggregate-complex/savepoint': (0, 0),
+    _R + 'stream-exec-interval-join_1/interval-join-event-time/savepoint': (0, 0),
+    _R + 'stream-exec-join_1/join-anti-join/savepoint': (0, 0),
+    _R + 'stream-exec-join_1/semi-anti-join-with-literal-agg/savepoint': (0, 0),
+    _R + 'stream-exec-lateral-snapshot-join_1/lateral-snapshot-join-inner/savepoint': (0, 0),
+    _R + 'stream-exec-limit_1/limit/savepoint': (0, 0),
+    _R + 'stream-exec-lookup-join_1/lookup-join-async-hint/savepoint': (0, 0),
+    _R + 'stream-exec-match_1/match-complex/savepoint': (0, 0),
+    _R + 'stream-exec-mini-batch-assigner_1/mini-batch-assigner-proc-time/savepoint': (0, 0),
+    _R + 'stream-exec-ml-predict-table-function_1/async-unordered-ml-predict/savepoint': (0, 0),
+    _R + 'stream-exec-multi-join_1/four-way-complex-preserves-upsert-key-with-restore/savepoint': (0, 0),
+    _R + 'stream-exec-over-aggregate_1/over-aggregate-bounded-non-partitioned-rows-with-out-of-order-records/savepoint': (0, 0),  # noqa: E501
+    _R + 'stream-exec-over-aggregate_1/over-aggregate-bounded-non-partitioned-rows/savepoint': (0, 0),
+    _R + 'stream-exec-over-aggregate_1/over-aggregate-non-time-range-unbounded-avg-append-mode/savepoint': (0, 0),
+    _R + 'stream-exec-process-table-function_1/from-changelog-retract-partition-by-restore/savepoint': (0, 0),
+    _R + 'stream-exec-rank_1/rank-n-test/savepoint': (0, 0),
+    _R + 'stream-exec-sink_1/insert-into-upsert-with-sink-upsert-materializer-writable-metadata-v1/savepoint': (0, 0),
+    _R + 'stream-exec-sink_1/sink-bucketing_hash-with-keys-with-count/savepoint': (0, 0),
+    _R + 'stream-exec-sink_2/insert-into-upsert-with-sink-upsert-materializer-writable-metadata-v1/savepoint': (0, 0),
+    _R + 'stream-exec-sort-limit_1/sort-limit-asc/savepoint': (0, 0),
+    _R + 'stream-exec-table-source-scan_1/table-source-scan-filter-pushdown/savepoint': (0, 0),
+    _R + 'stream-exec-table-source-scan_2/table-source-scan-filter-pushdown/savepoint': (0, 0),
+    _R + 'stream-exec-temporal-join_1/temporal-join-table-join-key-from-map/savepoint': (0, 0),
+    _R + 'stream-exec-temporal-sort_1/temporal-sort-proctime/savepoint': (0, 0),
+    _R + 'stream-exec-union_1/union-all-two-sources/savepoint': (0, 0),
+    _R + 'stream-exec-vector-search-table-function_1/async-vector-search/savepoint': (0, 0),
+    _R + 'stream-exec-watermark-assigner_1/watermark-assigner-basic-filter/savepoint': (0, 0),
+    _R + 'stream-exec-watermark-assigner_1/watermark-assigner-pushdown-computed/savepoint': (0, 0),
+    _R + 'stream-exec-window-aggregate_1/window-aggregate-cumulate-event-time-two-phase-distinct-split/savepoint': (0, 0),  # noqa: E501
+    _R + 'stream-exec-window-deduplicate_1/window-deduplicate-asc-cumulate-first-row/savepoint': (0, 0),
+    _R + 'stream-exec-window-join_1/window-join-anti-tumble-event-time/savepoint': (0, 0),
+    _R + 'stream-exec-window-rank_1/window-rank-cumulate-tvf-min-top-n/savepoint': (0, 0),
+    _R + 'stream-exec-window-table-function_1/window-table-function-cumulate-tvf-agg-proc-time/savepoint': (0, 0),
+    _T + 'legacy-raw-state-heap-timers-rocks-db-1.12': (2, 1),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.11-rocksdb-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.11-savepoint': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.12-rocksdb-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.13-rocksdb-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.14-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-hashmap-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-rocksdb-checkpoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-rocksdb-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.15-rocksdb-savepoint-native': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-hashmap-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-rocksdb-checkpoint': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-rocksdb-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.18-hashmap-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.19-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.20-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.20-hashmap-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.20-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.20-rocksdb-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.2-hashmap-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-hashmap-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-rocksdb-savepoint': (4, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink1.11-rocksdb-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.11-savepoint': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink1.12-savepoint': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink1.13-rocksdb-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.14-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-hashmap-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-rocksdb-checkpoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-rocksdb-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.15-rocksdb-savepoint-native': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-rocksdb-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.18-hashmap-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.19-rocksdb-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.20-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink1.20-hashmap-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.20-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink1.20-rocksdb-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink2.0-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink2.0-hashmap-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink2.0-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink2.0-rocksdb-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink2.1-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink2.1-hashmap-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink2.1-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink2.1-rocksdb-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink2.2-hashmap-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint-native': (0, 0),
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-rocksdb-savepoint': (8, 32),
+    _T + 'operatorstate/complexKeyed-flink1.11': (0, 0),
+    _T + 'operatorstate/complexKeyed-flink1.12': (0, 0),
+    _T + 'operatorstate/complexKeyed-flink1.13': (5, 10),
+    _T + 'operatorstate/complexKeyed-flink1.14': (5, 10),
+    _T + 'operatorstate/complexKeyed-flink1.15': (5, 10),
+    _T + 'operatorstate/complexKeyed-flink1.16': (5, 10),
+    _T + 'operatorstate/complexKeyed-flink1.17': (5, 10),
+    _T + 'operatorstate/complexKeyed-flink1.18': (5, 10),
+    _T + 'operatorstate/complexKeyed-flink1.19': (5, 10),
+    _T + 'operatorstate/complexKeyed-flink1.20': (5, 10),
+    _T + 'operatorstate/complexKeyed-flink2.0': (5, 10),
+    _T + 'operatorstate/complexKeyed-flink2.1': (5, 10),
+    _T + 'operatorstate/complexKeyed-flink2.2': (5, 10),
+    _T + 'operatorstate/complexKeyed-flink2.3': (5, 10),
+    _T + 'operatorstate/nonKeyed-flink1.11': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink1.12': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink1.13': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink1.14': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink1.15': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink1.16': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink1.17': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink1.18': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink1.19': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink1.20': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink2.0': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink2.1': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink2.2': (0, 0),
+    _T + 'operatorstate/nonKeyed-flink2.3': (0, 0),
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-checkpoint': (0, 0),
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-savepoint': (0, 0),
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-savepoint-native': (0, 0),
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-savepoint': (0, 0),
+    _T + 'unified-sink-migration-test/savepoint-7bd90b-3a2cda6957cb': (0, 0),
+}
+# fmt: on
+
+
+def corpus_dirs() -> list[str]:
+    return (CORPUS / "dirs.txt").read_text(encoding="utf-8").split()
+
+
+def short(path: str) -> str:
+    for prefix, label in ((_T, ""), (_R, "sql/"), (_P, "spapi/"), (_E, "e2e/")):
+        if path.startswith(prefix):
+            return label + path[len(prefix):].replace("/savepoint", "")
+    return path
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Reading everything through the Python API
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Reading:
+    """What the Python API made of one savepoint: refusals (messages), and per (operator id, state) the decoded and
+    raw entry multisets of every subtask that read."""
+
+    refusals: list[str] = field(default_factory=list)
+    decoded: dict[tuple[str, str], collections.Counter[str]] = field(default_factory=dict)
+    raw: dict[tuple[str, str], collections.Counter[tuple[bytes, bytes]]] = field(default_factory=dict)
+    api_states: dict[str, set[str]] = field(default_factory=dict)  # what Savepoint.keyed_states lists
+    stream_states: dict[str, set[str]] = field(default_factory=dict)  # what the subtasks' headers register
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        return len(self.decoded), sum(sum(c.values()) for c in self.decoded.values())
+
+
+def _refusal(exc: FlinkStateError) -> str:
+    """An exception's message, after checking it is a refusal (not a parse error) on one line."""
+    message = str(exc)
+    assert isinstance(exc, (UnsupportedFormat, UnknownSerializerSnapshot)), f"not a refusal: {message}"
+    assert "\n" not in message, message
+    return message
+
+
+def read_savepoint(path: Path) -> Reading:
+    reading = Reading()
+    try:
+        sp = Savepoint.open(path)
+    except FlinkStateError as exc:
+        reading.refusals.append(_refusal(exc))
+        return reading
+    for op in sp.operators:
+        streams = sp.keyed_streams(op)
+        if not streams:
+            continue
+        try:
+            reading.api_states[op.operator_id] = {s.name for s in sp.keyed_states(op)}
+        except FlinkStateError as exc:
+            reading.refusals.append(_refusal(exc))
+        # Subtasks may register different states (one that never saw a key never registers a lazily created
+        # state): each stream is read with its own header.
+        for _, stream in streams:
+            try:
+                header = stream.header()
+            except FlinkStateError as exc:
+                reading.refusals.append(_refusal(exc))
+                continue
+            names = [s.name for s in header.states]
+            reading.stream_states.setdefault(op.operator_id, set()).update(names)
+            for name in names:
+                decoded = reading.decoded.setdefault((op.operator_id, name), collections.Counter())
+                for _, entries in stream.iter_blocks(name):
+                    decoded.update(json.dumps(to_json(list(e)), sort_keys=True) for e in entries)
+            for key_group, start, end in stream.blocks:
+                data = stream.read_block(key_group, start, end)
+                for state_id, ks, ke, vs, ve in iter_raw_entries(data):
+                    raw = reading.raw.setdefault((op.operator_id, names[state_id]), collections.Counter())
+                    raw[(raw_key(data, ks, ke), data[vs:ve])] += 1
+    return reading
+
+
+def outcome(reading: Reading) -> str:
+    """``reads``, or ``unsupported: <reason>`` when every refusal names the same known reason."""
+    if not reading.refusals:
+        return "reads"
+    reasons = {next((r for r in REASONS if r in m), m) for m in reading.refusals}
+    return "unsupported: " + " | ".join(sorted(reasons))
+
+
+_READINGS: dict[str, Reading] = {}
+
+
+def reading_of(path: str) -> Reading:
+    if path not in _READINGS:
+        _READINGS[path] = read_savepoint(CORPUS / path)
+    return _READINGS[path]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The tests
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_every_vendored_savepoint_has_an_expectation() -> None:
+    assert sorted(EXPECTED) == corpus_dirs()
+    assert sorted(COUNTS) == sorted(p for p in corpus_dirs() if not EXPECTED[p].startswith("unsupported: " + V2)
+                                    and ROCKSDB_NATIVE not in EXPECTED[p] and CHANGELOG not in EXPECTED[p])
+
+
+@pytest.mark.parametrize("path", corpus_dirs(), ids=short)
+def test_read_via_python_api(path: str) -> None:
+    reading = reading_of(path)
+    for message in reading.refusals:
+        assert str(CORPUS) in message, f"refusal does not name the file: {message}"
+        assert not any(m in message for m in MISLEADING), message
+    assert outcome(reading) == EXPECTED[path]
+    if path in COUNTS:
+        assert reading.counts == COUNTS[path]
+    for key, decoded in reading.decoded.items():
+        # every stored entry of the state decoded (none skipped, none invented)
+        assert sum(decoded.values()) == sum(reading.raw.get(key, collections.Counter()).values()), key
+
+
+@pytest.mark.parametrize("path", corpus_dirs(), ids=short)
+def test_api_lists_every_state_the_subtasks_register(path: str) -> None:
+    """``Savepoint.keyed_states`` (describe, dump, schema, migrate) must list the union of the subtasks' states:
+    in Flink's DataStream migration tests a subtask that saw no key never registered the lazily created ValueState."""
+    reading = reading_of(path)
+    for operator_id, names in reading.api_states.items():
+        assert names == reading.stream_states.get(operator_id, names), operator_id
+
+
+def _run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """The CLI in this process (the same code path as the ``flinkstate`` script, minus the interpreter start)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli_main(argv)
+    return status, out.getvalue(), err.getvalue()
+
+
+def _check_cli_refusal(path: str, status: int, stdout: str, stderr: str) -> None:
+    reason = EXPECTED[path].removeprefix("unsupported: ")
+    assert status == 1, stderr
+    lines = stderr.splitlines()
+    assert lines, "refused without a message"
+    # describe lists what it can and reports each unreadable operator on its own line; each line is a whole
+    # message naming the file and the reason
+    for line in lines:
+        assert line.startswith("flinkstate: error: "), stderr
+        assert str(CORPUS / path) in line, line
+        assert any(r in line for r in reason.split(" | ")), line
+        assert not any(m in line for m in MISLEADING), line
+
+
+@pytest.mark.parametrize("path", corpus_dirs(), ids=short)
+def test_describe_cli(path: str) -> None:
+    status, stdout, stderr = _run_cli(["describe", str(CORPUS / path)])
+    if EXPECTED[path] == "reads":
+        assert (status, stderr) == (0, "")
+        assert stdout.startswith(f"savepoint {CORPUS / path}\n")
+    else:
+        _check_cli_refusal(path, status, stdout, stderr)
+
+
+def _cli_samples() -> list[str]:
+    """One savepoint per (expected outcome, metadata version) for the real ``flinkstate`` process."""
+    seen: dict[tuple[str, bytes], str] = {}
+    for path in corpus_dirs():
+        version = (CORPUS / path / "_metadata").read_bytes()[4:8]
+        seen.setdefault((EXPECTED.get(path, ""), version), path)
+    return sorted(seen.values())
+
+
+@pytest.mark.parametrize("path", _cli_samples(), ids=short)
+def test_describe_cli_process(path: str) -> None:
+    done = subprocess.run([str(FLINKSTATE), "describe", str(CORPUS / path)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    if EXPECTED[path] == "reads":
+        assert (done.returncode, done.stderr) == (0, "")
+    else:
+        _check_cli_refusal(path, done.returncode, done.stdout, done.stderr)
+
+
+def _identity_candidates() -> list[str]:
+    return [p for p in corpus_dirs() if EXPECTED.get(p) == "reads"]
+
+
+#: path -> reason substring of savepoints whose identity migration is refused (one line). Empty: all migrate.
+MIGRATION_REFUSED: dict[str, str] = {}
+
+
+def _operator_state_bytes(sp: Savepoint, handle: OperatorStreamStateHandle | None) -> tuple[Any, ...] | None:
+    if handle is None:
+        return None
+    modes = sorted((name, meta.mode, meta.offsets) for name, meta in handle.states.items())
+    if handle.delegate is None:
+        return (modes, None)
+    source = StreamSource(sp.location, handle.delegate)
+    return (modes, source.read(0, source.size))
+
+
+def _operator_view(sp: Savepoint) -> dict[str, dict[str, Any]]:
+    view = {}
+    for op in sp.operators:
+        view[op.operator_id] = {
+            "uid": op.uid, "parallelism": op.parallelism, "max_parallelism": op.max_parallelism,
+            "coordinator": op.coordinator_state.data if op.coordinator_state else None,
+            "finished": (sorted(op.finished_subtasks), op.fully_finished),
+            "operator_state": {i: (_operator_state_bytes(sp, s.managed_operator_state),
+                                   _operator_state_bytes(sp, s.raw_operator_state))
+                               for i, s in sorted(op.subtasks.items())
+                               if s.managed_operator_state or s.raw_operator_state},
+            "keyed_subtasks": sorted(i for i, s in op.subtasks.items() if s.managed_keyed_state),
+        }
+    return view
+
+
+@pytest.mark.parametrize("path", _identity_candidates(), ids=short)
+def test_identity_migration(path: str, tmp_path: Path) -> None:
+    source = CORPUS / path
+    manifest, output = tmp_path / "m.yaml", tmp_path / "out"
+    status, _, stderr = _run_cli(["schema", str(source), "-o", str(manifest)])
+    assert (status, stderr) == (0, "")
+    status, _, stderr = _run_cli(["migrate", str(source), "--schema", str(manifest), "--output", str(output)])
+    if path in MIGRATION_REFUSED:
+        assert status == 1 and len(stderr.splitlines()) == 1 and MIGRATION_REFUSED[path] in stderr, stderr
+        assert not output.exists()
+        return
+    assert (status, stderr) == (0, ""), stderr
+    before, after = Savepoint.open(source), Savepoint.open(output)
+    assert [(m.name, m.version, m.payload) for m in after.metadata.master_states] == \
+        [(m.name, m.version, m.payload) for m in before.metadata.master_states]
+    old_view, new_view = _operator_view(before), _operator_view(after)
+    assert sorted(new_view) == sorted(old_view), "operator ids changed"
+    for operator_id, old in old_view.items():
+        new = new_view[operator_id]
+        if old["uid"] is None:  # no uid recorded (metadata < 5): a migration may add none either way
+            new = {**new, "uid": None}
+        assert new == old, operator_id
+    old_read, new_read = read_savepoint(source), read_savepoint(output)
+    assert new_read.refusals == []
+    assert new_read.decoded == old_read.decoded
+    assert new_read.raw == old_read.raw
+
+
+def test_identity_migration_process(tmp_path: Path) -> None:
+    """The same through the real ``flinkstate`` processes, on one metadata-version-4 savepoint (no uids recorded:
+    operator ids must be carried as they are)."""
+    path = _T + "new-stateful-broadcast-udf-migration-itcase-flink1.20-hashmap-savepoint"
+    source, manifest, output = CORPUS / path, tmp_path / "m.yaml", tmp_path / "out"
+    schema = subprocess.run([str(FLINKSTATE), "schema", str(source)], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert (schema.returncode, schema.stderr) == (0, "")
+    manifest.write_text(schema.stdout, encoding="utf-8")
+    migrate = subprocess.run([str(FLINKSTATE), "migrate", str(source), "--schema", str(manifest), "--output",
+                              str(output)], capture_output=True, text=True, timeout=120, check=False)
+    assert (migrate.returncode, migrate.stderr) == (0, "")
+    assert sorted(_operator_view(Savepoint.open(output))) == sorted(_operator_view(Savepoint.open(source)))
+    assert read_savepoint(output).raw == read_savepoint(source).raw
+
+
+def test_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    """The figures the lead reports (printed even without -s), checked against the tables."""
+    paths = corpus_dirs()
+    readings = {p: reading_of(p) for p in paths}
+    opened = [p for p in paths if not (V2 in EXPECTED[p] or ROCKSDB_NATIVE in EXPECTED[p] or CHANGELOG in EXPECTED[p])]
+    states = sum(r.counts[0] for r in readings.values())
+    entries = sum(r.counts[1] for r in readings.values())
+    by_reason = collections.Counter(EXPECTED[p] for p in paths)
+    lines = [f"Flink corpus: {len(paths)} savepoint directories, {len(opened)} open, "
+             f"{by_reason['reads']} read completely; {states} keyed states read ({entries} entries); refused:"]
+    lines += [f"  {n:3d} {reason.removeprefix('unsupported: ')}" for reason, n in sorted(by_reason.items())
+              if reason != "reads"]
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+    assert {p: outcome(r) for p, r in readings.items()} == EXPECTED
+    assert sum(c[0] for c in COUNTS.values()) == states
+
+
+def _source(path: str) -> str:
+    for prefix, name in ((_T, "_T"), (_R, "_R"), (_P, "_P"), (_E, "_E")):
+        if path.startswith(prefix):
+            return f"{name} + {path[len(prefix):]!r}"
+    return repr(path)
+
+
+def _reason_source(value: str) -> str:
+    for name in ("V2", "ROCKSDB_NATIVE", "CHANGELOG", "HEAP_NATIVE", "ROW_DATA", "TEST_SERIALIZER"):
+        if value == "unsupported: " + globals()[name]:
+            return f'"unsupported: " + {name}'
+    return repr(value)
+
+
+def _emit(line: str) -> None:
+    print(line + ("  # noqa: E501" if len(line) > 120 else ""))
+
+
+if __name__ == "__main__":
+    # Regenerates the two tables from the current reader: review every change before pasting it in.
+    print("EXPECTED")
+    for p in corpus_dirs():
+        _emit(f"    {_source(p)}: {_reason_source(outcome(reading_of(p)))},")
+    print("COUNTS")
+    for p in corpus_dirs():
+        if not any(r in outcome(_READINGS[p]) for r in (V2, ROCKSDB_NATIVE, CHANGELOG)):
+            _emit(f"    {_source(p)}: {_READINGS[p].counts!r},")
+    sys.exit(0)
