@@ -10,3 +10,13 @@ class FlinkStateError(Exception):
 
 class EnvironmentProblem(FlinkStateError):
     """The machine lacks something flinkstate needs (Java, a Flink distribution)."""
+
+
+def printable(text: object) -> str:
+    """``text`` as one printable line: control characters (newlines, ANSI escapes, ...) and other unprintable code
+    points become backslash escapes. Names read from savepoints and manifests (uids, state and class names) pass
+    through here before they are printed, so a crafted name cannot forge output lines or drive the terminal."""
+    value = str(text)
+    if value.isprintable():
+        return value
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in value)

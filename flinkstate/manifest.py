@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import os
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from flinkstate.binary import operator_id_from_uid
-from flinkstate.errors import FlinkStateError
+from flinkstate.errors import FlinkStateError, printable
 from flinkstate.identity import OperatorRef
 from flinkstate.keyed import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.savepoint import Savepoint
@@ -184,20 +184,55 @@ def _state_schema(meta: StateMetaInfo, header: KeyedBackendHeader) -> StateSchem
 # -- loading ----------------------------------------------------------------------------------------------------------
 
 
+#: Bounds on a manifest, which comes from elsewhere: a job's manifest is a few KiB.
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+MAX_NESTING = 64
+
+
 def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     file = os.fspath(path)
     try:
-        text = Path(file).read_text(encoding="utf-8")
+        with open(file, "rb") as handle:
+            data = handle.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise ManifestError(file, "", f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(file, "", f"larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB (a manifest is a few "
+                                      f"KiB); refusing to parse it")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(file, f"byte {exc.start}", "not UTF-8 text") from None
     manifest = parse_manifest(text, file)
     manifest.path = file
     return manifest
 
 
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases (a manifest needs none, and an alias bomb would expand without bound)
+    and with a nesting limit (deep nesting would exhaust the stack)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in manifests",
+                                              event.start_mark)
+        depth = getattr(self, "_depth", 0)
+        if depth >= MAX_NESTING:
+            raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_NESTING} levels deep",
+                                              self.peek_event().start_mark)
+        self._depth = depth + 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth = depth
+
+
 def parse_manifest(text: str, file: str = "<manifest>") -> Manifest:
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ManifestError(file, "", f"larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB; refusing to parse it")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -322,14 +357,27 @@ class _Parser:
         migration = spec.get("migration")
         if migration is not None and not isinstance(migration, Mapping):
             raise self.fail(f"{path}.migration", f"expected a mapping, got {_show(migration)}")
+        if migration is not None:
+            # Validated here, so that check and migrate accept and refuse the same manifests.
+            from flinkstate.migration.spec import MigrationSpecError, parse_migration
+
+            try:
+                parse_migration(dict(migration), f"{path}.migration", self.file)
+            except MigrationSpecError as exc:
+                raise ManifestError("", "", str(exc)) from None
         renamed_from = spec.get("renamed_from")
         if renamed_from is not None:
             renamed_from = self.text(renamed_from, f"{path}.renamed_from")
         return StateSchema(name, kind, op.key, namespace, value, user_key, migration, renamed_from)
 
 
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxother = 2, 40, 40
+
+
 def _show(value: Any) -> str:
-    text = repr(value)
+    # reprlib bounds the work as well as the text: a huge value is never rendered whole only to be cut.
+    text = printable(_SHORT_REPR.repr(value))
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -122,7 +122,7 @@ class Report:
         if self.outcome == "incompatible" and self.verdict < INCOMPATIBLE:
             headline += " (the dry run shows the migration would fail)"
         lines = [f"# Compatibility check: {headline}", "",
-                 f"- savepoint: `{self.savepoint}`", f"- manifest: `{self.manifest}`",
+                 f"- savepoint: `{escape_markdown(self.savepoint)}`", f"- manifest: `{escape_markdown(self.manifest)}`",
                  f"- Flink's verdict: **{self.flink_verdict.name}**; verdict: **{self.verdict.name}**", "",
                  "| operator | state | kind | old type | new type | Flink | verdict | migration |",
                  "|---|---|---|---|---|---|---|---|"]
@@ -139,15 +139,16 @@ class Report:
         if not findings:
             lines.append("None: every state restores as is.")
         for f in findings:
-            where = " / ".join(part for part in (f.operator, f.state, f.path) if part)
+            where = escape_markdown(" / ".join(part for part in (f.operator, f.state, f.path) if part))
             flags = []
             if f.silent_misread:
                 flags.append("**silent: Flink would not fail**")
             if f.effective_verdict >= AFTER_MIGRATION:
                 flags.append({True: "migratable", False: "not migratable",
                               None: "migration declared, not evaluated"}[f.migratable])
-            change = f" (`{f.old_type}` → `{f.new_type}`)" if f.old_type or f.new_type else ""
-            lines.append(f"- `{f.code}` at `{where}`: {_short(f.verdict)}. {f.message}{change}"
+            change = (f" (`{escape_markdown(f.old_type)}` → `{escape_markdown(f.new_type)}`)"
+                      if f.old_type or f.new_type else "")
+            lines.append(f"- `{f.code}` at `{where}`: {_short(f.verdict)}. {escape_markdown(f.message)}{change}"
                          + (f" [{'; '.join(flags)}]" if flags else ""))
         text = "\n".join(lines) + "\n"
         if self.dry_run is not None:

@@ -28,7 +28,7 @@ operators:
       stats:
         kind: VALUE
         value: {pojo: sample.Stats, fields: {key: String, count: Long, total: Long}}
-      count: {kind: VALUE, value: Long, migration: {convert: to_string}}
+      count: {kind: VALUE, value: Long, migration: {value: {convert: to-string}}}
       recent: {kind: LIST, value: "Tuple2<Long, String>"}
       buckets: {kind: MAP, user_key: String, value: {row: {id: Integer, label: String, ratio: Double}}}
       _timer_state/processing_user-timers: {kind: TIMERS}
@@ -47,7 +47,7 @@ def test_parse_a_manifest():
     assert stats.uid == "stats" and stats.max_parallelism == 128 and stats.dropped_states == ["old"]
     assert manifest.find(stats.operator_id) is stats
     count = stats.states["count"]
-    assert count.migration == {"convert": "to_string"}  # kept as written, for the migration engine
+    assert count.migration == {"value": {"convert": "to-string"}}  # kept as written, for the migration engine
     assert stats.states["moved"].renamed_from == "total"
     assert manifest.operators["renamed-op"].renamed_from == "old-op"
     # The state serializers Flink writes into the state meta info: List/Map wrapped, timers from key+namespace.

@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 from flinkstate import __version__, storage
-from flinkstate.errors import FlinkStateError
+from flinkstate.errors import FlinkStateError, printable
 
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES = (
@@ -31,6 +33,7 @@ EXIT_USAGE = 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flinkstate", description="Read, check and migrate Apache Flink savepoints.")
     parser.add_argument("--version", action="version", version=f"flinkstate {__version__}")
+    parser.add_argument("--debug", action="store_true", help="print the Python stack of an error as well")
     s3 = parser.add_argument_group("s3:// savepoints (default: boto3's usual AWS_* variables and ~/.aws)")
     s3.add_argument("--s3-endpoint-url", metavar="URL", help="S3 endpoint, e.g. http://127.0.0.1:9000 for MinIO")
     s3.add_argument("--s3-region", metavar="REGION", help="S3 region")
@@ -47,13 +50,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or EXIT_OK)
     except FlinkStateError as exc:
-        print(f"flinkstate: error: {exc}", file=sys.stderr)
+        if args.debug:
+            traceback.print_exc()
+        print(f"flinkstate: error: {printable(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("flinkstate: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `flinkstate dump ... | head`
         return EXIT_OK
+    except RecursionError:
+        print("flinkstate: error: the input nests too deeply to be processed", file=sys.stderr)
+        return EXIT_ERROR
+    except MemoryError:
+        print("flinkstate: error: out of memory (the input is larger than this machine can hold)", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # the last guard: one line, never a traceback unless asked for
+        if args.debug:
+            traceback.print_exc()
+        where = ""
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None:
+            where = f" at {Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"
+        print(f"flinkstate: internal error: {type(exc).__name__}: {printable(exc)}{where} (a bug in flinkstate; "
+              f"please report it with the output of the same command run with --debug)", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

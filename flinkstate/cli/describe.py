@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from flinkstate.errors import printable
 from flinkstate.savepoint import Savepoint
 
 #: Some operator's state could not be read (the listing is printed all the same).
@@ -28,12 +29,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(description, indent=2))
     else:
-        print(render_text(description))
+        print(render_text(description))  # every line escaped: names come from the file
     # What could not be read is also said on stderr, and the exit status says it: a listing with holes is not a
     # successful describe.
     errors = [op["error"] for op in description["operators"] if "error" in op]
     for error in errors:
-        print(f"flinkstate: error: {error}", file=sys.stderr)
+        print(f"flinkstate: error: {printable(error)}", file=sys.stderr)
     return EXIT_UNREADABLE if errors else 0
 
 
@@ -56,4 +57,4 @@ def render_text(description: dict[str, Any]) -> str:
             lines.append(f"    value {state['value_type']}")
         if "error" in op:
             lines.append(f"  error: {op['error']}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)

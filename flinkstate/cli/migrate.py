@@ -54,7 +54,8 @@ def render_text(report: MigrationReport, report_dir: str) -> str:
         for name, count in states.items():
             dead = f", {count.dead_lettered} dead-lettered" if count.dead_lettered else ""
             lines.append(f"  {operator}/{name}: {count.read} read, {count.written} written{dead}")
-    lines += [f"  verified: {line}" for line in report.verification]
+    lines.append("  verification against the source:")
+    lines += [f"    {line}" for line in report.verification]
     lines.append(f"  report: {report_dir}/report.json ({len(report.dead_letters)} dead letters in "
                  f"dead-letters.jsonl)")
     return "\n".join(lines)
