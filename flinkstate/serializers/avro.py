@@ -42,7 +42,8 @@ def _decode_string(buf: bytes, off: int) -> tuple[str, int]:
 
 
 def _encode_string(value: str, out: bytearray) -> None:
-    _encode_len_prefixed(value.encode("utf-8"), out)
+    # Avro's Utf8.getBytesFor is String.getBytes(UTF_8), which writes each lone surrogate as '?'; so does "replace".
+    _encode_len_prefixed(value.encode("utf-8", "replace"), out)
 
 
 def _decode_null(buf: bytes, off: int) -> tuple[None, int]:
@@ -245,17 +246,54 @@ class AvroCodecBuilder:
 
     def _union_encoder(self, branches: list[Any]) -> Encoder:
         encoders = [self.encoder(b) for b in branches]
-        null_index = branches.index("null") if "null" in branches else None
+        matchers = [self._matcher(b) for b in branches]
+        described = ", ".join(b if isinstance(b, str) else str(b.get("name", b.get("type"))) for b in branches)
 
         def encode(value: Any, out: bytearray) -> None:
-            # Only the common [null, T] unions are resolved automatically; others take the first non-null branch.
-            index = null_index if value is None else next(i for i, b in enumerate(branches) if b != "null")
-            if index is None:
-                raise ValueError("null value for a union without a null branch")
-            out += I32.pack(index)
-            encoders[index](value, out)
+            # The first branch whose type the Python value has (fastavro's rule): the decoded value of any branch
+            # finds its own branch again, unless two branches share a Python type (e.g. int and long).
+            for index, matches in enumerate(matchers):
+                if matches(value):
+                    out += I32.pack(index)
+                    encoders[index](value, out)
+                    return
+            raise ValueError(f"no branch of the Avro union [{described}] takes a {type(value).__name__}")
 
         return encode
+
+    def _matcher(self, schema: Any) -> Callable[[Any], bool]:
+        """Whether a Python value belongs to the Avro type ``schema`` (for union branch selection)."""
+        if isinstance(schema, str) and schema not in _PRIMITIVES:
+            schema = self.named[schema]
+        kind = schema if isinstance(schema, str) else schema["type"]
+        if isinstance(kind, (dict, list)):  # {"type": {...}} wrapping
+            return self._matcher(kind)
+        if kind in ("record", "error"):
+            names = frozenset(f["name"] for f in schema["fields"])
+            return lambda v: isinstance(v, dict) and v.keys() == names
+        if kind == "enum":
+            symbols = frozenset(schema["symbols"])
+            return lambda v: isinstance(v, str) and v in symbols
+        if kind == "fixed":
+            size = schema["size"]
+            return lambda v: isinstance(v, (bytes, bytearray)) and len(v) == size
+        return _PRIMITIVE_MATCHERS.get(kind) or _KIND_MATCHERS[kind]
+
+
+_PRIMITIVE_MATCHERS: dict[str, Callable[[Any], bool]] = {
+    "null": lambda v: v is None,
+    "boolean": lambda v: type(v) is bool,
+    "int": lambda v: type(v) is int and -(1 << 31) <= v < (1 << 31),
+    "long": lambda v: type(v) is int and -(1 << 63) <= v < (1 << 63),
+    "float": lambda v: type(v) is float,
+    "double": lambda v: type(v) is float,
+    "bytes": lambda v: isinstance(v, (bytes, bytearray)),
+    "string": lambda v: isinstance(v, str),
+}
+_KIND_MATCHERS: dict[str, Callable[[Any], bool]] = {
+    "array": lambda v: isinstance(v, (list, tuple)),
+    "map": lambda v: isinstance(v, dict),
+}
 
 
 @register

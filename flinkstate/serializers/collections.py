@@ -5,7 +5,9 @@ Record formats:
     Map:          i32 n; n x (key; bool valueIsNull; [value])
     Set (2.x):    i32 n; n x (bool isNull; [element])
     GenericArray: i32 n; n x (bool isPRESENT; [element])     -- note: the flag means the opposite of Set's
-Python values: list, dict, set (frozenset-able elements only; unhashable ones make a list), list.
+Python values: list, dict, :class:`StoredOrderSet` (a set that iterates in stored order, so re-encoding writes the
+same bytes; when the elements are unhashable, or Python would merge elements Java keeps apart, such as 0.0 and -0.0
+or BigDecimal 1.0 and 1.00, a list instead), list.
 """
 
 from __future__ import annotations
@@ -142,6 +144,24 @@ def _flagged_sequence_encoder(elem_enc: Encoder, present_flag: int) -> Encoder:
     return encode
 
 
+class StoredOrderSet(set):  # a real set: isinstance checks, equality and set algebra stay set's
+    """A decoded Java Set: equal to the set of its elements, iterating in the order they were stored (Java's
+    HashSet order, which Python's hash order would scramble). A set changed after decoding iterates in set order."""
+
+    __slots__ = ("_order",)
+
+    def __init__(self, items: Any = ()) -> None:
+        order = list(items)
+        super().__init__(order)
+        self._order = order
+
+    def __iter__(self) -> Any:
+        order = self._order
+        if len(order) == len(self) and all(map(self.__contains__, order)):
+            return iter(order)
+        return set.__iter__(self)
+
+
 @register
 class SetSnapshot(CompositeSnapshot):
     CLASS_NAMES = (BASE + "SetSerializerSnapshot",)
@@ -153,9 +173,11 @@ class SetSnapshot(CompositeSnapshot):
         def decode(buf: bytes, off: int) -> tuple[Any, int]:
             items, off = decode_list(buf, off)
             try:
-                return set(items), off
+                result = StoredOrderSet(items)
             except TypeError:  # unhashable elements (lists, dicts): keep them as a list
                 return items, off
+            # Elements Java keeps apart but Python merges (0.0 and -0.0): a list loses nothing.
+            return (result if len(result) == len(items) else items), off
 
         return decode
 

@@ -189,7 +189,7 @@ def encode_big_integer(value: int | None, out: bytearray) -> None:
         out += _BIGINT_CODES[value]
         return
     # BigInteger.toByteArray: the minimal two's complement, at least one byte.
-    raw = value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True)
+    raw = value.to_bytes((value if value >= 0 else ~value).bit_length() // 8 + 1, "big", signed=True)
     out += I32.pack(len(raw) + 4) + raw
 
 
