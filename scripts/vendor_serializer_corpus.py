@@ -9,7 +9,8 @@ versions are kept, the files being small. ``SOURCES.txt`` maps each vendored fol
 
 Usage: ``.venv/bin/python scripts/vendor_serializer_corpus.py [SOURCE_DIR]``; SOURCE_DIR defaults to
 ``/work/shared/flink-test-corpus/serializers`` (a copy of Flink's test resources, with ``dirs.txt`` listing them).
-Re-running replaces the vendored folder wholesale, so the result depends only on the source.
+Re-running replaces every vendored folder, so the result depends only on the source; folders whose name
+starts with ``_`` are flinkstate's own additions and are kept.
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ def main(argv: list[str]) -> int:
     if not listing.is_file():
         print(f"error: {listing} not found (expected Flink's serializer corpus with its dirs.txt)", file=sys.stderr)
         return 1
-    if TARGET.exists():
-        shutil.rmtree(TARGET)
-    TARGET.mkdir(parents=True)
+    TARGET.mkdir(parents=True, exist_ok=True)
+    for old in TARGET.iterdir():  # folders starting with "_" are flinkstate's own (e.g. _flink-edge-values)
+        if old.is_dir() and not old.name.startswith("_"):
+            shutil.rmtree(old)
     sources, skipped, size = [], {}, 0
     for relative in sorted(line.strip() for line in listing.read_text().splitlines() if line.strip()):
         folder = source / relative
