@@ -168,6 +168,13 @@ def write_state_meta_info(writer: Writer, meta: StateMetaInfo) -> None:
         write_snapshot(writer, snapshot, top_level=True)
 
 
+def state_meta_bytes(meta: StateMetaInfo) -> bytes:
+    """A state's meta info as written: equal bytes, same state."""
+    writer = Writer()
+    write_state_meta_info(writer, meta)
+    return writer.getvalue()
+
+
 def _count(reader: Reader, what: str) -> int:
     start = reader.pos
     count = reader.i32()

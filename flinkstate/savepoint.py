@@ -20,8 +20,15 @@ from typing import Any
 from flinkstate.binary import KeyGroupRange
 from flinkstate.format_errors import SavepointFormatError, StateNotFound
 from flinkstate.identity import OperatorRef
-from flinkstate.keyed import KeyedBackendHeader, KeyedStateStream, StateMetaInfo
-from flinkstate.metadata import CheckpointMetadata, OperatorState, read_metadata
+from flinkstate.keyed import KeyedBackendHeader, KeyedStateStream, StateMetaInfo, state_meta_bytes
+from flinkstate.metadata import (
+    CheckpointMetadata,
+    FileStateHandle,
+    OperatorState,
+    RelativeFileStateHandle,
+    read_metadata,
+)
+from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.storage import METADATA_FILE, SavepointLocation, open_location
 
 
@@ -58,11 +65,17 @@ class Savepoint:
     def __init__(self, location: SavepointLocation) -> None:
         self.location = location
         self.metadata: CheckpointMetadata = read_metadata(location.read_metadata(), location.describe(METADATA_FILE))
+        # Every file handle is resolved (contained in the savepoint) and its recorded size noted before any state
+        # is read: see flinkstate.storage.
+        location.check_handles((where, _file_name(handle), handle.size)
+                               for where, handle in self.metadata.file_handles())
         self._streams: dict[tuple[str, int], KeyedStateStream] = {}
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> Savepoint:
-        return cls(open_location(path))
+    def open(cls, path: str | os.PathLike[str], allow_external_handles: bool | None = None) -> Savepoint:
+        """``allow_external_handles``: read legacy savepoints whose absolute state handles point outside the
+        savepoint directory (default: the process-wide ``flinkstate.storage.handle_policy``, off)."""
+        return cls(open_location(path, allow_external_handles))
 
     # -- operators ---------------------------------------------------------------------------------------------------
 
@@ -108,9 +121,36 @@ class Savepoint:
         return [(index, stream.key_group_range) for index, stream in self.keyed_streams(operator)]
 
     def keyed_header(self, operator: str | OperatorState, tolerant: bool = False) -> KeyedBackendHeader | None:
-        """The header of the first keyed stream (all subtasks register the same states)."""
+        """The operator's keyed states across all its subtasks. Each subtask's stream has a header of its own,
+        listing the states that subtask registered: one that never saw a key may lack a state the others have (a
+        timer state, a state created lazily). The union keeps the first-seen order; a state must have the same
+        serializers wherever it appears, and every subtask the same key serializer."""
         streams = self.keyed_streams(operator)
-        return streams[0][1].header(tolerant) if streams else None
+        if not streams:
+            return None
+        first = streams[0][1].header(tolerant)
+        if first.error is not None or len(streams) == 1:
+            return first
+        union = KeyedBackendHeader(first.version, first.compressed, first.key_serializer, list(first.states),
+                                   first.length)
+        by_name = {state.name: state for state in first.states}
+        key_bytes = snapshot_bytes(first.key_serializer) if first.key_serializer is not None else None
+        for index, stream in streams[1:]:
+            header = stream.header(tolerant)
+            if header.error is not None:
+                return header
+            if (snapshot_bytes(header.key_serializer) if header.key_serializer is not None else None) != key_bytes:
+                raise SavepointFormatError(f"{stream.context}: subtask {index} has another key serializer than "
+                                           f"subtask {streams[0][0]}", stream.source.path, 0)
+            for state in header.states:
+                seen = by_name.get(state.name)
+                if seen is None:
+                    by_name[state.name] = state
+                    union.states.append(state)
+                elif state_meta_bytes(seen) != state_meta_bytes(state):
+                    raise SavepointFormatError(f"{stream.context}: state {state.name} of subtask {index} has other "
+                                               f"serializers than in subtask {streams[0][0]}", stream.source.path, 0)
+        return union
 
     def keyed_states(self, operator: str | OperatorState) -> list[KeyedStateInfo]:
         header = self.keyed_header(operator)
@@ -178,5 +218,9 @@ class Savepoint:
         return result
 
 
-def open_savepoint(path: str | os.PathLike[str]) -> Savepoint:
-    return Savepoint.open(path)
+def _file_name(handle: FileStateHandle | RelativeFileStateHandle) -> str:
+    return handle.path if isinstance(handle, FileStateHandle) else handle.relative_path
+
+
+def open_savepoint(path: str | os.PathLike[str], allow_external_handles: bool | None = None) -> Savepoint:
+    return Savepoint.open(path, allow_external_handles)

@@ -96,3 +96,27 @@ def test_an_unexpected_failure_is_one_line_with_a_bug_report_hint(capsys: pytest
     assert "--debug" in err and "Traceback" not in err
     assert main(["--debug", "describe", "/nonexistent"]) == 1
     assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("output, report", [("SRC/migrated", None), ("OUT", "SRC"), ("OUT", "SRC/r"),
+                                            ("OUT", "OUT/r"), ("LINK/x", None), ("OUT", "OUT")])
+def test_outputs_and_reports_never_land_in_the_source_or_each_other(tmp_path: Path, output: str, report: str | None,
+                                                                   capsys: pytest.CaptureFixture[str]):
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "_metadata").write_bytes(b"not read: the locations are refused first")
+    (tmp_path / "link").symlink_to(source)
+    names = {"SRC": str(source), "OUT": str(tmp_path / "out"), "LINK": str(tmp_path / "link")}
+
+    def place(text: str) -> str:
+        head, _, rest = text.partition("/")
+        return names[head] + ("/" + rest if rest else "")
+
+    args = ["migrate", str(source / "_metadata"), "--schema", str(tmp_path / "none.yaml"), "--output", place(output)]
+    if report is not None:
+        args += ["--report", place(report)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("inside the source" in err or "must not contain each other" in err), err
+    assert sorted(p.name for p in source.iterdir()) == ["_metadata"]
+    assert not (tmp_path / "out").exists()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flinkstate.binary import KeyGroupRange, assign_key_group, encode_varint_le
@@ -422,10 +422,18 @@ def _layout(header: KeyedBackendHeader, meta: StateMetaInfo, prefix_bytes: int) 
 class _SubtaskMigrator:
     def __init__(self, source: Savepoint, plan: OperatorPlan, subtask: int) -> None:
         self.source = source
-        self.plan = plan
         self.subtask = subtask
         self.streams = dict(source.keyed_streams(plan.source))
         self.stream = self.streams[subtask]
+        # Each stream's blocks use its own header's state ids. In place, a subtask keeps its own state list; rekeyed,
+        # entries come from every stream, so the output lists every state and each stream's ids are mapped.
+        if plan.key_transform is None:
+            plan = localize(plan, self.stream.header())
+        assert plan.old_header is not None
+        union_index = {state.name: i for i, state in enumerate(plan.old_header.states)}
+        self.stream_ids = {index: [union_index[state.name] for state in stream.header().states]
+                           for index, stream in self.streams.items()} if plan.key_transform is not None else {}
+        self.plan = plan
         self.prefix_bytes = self.stream.prefix_bytes
         # Only states whose entries are decoded need codecs: a state kept as bytes may have none (Kryo, unknown).
         self.codecs = [StateCodec(plan, r, self.prefix_bytes) if r is not None and (r.touches_values or
@@ -556,10 +564,12 @@ class _SubtaskMigrator:
         key_f = plan.key_transform
         assert key_f is not None
         buckets: dict[int, dict[int, list[tuple[bytes, bytes]]]] = {}
-        for _, stream in sorted(self.streams.items()):
+        for index, stream in sorted(self.streams.items()):
+            ids = self.stream_ids[index]
             for key_group, start, end in stream.blocks:
                 data = stream.read_block(key_group, start, end)
-                for state_id, ks, ke, vs, ve in iter_raw_entries(data):
+                for local_id, ks, ke, vs, ve in iter_raw_entries(data):
+                    state_id = ids[local_id]
                     rewrite = plan.rewrites[state_id]
                     codec = self.codecs[state_id]
                     if rewrite is None or codec is None:
@@ -597,18 +607,44 @@ class _SubtaskMigrator:
                 writer.write_block(key_group, encode_block((sid, sorted(runs[sid])) for sid in sorted(runs)))
 
 
+def localize(plan: OperatorPlan, local: KeyedBackendHeader) -> OperatorPlan:
+    """The operator's plan as one subtask's stream sees it. Each stream's header lists the states that subtask
+    registered, in its own order, and its blocks use those positions as state ids: a subtask that never saw a key
+    may lack a state. The output stream keeps that subtask's own list (with the plan's renames and drops)."""
+    assert plan.old_header is not None and plan.new_header is not None
+    if [s.name for s in local.states] == [s.name for s in plan.old_header.states]:
+        return plan
+    union_index = {s.name: i for i, s in enumerate(plan.old_header.states)}
+    rewrites: list[StateRewrite | None] = []
+    old_states, new_states = [], []
+    for meta in local.states:
+        rewrite = plan.rewrites[union_index[meta.name]]
+        old_states.append(plan.old_header.states[union_index[meta.name]])
+        if rewrite is None:
+            rewrites.append(None)
+            continue
+        rewrites.append(replace(rewrite, new_id=len(new_states)))
+        new_states.append(plan.new_header.states[rewrite.new_id])
+    old_local = KeyedBackendHeader(local.version, local.compressed, local.key_serializer, old_states)
+    new_local = KeyedBackendHeader(plan.new_header.version, plan.new_header.compressed,
+                                   plan.new_header.key_serializer, new_states)
+    return replace(plan, old_header=old_local, new_header=new_local, rewrites=rewrites)
+
+
 def migrate_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, subtask: int,
                     output: SavepointOutput) -> SubtaskResult:
     """Rewrites the keyed stream of one (source operator id, subtask) into ``output``; the file name derives from
     the new operator id and the subtask, so the result does not depend on who runs it."""
     op_plan = plan.operators[operator_id]
     assert op_plan.new_header is not None
-    header = copy.copy(op_plan.new_header)
-    if plan.compressed is not None:
-        header.compressed = plan.compressed
     op_plan_for_run = copy.copy(op_plan)
-    op_plan_for_run.new_header = header
+    if plan.compressed is not None:
+        header = copy.copy(op_plan.new_header)
+        header.compressed = plan.compressed
+        op_plan_for_run.new_header = header
     migrator = _SubtaskMigrator(source, op_plan_for_run, subtask)
+    header = migrator.plan.new_header
+    assert header is not None
     name = keyed_stream_file_name(op_plan.new_operator_id, subtask)
     kg_range = migrator.stream.key_group_range
     with output.open(name) as sink:
@@ -648,7 +684,7 @@ def dry_run_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, su
     if op_plan.key_transform is not None:
         # New keys move between key groups: the whole operator is read by one task, as a real run does.
         with open(os.devnull, "wb") as sink:
-            writer = KeyedStreamWriter(sink, op_plan.new_header, migrator.stream.key_group_range, os.devnull)
+            writer = KeyedStreamWriter(sink, migrator.plan.new_header, migrator.stream.key_group_range, os.devnull)
             migrator.run_rekeyed(writer, migrator.stream.key_group_range, op_plan.source.max_parallelism)
     else:
         stream = migrator.stream

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from flinkstate.manifest import Manifest, load_manifest
 from flinkstate.migration.engine import (
+    MigrationError,
     MigrationPlan,
     MigrationReport,
     OperatorTarget,
@@ -52,8 +54,24 @@ class MigrationJob:
         kept as text because ``Path`` would fold ``s3://`` into ``s3:/``)."""
         return (self.report_dir or f"{self.output.rstrip('/')}.report").rstrip("/")
 
+    def check_locations(self) -> None:
+        """Refuses an output or report inside the source savepoint (the source is never written), or inside each
+        other: one line, before anything is written."""
+        source = _place(self.savepoint, strip_metadata=True)
+        output = _place(self.output)
+        report = _place(self.report_path)
+        for what, place in (("--output", output), ("--report", report)):
+            if _within(place, source) or _within(source, place):
+                raise MigrationError(f"{what} {self.output if what == '--output' else self.report_path} is inside "
+                                     f"the source savepoint {self.savepoint} (or contains it): the source is never "
+                                     f"written to")
+        if _within(report, output) or _within(output, report):
+            raise MigrationError(f"--report {self.report_path} and --output {self.output} must not contain each "
+                                 f"other")
+
     def run(self, run_units: UnitRunner = run_units_locally) -> MigrationReport:
         """Migrates, verifies (the new savepoint against the manifest), publishes, and writes the report."""
+        self.check_locations()
         manifest, _ = self.manifests()
         report = migrate_savepoint(
             self.savepoint, self.targets(Savepoint.open(self.savepoint)), open_output(self.output),
@@ -62,6 +80,23 @@ class MigrationJob:
             max_dead_letters=self.max_dead_letters)
         write_report(report, self.report_path)
         return report
+
+
+def _place(location: str, strip_metadata: bool = False) -> tuple[str, ...]:
+    """A location as path parts for containment tests: ``("s3", bucket, *key parts)`` or the resolved local path's
+    parts (symlinks followed, so that a link into the source is seen as the source)."""
+    if location.startswith("s3://"):
+        parts = tuple(p for p in location[5:].split("/") if p)
+    else:
+        path = Path(location.removeprefix("file://").removeprefix("file:")).resolve()
+        parts = ("file", *path.parts)
+        return parts[:-1] if strip_metadata and path.name == "_metadata" else parts
+    result = ("s3", *parts)
+    return result[:-1] if strip_metadata and result[-1] == "_metadata" else result
+
+
+def _within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
+    return len(inner) >= len(outer) and inner[:len(outer)] == outer
 
 
 def write_report(report: MigrationReport, directory: str) -> None:

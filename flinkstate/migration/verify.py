@@ -354,13 +354,16 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
     codec that loses anything (a nanosecond, a NaN payload, a subclass) is caught here, before a migration that
     decodes the state can publish changed values that comparing decoded values alone would call equal."""
     assert op_plan.old_header is not None
-    old_id = op_plan.rewrites.index(rewrite)
-    identity = OperatorPlan(op_plan.source, op_plan.source.operator_id, op_plan.source.uid, op_plan.old_header,
-                            op_plan.old_header, [StateRewrite(m.name, m.name, i, m.kind, None, None, False, True)
-                                                 for i, m in enumerate(op_plan.old_header.states)])
-    meta = op_plan.old_header.states[old_id]
+    meta = op_plan.old_header.states[op_plan.rewrites.index(rewrite)]
     type_name = meta.value_serializer.type_name() if meta.value_serializer is not None else meta.kind
     for _, stream in source.keyed_streams(op):
+        local = stream.header()
+        old_id = local.state_index(rewrite.old_name)
+        if old_id is None:
+            continue  # this subtask never registered the state
+        identity = OperatorPlan(op_plan.source, op_plan.source.operator_id, op_plan.source.uid, local, local,
+                                [StateRewrite(m.name, m.name, i, m.kind, None, None, False, True)
+                                 for i, m in enumerate(local.states)])
         codec = StateCodec(identity, identity.rewrites[old_id], stream.prefix_bytes)  # type: ignore[arg-type]
         for kg, start, end in stream.blocks:
             data = stream.read_block(kg, start, end, rewrite.old_name)
