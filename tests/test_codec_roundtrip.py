@@ -557,3 +557,20 @@ def test_union_branches_found_by_value_type() -> None:
     assert snapshot.encode(None) == I32.pack(0)
     with pytest.raises(ValueError, match="no branch"):
         snapshot.encode(1.5)
+
+
+@pytest.mark.parametrize(("stem", "data", "message"), [
+    ("LocalDate", I32.pack(2023) + b"\x02\x1d", "day 29 outside 1..28"),
+    ("LocalDate", I32.pack(2024) + b"\x0d\x01", "month 13"),
+    ("LocalDate", I32.pack(1_000_000_000) + b"\x01\x01", "year 1000000000 outside"),
+    ("LocalTime", b"\x18\x00\x00" + I32.pack(0), "invalid time 24:0:0.0"),
+    ("LocalTime", b"\x00\x00\x00" + I32.pack(1_000_000_000), "invalid time"),
+    ("LocalDateTime", I32.pack(2024) + b"\x04\x1f\x00\x00\x00" + I32.pack(0), "day 31 outside 1..30"),
+    ("Instant", I64.pack(INSTANT_MAX_SECONDS + 1) + I32.pack(0), "outside Java's range"),
+])
+def test_invalid_time_bytes_fail_like_java(stem: str, data: bytes, message: str) -> None:
+    # Java's LocalDate.of / LocalTime.of / Instant.ofEpochSecond throw DateTimeException on these.
+    with pytest.raises(SavepointFormatError, match=message.replace(".", r"\.")):
+        simple(stem).decode(data)
+    # Instant normalises out-of-range nanos like Instant.ofEpochSecond(seconds, nanoAdjustment).
+    assert simple("Instant").decode(I64.pack(5) + I32.pack(-1)) == Instant(4, 999_999_999)

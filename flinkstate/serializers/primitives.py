@@ -309,9 +309,11 @@ def _encode_instant(value: times.Instant | None, out: bytearray) -> None:
 
 def _decode_local_date(buf: bytes, off: int) -> tuple[times.LocalDate | None, int]:
     year, month, day = _LOCAL_DATE.unpack_from(buf, off)
+    if 1 <= month <= 12 and 1 <= day <= _MONTH_DAYS[month] and _YEAR_MIN <= year <= _YEAR_MAX:
+        return _make_local_date(year, month, day), off + 6
     if year == INT_MIN:
         return None, off + 6
-    try:
+    try:  # February 29 and invalid values: the full check
         return times.LocalDate(year, month, day), off + 6
     except ValueError as e:
         raise _bad(f"LocalDate: {e}", off) from None
@@ -346,14 +348,14 @@ def _encode_local_time(value: times.LocalTime | None, out: bytearray) -> None:
 
 def _decode_local_date_time(buf: bytes, off: int) -> tuple[times.LocalDateTime | None, int]:
     year, month, day, hour, minute, second, nano = _LOCAL_DATE_TIME.unpack_from(buf, off)
-    if 1 <= month <= 12 and 1 <= day <= 28 and _YEAR_MIN <= year <= _YEAR_MAX and 0 <= hour < 24 \
+    if 1 <= month <= 12 and 1 <= day <= _MONTH_DAYS[month] and _YEAR_MIN <= year <= _YEAR_MAX and 0 <= hour < 24 \
             and 0 <= minute < 60 and 0 <= second < 60 and 0 <= nano < _NANOS:
         return _make_local_date_time(year, month, day, hour, minute, second, nano), off + 13
     if year == INT_MIN and hour == -128:
         return None, off + 13
     if year == INT_MIN or hour == -128:
         raise _bad("LocalDateTime: exactly one of LocalDate and LocalTime is null", off)
-    try:  # days 29..31 and invalid values: the full check
+    try:  # February 29 and invalid values: the full check
         return times.LocalDateTime(year, month, day, hour, minute, second, nano), off + 13
     except ValueError as e:
         raise _bad(f"LocalDateTime: {e}", off) from None
@@ -372,12 +374,15 @@ def _encode_local_date_time(value: times.LocalDateTime | None, out: bytearray) -
 _make_instant = times.unchecked_instant
 _make_sql_timestamp = times.unchecked_sql_timestamp
 _make_local_time = times.unchecked_local_time
+_make_local_date = times.unchecked_local_date
 _make_local_date_time = times.unchecked_local_date_time
 _INSTANT_MIN, _INSTANT_MAX = times.INSTANT_MIN_SECONDS, times.INSTANT_MAX_SECONDS
 _YEAR_MIN, _YEAR_MAX = times.YEAR_MIN, times.YEAR_MAX
 _INSTANT_NULL = _I64_I32.pack(LONG_MIN, INT_MIN)
 _SQL_TIMESTAMP_NULL = _I64_I32.pack(LONG_MIN, 0)
 _LOCAL_DATE_TIME_NULL = _LOCAL_DATE_NULL + _LOCAL_TIME_NULL
+#: Days per month (index 1..12) valid in every year; February 29 takes the full (leap year) check.
+_MONTH_DAYS = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
 def _instant_hash(value: times.Instant) -> int:

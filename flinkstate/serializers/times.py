@@ -454,9 +454,23 @@ def _make_local_time() -> Any:
     return make
 
 
+def _make_local_date() -> Any:
+    set_y, set_mo, set_d = _setters(LocalDate, "year", "month", "day")
+
+    def make(year: int, month: int, day: int) -> LocalDate:
+        obj = _new(LocalDate)
+        set_y(obj, year)
+        set_mo(obj, month)
+        set_d(obj, day)
+        return obj
+
+    return make
+
+
 #: Build without validation: only for decoders that checked the fields already.
 unchecked_instant = _make_two(Instant, "seconds", "nanos")
 unchecked_sql_timestamp = _make_two(SqlTimestamp, "millis", "nanos")
 unchecked_local_time = _make_local_time()
+unchecked_local_date = _make_local_date()
 unchecked_local_date_time = _make_local_date_time()
 unchecked_epoch_millis = {Date: _make_one(Date), SqlDate: _make_one(SqlDate), SqlTime: _make_one(SqlTime)}
