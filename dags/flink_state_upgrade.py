@@ -55,6 +55,8 @@ with DAG(
                                 description="local folder or s3://bucket/prefix for this run (required)"),
         "mode": Param("upgrade", enum=["upgrade", "check-only"]),
         "allow_non_restored_state": Param(False, type="boolean"),
+        "max_dead_letters": Param(0, type="integer", minimum=0,
+                                  description="entries a dead-letter migration policy may skip (default 0: none)"),
         "min_checkpoints": Param(2, type="integer", minimum=1, description="health gate: checkpoints after restore"),
         "max_restarts": Param(0, type="integer", minimum=0, description="health gate: restarts allowed"),
         "gate_timeout": Param(300, type="integer", minimum=10, description="health gate: seconds"),
@@ -83,7 +85,8 @@ with DAG(
         application_args=[
             "{{ ti.xcom_pull(task_ids='preflight_savepoint') }}", "--schema", plan_value("new", "manifest"),
             "--previous", plan_value("old", "manifest"), "--report-dir", plan_value("run_dir", suffix="/preflight"),
-            "--allow-non-restored-state", "{{ params.allow_non_restored_state | string | lower }}"])
+            "--allow-non-restored-state", "{{ params.allow_non_restored_state | string | lower }}",
+            "--max-dead-letters", "{{ params.max_dead_letters }}"])
 
     @task.branch
     def choose_path(plan: dict) -> str:
@@ -126,7 +129,8 @@ with DAG(
             "{{ ti.xcom_pull(task_ids='stop_for_migration') }}", "--schema", plan_value("new", "manifest"),
             "--old-schema", plan_value("old", "manifest"), "--output",
             plan_value("run_dir", suffix="/migrated/savepoint"),
-            "--report", plan_value("run_dir", suffix="/migrated/report")])
+            "--report", plan_value("run_dir", suffix="/migrated/report"),
+            "--max-dead-letters", "{{ params.max_dead_letters }}"])
     recheck = SparkSubmitOperator(
         task_id="recheck", conn_id=SPARK["conn_id"], env_vars=SPARK["env_vars"], name="flinkstate-recheck",
         application=f"{SPARK['jobs']}/check_compatibility.py",

@@ -36,7 +36,7 @@ from flinkstate.migration.verify import verify_migration
 from flinkstate.resolution import BACKENDS, check
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage import write_file
-from spark_jobs.common import run_main, spark_session
+from spark_jobs.common import collect_guarded, guarded, run_main, spark_session
 
 REPORT_JSON = "check-report.json"
 REPORT_MARKDOWN = "check-report.md"
@@ -55,7 +55,9 @@ def dry_run(spark: Any, job: MigrationJob, examples: int, max_dead_letters: int 
 
     def on_spark(units: list[DryRunUnit]) -> list[DryRunResult]:
         rdd = spark.sparkContext.parallelize(units, len(units))
-        return rdd.map(partial(dry_run_unit, job, examples)).collect()  # type: ignore[no-any-return]
+        task = guarded(partial(dry_run_unit, job, examples),
+                       lambda unit: f"dry run of operator {unit[0]}, subtask {unit[1]}, key groups {unit[2]}-{unit[3]}")
+        return collect_guarded(rdd.map(task).collect())
 
     return run_dry_run(source, plan, examples=examples, max_dead_letters=max_dead_letters, map_units=on_spark,
                        slices=max(2, spark.sparkContext.defaultParallelism * 2))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from flinkstate.errors import FlinkStateError
+from flinkstate.errors import FlinkStateError, printable
 
 #: The last line of a Python traceback raised by flinkstate inside a Spark task, e.g.
 #: ``flinkstate.migration.engine.MigrationError: operator stats, state stats: ...``.
@@ -35,6 +36,38 @@ def worker_error_message(exc: BaseException) -> str:
     return chosen.group(2).strip()
 
 
+@dataclass(frozen=True)
+class TaskFailure:
+    """What a Spark task hands back instead of raising: the cause in one line, which Spark's wrapping of worker
+    exceptions ("An exception was thrown from the Python worker") would otherwise bury in traceback text."""
+
+    unit: str
+    message: str
+
+
+def guarded(task: Callable[[Any], Any], describe: Callable[[Any], str]) -> Callable[[Any], Any]:
+    """``task`` for ``rdd.map``: its result, or a :class:`TaskFailure` naming the unit and the cause."""
+
+    def run(unit: Any) -> Any:
+        try:
+            return task(unit)
+        except FlinkStateError as exc:
+            return TaskFailure(describe(unit), printable(exc))
+        except Exception as exc:
+            return TaskFailure(describe(unit), f"internal error: {type(exc).__name__}: {printable(exc)} (a bug in "
+                                               f"flinkstate; please report it)")
+
+    return run
+
+
+def collect_guarded(results: list[Any]) -> list[Any]:
+    """The results of guarded tasks; the first failure is raised as one line naming its unit."""
+    for result in results:
+        if isinstance(result, TaskFailure):
+            raise FlinkStateError(f"{result.unit}: {result.message}")
+    return results
+
+
 def run_main(name: str, main: Callable[[list[str]], int], argv: list[str] | None = None) -> None:
     """Runs a job's main; flinkstate errors (raised in the driver or in a task) end it with one line and status 1.
     (spark-submit hands the Python driver's stderr to its own stdout, so that is where the line appears.)"""
@@ -44,8 +77,10 @@ def run_main(name: str, main: Callable[[list[str]], int], argv: list[str] | None
         print(f"{name}: error: {exc}", file=sys.stderr)
         status = 1
     except Exception as exc:  # a task failure arrives wrapped by Spark (Py4JJavaError / PythonException)
-        if type(exc).__name__ not in ("Py4JJavaError", "PythonException", "SparkException"):
-            raise
-        print(f"{name}: error: {worker_error_message(exc)}", file=sys.stderr)
+        if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkException"):
+            print(f"{name}: error: {printable(worker_error_message(exc))}", file=sys.stderr)
+        else:
+            print(f"{name}: internal error: {type(exc).__name__}: {printable(exc)} (a bug in flinkstate; please "
+                  f"report it)", file=sys.stderr)
         status = 1
     sys.exit(status)

@@ -26,7 +26,7 @@ from flinkstate.migration.engine import MigrationPlan, SubtaskResult, migrate_su
 from flinkstate.migration.job import MigrationJob
 from flinkstate.savepoint import Savepoint
 from flinkstate.writer import SavepointOutput
-from spark_jobs.common import run_main, spark_session
+from spark_jobs.common import collect_guarded, guarded, run_main, spark_session
 
 
 def migrate_unit(job: MigrationJob, output: SavepointOutput, unit: tuple[str, int]) -> SubtaskResult:
@@ -40,7 +40,8 @@ def spark_runner(spark: Any, job: MigrationJob) -> Any:
             output: SavepointOutput) -> list[SubtaskResult]:
         if not units:
             return []
-        return spark.sparkContext.parallelize(units, len(units)).map(partial(migrate_unit, job, output)).collect()
+        task = guarded(partial(migrate_unit, job, output), lambda unit: f"operator {unit[0]}, subtask {unit[1]}")
+        return collect_guarded(spark.sparkContext.parallelize(units, len(units)).map(task).collect())
 
     return run
 
@@ -55,6 +56,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--metadata-version", type=int, choices=(3, 4, 5, 6))
     parser.add_argument("--compression", choices=("on", "off"))
     parser.add_argument("--report")
+    parser.add_argument("--max-dead-letters", type=int, default=0,
+                        help="entries a dead-letter policy may skip before the migration fails (default 0)")
     parser.add_argument("--json", action="store_true")
     return parser.parse_args(argv)
 
@@ -64,7 +67,7 @@ def main(argv: list[str]) -> int:
     job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
                        metadata_version=args.metadata_version,
                        compression=None if args.compression is None else args.compression == "on",
-                       report_dir=args.report)
+                       report_dir=args.report, max_dead_letters=args.max_dead_letters)
     spark = spark_session("flinkstate-migrate-state")
     try:
         report = job.run(spark_runner(spark, job))

@@ -293,3 +293,14 @@ def test_a_lossy_codec_cannot_hide_behind_equal_values(source: Path, tmp_path: P
     with pytest.raises(MigrationError, match="does not re-encode to the bytes Flink wrote"):
         migrate_savepoint(str(source), _v2_targets(), open_output(str(out)))
     assert not out.exists()
+
+
+def test_a_manifest_that_matches_no_operator_is_an_error(source: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]):
+    manifest = tmp_path / "other-job.yaml"
+    manifest.write_text("manifest_version: 1\noperators:\n  another-job-operator: {}\n")
+    out = tmp_path / "out"
+    assert main(["migrate", str(source), "--schema", str(manifest), "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "no operator of the manifest (another-job-operator) is in the savepoint" in err
+    assert not out.exists()

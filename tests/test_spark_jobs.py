@@ -66,22 +66,24 @@ def test_check_job_refuses_v3_without_a_conversion(flink_savepoints: dict[str, P
     assert "POJO_FIELD_TYPE_CHANGED" in codes
 
 
-@pytest.mark.parametrize("policy, outcome", [("fail", "incompatible"), ("dead-letter", "migrate")])
+@pytest.mark.parametrize("policy, limit, outcome", [("fail", 5, "incompatible"), ("dead-letter", 5, "migrate"),
+                                                   ("dead-letter", 4, "incompatible")])
 def test_check_job_dry_run_counts_failing_entries(flink_savepoints: dict[str, Path], tmp_path: Path, policy: str,
-                                                  outcome: str):
+                                                  limit: int, outcome: str):
     manifest = _manifest_with(tmp_path, "v3-fn.yaml", "v3-with-conversion.yaml",
                               "            count: {convert: to-string}\n",
                               "            count: {convert: to-string}\n"
                               "          function: tests.test_migration:fail_on_some_keys\n"
                               f"          on_error: {policy}\n")
     result = spark_submit("check_compatibility.py", flink_savepoints["heap-p2"], "--schema", manifest,
-                          "--report-dir", tmp_path / "r", "--examples", "3")
+                          "--report-dir", tmp_path / "r", "--examples", "3", "--max-dead-letters", str(limit))
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads((tmp_path / "r" / "check-report.json").read_text())
     failing = sorted(f"key-{k}" for k in range(20) if k % 4 == 0)
     assert report["outcome"] == outcome
     assert report["dry_run"]["failures"] == len(failing)
     assert report["dry_run"]["states"]["stats/stats"]["failed"] == len(failing)
+    assert report["dry_run"]["too_many_dead_letters"] == (policy == "dead-letter" and limit < len(failing))
     examples = report["dry_run"]["examples"]
     assert len(examples) == 3 and all(e["key"] in failing and "cannot upgrade" in e["error"] for e in examples)
 

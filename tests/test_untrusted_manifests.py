@@ -120,3 +120,4 @@ def test_outputs_and_reports_never_land_in_the_source_or_each_other(tmp_path: Pa
     assert err.count("\n") == 1 and ("inside the source" in err or "must not contain each other" in err), err
     assert sorted(p.name for p in source.iterdir()) == ["_metadata"]
     assert not (tmp_path / "out").exists()
+

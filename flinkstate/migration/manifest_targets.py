@@ -74,6 +74,9 @@ def targets_from_manifest(source: Savepoint, manifest: Manifest, old_manifest: M
             target.states.append(StateTarget(name, None if state.kind == TIMERS else state.value, state.user_key,
                                              state.key, migration, state.renamed_from, names))
         targets.append(target)
+    if not targets and manifest.operators:
+        raise MigrationError(f"{file}: no operator of the manifest ({', '.join(sorted(manifest.operators)[:5])}) is "
+                             f"in the savepoint (by uid or operator id): is it the manifest of another job?")
     return targets
 
 

@@ -13,7 +13,7 @@ A release file (YAML) says which version of each deployment should run, and when
         window: {start: "02:00", end: "04:00", timezone: UTC, days: [mon, tue]}   # optional: always open
         current: {jar: ..., manifest: ...}   # optional: the running version, when the registry has no record yet
         allow_non_restored_state: false      # optional, passed on to flink_state_upgrade, as are
-        min_checkpoints: 2                   # min_checkpoints, max_restarts, gate_timeout and mode
+        min_checkpoints: 2                   # min_checkpoints, max_restarts, gate_timeout, max_dead_letters and mode
     savepoint_base: /path/or/s3://bucket/prefix
 
 Every tick, each deployment whose release version differs from the version the registry
@@ -47,7 +47,7 @@ UPGRADE_DAG_ID = "flink_state_upgrade"
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 #: Per-job settings passed through to flink_state_upgrade's params, with their types.
 PASS_THROUGH: dict[str, type] = {"allow_non_restored_state": bool, "min_checkpoints": int, "max_restarts": int,
-                                 "gate_timeout": int}
+                                 "gate_timeout": int, "max_dead_letters": int}
 JOB_KEYS = {"flink_job_name", "jar", "entry_class", "program_args", "parallelism", "manifest", "window", "current",
             "mode", *PASS_THROUGH}
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
