@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from flinkstate.binary import KeyGroupRange, Reader
+from flinkstate.checkpoint_properties import CheckpointProperties, parse_trailer, serialize_properties
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
 
 MAGIC = 0x4960672D
+#: KeyGroupRangeAssignment.UPPER_BOUND_MAX_PARALLELISM (Transformation.UPPER_BOUND_MAX_PARALLELISM, 1 << 15).
+UPPER_BOUND_MAX_PARALLELISM = 1 << 15
 MASTER_STATE_MAGIC = 0xC96B1696 - (1 << 32)  # as a Java int
 SUPPORTED_VERSIONS = (3, 4, 5, 6)
 
@@ -158,15 +161,61 @@ class MasterState:
     payload: bytes = field(repr=False)
 
 
-@dataclass
+@dataclass(init=False)
 class CheckpointMetadata:
     version: int
     checkpoint_id: int
     master_states: list[MasterState]
     operators: list[OperatorState]
-    #: V4+: the Java-serialized CheckpointProperties at the end of the file, kept verbatim.
-    trailer: bytes = field(default=b"", repr=False)
-    path: str | None = None
+    #: V4+: the CheckpointProperties at the end of the file, parsed and validated (None: V3, which has none, or a
+    #: Java-serialized null as the State Processor API writes).
+    properties: CheckpointProperties | None
+    path: str | None
+
+    def __init__(self, version: int, checkpoint_id: int, master_states: list[MasterState],
+                 operators: list[OperatorState], trailer: bytes | CheckpointProperties | None = None,
+                 path: str | None = None) -> None:
+        self.version = version
+        self.checkpoint_id = checkpoint_id
+        self.master_states = master_states
+        self.operators = operators
+        self.path = path
+        self.properties = None
+        if isinstance(trailer, CheckpointProperties):
+            self.properties = trailer
+        elif trailer:
+            self.trailer = trailer
+
+    @property
+    def trailer(self) -> bytes:
+        """The properties as Flink serializes them (empty when there are none). Setting it parses the bytes
+        strictly (:func:`flinkstate.checkpoint_properties.parse_trailer`)."""
+        return b"" if self.properties is None else serialize_properties(self.properties)
+
+    @trailer.setter
+    def trailer(self, data: bytes) -> None:
+        self.properties = parse_trailer(data, self.path) if data else None
+
+    def file_handles(self) -> list[tuple[str, FileStateHandle | RelativeFileStateHandle]]:
+        """(where, handle) of every handle that names a file, in file order: what storage must resolve (and
+        contain) before anything is read, whichever states a command goes on to read."""
+        found: list[tuple[str, FileStateHandle | RelativeFileStateHandle]] = []
+        for op in self.operators:
+            label = f"operator {op.uid or op.name or op.operator_id}"
+            for index, sub in sorted(op.subtasks.items()):
+                where = f"{label}, subtask {index}"
+                handles: list[tuple[str, StreamStateHandle | None]] = [
+                    ("managed operator state", sub.managed_operator_state.delegate
+                     if sub.managed_operator_state else None),
+                    ("raw operator state", sub.raw_operator_state.delegate if sub.raw_operator_state else None),
+                    ("managed keyed state", sub.managed_keyed_state.delegate if sub.managed_keyed_state else None),
+                    ("raw keyed state", sub.raw_keyed_state.delegate if sub.raw_keyed_state else None),
+                    *(("channel state", c.delegate) for c in [*sub.input_channel_state,
+                                                                *sub.result_subpartition_state]),
+                ]
+                found.extend((f"{where}: {what}", h) for what, h in handles
+                             if isinstance(h, (FileStateHandle, RelativeFileStateHandle)))
+        return found
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -200,10 +249,16 @@ class _MetadataParser:
             raise r.error(f"negative checkpoint id {checkpoint_id}", start)
         masters = [self.master_state() for _ in range(self._count("master states"))]
         operators = [self.operator_state() for _ in range(self._count("operator states"))]
-        trailer = r.rest() if self.version >= 4 else b""
-        if self.version < 4 and trailer:
-            raise r.error(f"{len(trailer)} unexpected bytes after the last operator")
-        return CheckpointMetadata(self.version, checkpoint_id, masters, operators, trailer, r.path)
+        trailer_at = r.pos
+        trailer = r.rest()
+        if self.version < 4:
+            if trailer:
+                raise r.error(f"{len(trailer)} unexpected bytes after the last operator", trailer_at)
+            return CheckpointMetadata(self.version, checkpoint_id, masters, operators, None, r.path)
+        if not trailer:
+            raise r.error("the CheckpointProperties trailer of _metadata version 4+ is missing", trailer_at)
+        properties = parse_trailer(trailer, r.path, r.base + trailer_at)
+        return CheckpointMetadata(self.version, checkpoint_id, masters, operators, properties, r.path)
 
     def _count(self, what: str) -> int:
         start = self.r.pos
@@ -233,22 +288,50 @@ class _MetadataParser:
         if self.version >= 5:
             name, uid = r.utf() or None, r.utf() or None
         operator_id = r.bytes(16).hex()
+        label = f"operator {uid or name or operator_id}"
+        start = r.pos
         op = OperatorState(operator_id, r.i32(), r.i32(), name, uid)
+        # Flink's ranges: KeyGroupRangeAssignment.checkParallelismPreconditions (1..32768) for the max parallelism,
+        # OperatorState's constructor for parallelism <= max parallelism.
+        if not 1 <= op.max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+            raise r.error(f"{label}: max parallelism {op.max_parallelism} is outside Flink's range 1.."
+                          f"{UPPER_BOUND_MAX_PARALLELISM}", start + 4)
+        if not 1 <= op.parallelism <= op.max_parallelism:
+            raise r.error(f"{label}: parallelism {op.parallelism} is outside 1..{op.max_parallelism} (its max "
+                          f"parallelism)", start)
         start = r.pos
         coordinator = self.stream_handle()
         if coordinator is not None and not isinstance(coordinator, ByteStreamStateHandle):
             raise r.error("operator coordinator state must be inline (byte stream) or null", start)
         op.coordinator_state = coordinator
+        count_at = r.pos
         subtasks = r.i32()
         if subtasks < 0:
+            if coordinator is not None:  # Flink: "Coordinator State should be null for fully finished operator"
+                raise r.error(f"{label}: a fully finished operator with coordinator state", count_at)
             op.fully_finished = True
             return op
+        if subtasks > op.parallelism:
+            raise r.error(f"{label}: {subtasks} subtask states for parallelism {op.parallelism}", count_at)
         for _ in range(subtasks):
+            index_at = r.pos
             index = r.i32()
-            if index < 0:
-                op.finished_subtasks.add(-index - 1)
+            finished = index < 0
+            index = -index - 1 if finished else index
+            # OperatorState.putState: 0 <= index < parallelism; Flink writes each subtask once.
+            if not 0 <= index < op.parallelism:
+                raise r.error(f"{label}: subtask index {index} is outside 0..{op.parallelism - 1}", index_at)
+            if index in op.subtasks or index in op.finished_subtasks:
+                raise r.error(f"{label}: subtask {index} appears twice", index_at)
+            if finished:
+                op.finished_subtasks.add(index)
             else:
-                op.subtasks[index] = self.subtask_state()
+                op.subtasks[index] = state = self.subtask_state()
+                for keyed in (state.managed_keyed_state, state.raw_keyed_state):
+                    kg = keyed.key_group_range if keyed is not None else None
+                    if kg is not None and len(kg) and not (0 <= kg.start and kg.end < op.max_parallelism):
+                        raise r.error(f"{label}, subtask {index}: key groups {kg.start}..{kg.end} are outside "
+                                      f"0..{op.max_parallelism - 1} (its max parallelism)", index_at)
         return op
 
     def subtask_state(self) -> OperatorSubtaskState:
@@ -283,10 +366,16 @@ class _MetadataParser:
             return ByteStreamStateHandle(len(data), name, data)
         if code == FILE_STREAM:
             size = r.i64()
+            if size < 0:  # reads and copies are bounded by this size: it must be a real one
+                raise r.error(f"file state handle with negative size {size}", start + 1)
             return FileStateHandle(size, r.utf())
         if code == RELATIVE_STREAM:
             relative = r.utf()
-            return RelativeFileStateHandle(r.i64(), relative)
+            size_at = r.pos
+            size = r.i64()
+            if size < 0:
+                raise r.error(f"file state handle {relative!r} with negative size {size}", size_at)
+            return RelativeFileStateHandle(size, relative)
         if code == KEY_GROUPS:
             raise r.error("a key-groups handle where a stream handle was expected is not supported", start)
         raise self._unsupported(code, start, "stream state")

@@ -32,6 +32,7 @@ import cramjam
 
 from flinkstate import storage
 from flinkstate.binary import I32, U16, KeyGroupRange, Writer
+from flinkstate.checkpoint_properties import JAVA_SERIALIZED_NULL, serialize_properties
 from flinkstate.errors import FlinkStateError
 from flinkstate.keyed import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedBackendHeader
 from flinkstate.metadata import (
@@ -56,11 +57,9 @@ from flinkstate.metadata import (
     OperatorSubtaskState,
     RelativeFileStateHandle,
     StreamStateHandle,
+    read_metadata,
 )
 from flinkstate.storage import METADATA_FILE, S3Options, S3SavepointLocation, SavepointLocation, split_s3_uri
-
-#: ``ObjectOutputStream`` of a null object: what the State Processor API writes as the V4+ trailer.
-JAVA_SERIALIZED_NULL = bytes.fromhex("aced000570")
 
 _DISTRIBUTION_MODE_CODES = {"SPLIT_DISTRIBUTE": 0, "UNION": 1, "BROADCAST": 2}
 _CHANNEL_CODES = {"input": 1, "output": 2, "merged input": 3, "merged output": 4}
@@ -78,8 +77,13 @@ class WriteError(FlinkStateError):
 def write_metadata(metadata: CheckpointMetadata, version: int | None = None) -> bytes:
     """``_metadata`` bytes of ``metadata`` in ``version`` (default: the version it was read as).
 
-    The V4+ trailer is the source's own CheckpointProperties when it has one, otherwise a Java-serialized null
-    (Flink accepts both; the properties only matter for shared-file ownership, which savepoints do not have)."""
+    The V4+ trailer is the source's own CheckpointProperties when it has one (re-serialized: byte-identical for what
+    Flink wrote), otherwise a Java-serialized null (Flink accepts both; the properties only matter for shared-file
+    ownership, which savepoints do not have).
+
+    What is written is parsed back before it is returned, with every check the reader makes (Flink's ranges for
+    parallelism, max parallelism, subtask indexes and key groups, the trailer's shape): values Flink would refuse
+    are a :class:`WriteError`, never a file."""
     version = metadata.version if version is None else version
     if version not in SUPPORTED_VERSIONS:
         raise WriteError(f"cannot write _metadata version {version} (supported: 3, 4, 5, 6)")
@@ -102,8 +106,14 @@ def write_metadata(metadata: CheckpointMetadata, version: int | None = None) -> 
     for op in metadata.operators:
         _write_operator(w, op, version)
     if version >= 4:
-        w.bytes(metadata.trailer or JAVA_SERIALIZED_NULL)
-    return w.getvalue()
+        w.bytes(serialize_properties(metadata.properties) if metadata.properties is not None
+                else JAVA_SERIALIZED_NULL)
+    data = w.getvalue()
+    try:
+        read_metadata(data, "_metadata")
+    except FlinkStateError as exc:
+        raise WriteError(f"refusing to write _metadata that Flink would not restore: {exc}") from None
+    return data
 
 
 def _write_operator(w: Writer, op: OperatorState, version: int) -> None:
@@ -346,8 +356,12 @@ class LocalSavepointOutput(SavepointOutput):
         from flinkstate.storage import LocalSavepointLocation
 
         if isinstance(source, LocalSavepointLocation):
-            shutil.copyfile(source.describe(name), self.staging / target)
-            return (self.staging / target).stat().st_size
+            # Through the source's resolution (contained, regular file) and bounded by the recorded size: never
+            # shutil.copyfile of whatever path a handle names.
+            size = source.size(name)
+            with source.bounded_stream(name) as stream, self.open(target) as sink:
+                shutil.copyfileobj(stream, sink, 1 << 20)
+            return size
         size = source.size(name)
         chunk = 8 << 20
         with self.open(target) as sink:
@@ -500,7 +514,7 @@ class S3SavepointOutput(SavepointOutput):
                 source_bucket, source_key = split_s3_uri(source.describe(name))
                 self.client.copy({"Bucket": source_bucket, "Key": source_key}, self.bucket, key)  # server-side
             else:
-                with source.open_stream(name) as stream:
+                with source.bounded_stream(name) as stream:
                     self.client.upload_fileobj(stream, self.bucket, key)
         return size
 
