@@ -247,12 +247,14 @@ class LocalSavepointLocation(SavepointLocation):
         return path, open(fd, "rb")
 
     def read_metadata(self) -> bytes:
+        # The same rules as for state files: a _metadata that is a symlink out of the directory, a FIFO or a device
+        # is refused (without blocking on the FIFO).
         path = self.directory / METADATA_FILE
+        if not self._inside(Path(os.path.realpath(path))) and not self.allow_external_handles:
+            raise StorageError(f"{path}: a symbolic link that leaves the savepoint directory")
         try:
-            with open(path, "rb") as handle:
-                mode = os.fstat(handle.fileno()).st_mode
-                if not stat.S_ISREG(mode):
-                    raise StorageError(f"{path}: not a regular file ({_file_kind(mode)})")
+            _, handle = self._open(METADATA_FILE)
+            with handle:
                 return handle.read()
         except OSError as exc:
             raise StorageError(f"{path}: cannot read savepoint metadata: {exc.strerror or exc}") from None

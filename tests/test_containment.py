@@ -231,6 +231,14 @@ def test_every_command_refuses_a_handle_outside_the_savepoint(
         Savepoint.open(case.savepoint)
 
 
+def test_a_metadata_symlink_leaving_the_directory_is_refused(case: Case, capsys: pytest.CaptureFixture[str]) -> None:
+    elsewhere = case.canary.parent / "_metadata"
+    shutil.move(case.savepoint / "_metadata", elsewhere)
+    (case.savepoint / "_metadata").symlink_to(elsewhere)
+    for command in COMMANDS:
+        assert_refused(case, command, capsys, f"{case.savepoint / '_metadata'}: a symbolic link that leaves")
+
+
 def test_etc_passwd_is_never_published(case: Case, capsys: pytest.CaptureFixture[str]) -> None:
     """The report's case: an operator-state handle naming /etc/passwd made migrate publish it and say verified."""
     passwd = Path("/etc/passwd").read_bytes()
