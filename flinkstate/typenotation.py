@@ -14,7 +14,8 @@ Notation (YAML values):
 * mappings for structured types: ``{pojo: CLASS, fields: {name: TYPE}}`` (optional ``subclasses: {CLASS: TYPE}``
   for registered subclasses, ``nonregistered_subclasses: {CLASS: TYPE}`` for those the serializer had cached,
   ``declaring_classes: {field: CLASS}`` for inherited fields; a field's type written as a Java primitive, ``long``,
-  ``int``, ``double``, ``boolean``, ..., says the field is primitive: an added one then holds 0/false, not null),
+  ``int``, ``double``, ``boolean``, ..., says the field is primitive (an added one holds 0/false), and as the boxed
+  class, ``java.lang.Long``, that it is boxed (an added one holds null); ``Long`` says neither),
   ``{row: {name: TYPE}}`` (optional
   ``row_kind: false``), ``{enum: CLASS, constants: [...]}``, ``{avro: CLASS, schema: {...}}``,
   ``{kryo: CLASS}``, and the mapping forms of the generics, needed when an argument is structured:
@@ -67,7 +68,9 @@ class TypeNotationError(FlinkStateError):
 _SIMPLE_BY_NAME = {spec.type_name: class_name for class_name, spec in SIMPLE_TYPES.items()}
 _ALIASES = {"Int": "Integer", "int": "Integer", "long": "Long", "short": "Short", "byte": "Byte", "float": "Float",
             "double": "Double", "boolean": "Boolean", "char": "Character", "Char": "Character",
-            "BigInt": "BigInteger"}
+            "BigInt": "BigInteger", "java.lang.Long": "Long", "java.lang.Integer": "Integer",
+            "java.lang.Short": "Short", "java.lang.Byte": "Byte", "java.lang.Float": "Float",
+            "java.lang.Double": "Double", "java.lang.Boolean": "Boolean", "java.lang.Character": "Character"}
 _NAMESPACES = {cls.NAME: cls for cls in (VoidNamespaceSnapshot, TimeWindowSnapshot, GlobalWindowSnapshot)}
 #: Java classes of the simple types, the component class of their boxed arrays (``Long[]``).
 _JAVA_CLASSES = {"Long": "java.lang.Long", "Integer": "java.lang.Integer", "Short": "java.lang.Short",
@@ -239,6 +242,19 @@ def _nested(notation: Any, path: str) -> TypeSerializerSnapshot:
 _PRIMITIVE_NAMES = {"long", "int", "short", "byte", "float", "double", "boolean", "char"}
 _PRIMITIVE_BY_TYPE = {"Long": "long", "Integer": "int", "Short": "short", "Byte": "byte", "Float": "float",
                       "Double": "double", "Boolean": "boolean", "Character": "char"}
+#: ``java.lang.Long`` and the like: the field is the boxed type (an added one holds null).
+_BOXED_NAMES = {f"java.lang.{name}" for name in _PRIMITIVE_BY_TYPE}
+
+
+def _primitive(notation: Any) -> bool | None:
+    """Whether a POJO field's notation says primitive (``long``), boxed (``java.lang.Long``) or neither (``Long``:
+    what ``schema`` writes, since savepoints do not tell)."""
+    if isinstance(notation, str):
+        if notation in _PRIMITIVE_NAMES:
+            return True
+        if notation in _BOXED_NAMES:
+            return False
+    return None
 
 
 def _pojo_form(n: Mapping[str, Any]) -> PojoSnapshot:
@@ -249,8 +265,7 @@ def _pojo_form(n: Mapping[str, Any]) -> PojoSnapshot:
         raise TypeNotationError("must map field names of this POJO to class names", "declaring_classes")
     ordered = sorted(fields.items(), key=lambda item: java_string_sort_key(str(item[0])))
     pojo_fields = [PojoField(str(name), str(declaring.get(name, pojo_class)), _nested(t, f"fields.{name}"),
-                             True if isinstance(t, str) and t in _PRIMITIVE_NAMES else None)
-                   for name, t in ordered]
+                             _primitive(t)) for name, t in ordered]
     maps = []
     for key in ("subclasses", "nonregistered_subclasses"):
         subclasses = n.get(key) or {}
@@ -426,8 +441,8 @@ def _pojo_notation(snapshot: PojoSnapshot) -> dict[str, Any]:
         if field.snapshot is None:
             raise TypeNotationError(f"POJO {snapshot.pojo_class}: field {field.name} has no serializer snapshot")
         notation = to_notation(field.snapshot)
-        if field.primitive and isinstance(notation, str) and notation in _PRIMITIVE_BY_TYPE:
-            notation = _PRIMITIVE_BY_TYPE[notation]
+        if field.primitive is not None and isinstance(notation, str) and notation in _PRIMITIVE_BY_TYPE:
+            notation = _PRIMITIVE_BY_TYPE[notation] if field.primitive else f"java.lang.{notation}"
         fields[field.name] = notation
         if field.declaring_class != snapshot.pojo_class:
             declaring[field.name] = field.declaring_class

@@ -43,6 +43,7 @@ class TaskFailure:
 
     unit: str
     message: str
+    located: bool = False
 
 
 def guarded(task: Callable[[Any], Any], describe: Callable[[Any], str]) -> Callable[[Any], Any]:
@@ -51,8 +52,8 @@ def guarded(task: Callable[[Any], Any], describe: Callable[[Any], str]) -> Calla
     def run(unit: Any) -> Any:
         try:
             return task(unit)
-        except FlinkStateError as exc:
-            return TaskFailure(describe(unit), printable(exc))
+        except FlinkStateError as exc:  # already names the operator, the state and the entry
+            return TaskFailure(describe(unit), printable(exc), located=True)
         except Exception as exc:
             return TaskFailure(describe(unit), f"internal error: {type(exc).__name__}: {printable(exc)} (a bug in "
                                                f"flinkstate; please report it)")
@@ -64,7 +65,7 @@ def collect_guarded(results: list[Any]) -> list[Any]:
     """The results of guarded tasks; the first failure is raised as one line naming its unit."""
     for result in results:
         if isinstance(result, TaskFailure):
-            raise FlinkStateError(f"{result.unit}: {result.message}")
+            raise FlinkStateError(result.message if result.located else f"{result.unit}: {result.message}")
     return results
 
 

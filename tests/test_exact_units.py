@@ -38,7 +38,7 @@ def test_an_added_field_gets_its_java_default(notation: str, expected: object):
 
 
 def test_an_added_boxed_capable_field_must_say_primitive_or_not():
-    with pytest.raises(MigrationPlanError, match="write its type as 'long'"):
+    with pytest.raises(MigrationPlanError, match=r"'long' if the field is primitive or 'java\.lang\.Long' if"):
         build_transform(_pojo(OLD), _pojo({**OLD, "added": "Long"}))
     possible, reason = plan_value_migration(_pojo(OLD), _pojo({**OLD, "added": "Long"}), NO_MIGRATION)
     assert not possible and "'long'" in reason
@@ -121,3 +121,12 @@ def test_verifier_equality_is_javas():
     assert canonical(Decimal("1.0")) != canonical(Decimal("1.00"))
     assert canonical({"a": 1, "b": [1, 2]}) == canonical({"b": [1, 2], "a": 1})
     assert canonical(1) != canonical(True) and canonical(1) != canonical(1.0)
+
+
+def test_a_boxed_field_says_so_with_its_java_class():
+    new = _pojo({**OLD, "boxed": "java.lang.Long", "primitive": "long"})
+    transform = build_transform(_pojo(OLD), new)
+    assert transform is not None
+    assert transform({"id": 1, "name": "x"}) == {"boxed": None, "id": 1, "name": "x", "primitive": 0}
+    assert to_notation(new)["fields"] == {"boxed": "java.lang.Long", "id": "Long", "name": "String",  # type: ignore[index]
+                                          "primitive": "long"}

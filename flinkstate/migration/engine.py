@@ -541,8 +541,12 @@ class _SubtaskMigrator:
                     kept_key = None if rewrite.user_key_transform is not None or rewrite.reencode \
                         else raw_key(data, ks, ke)
                     encoded = self._encode(codec, new_entry, key_group, kept_key)
-                except (MigrationError, SavepointFormatError):
+                except MigrationError:
                     raise
+                except SavepointFormatError as exc:
+                    # Offsets in a decompressed block are not file offsets: name the block instead.
+                    raise SavepointFormatError(f"{self.label}, state {rewrite.old_name}, key group {key_group}: "
+                                               f"{exc.what}", self.stream.source.path) from None
                 except Exception as exc:  # conversions raise ConversionError, user functions anything
                     self._failed(rewrite, entry, key_group, exc, rewrite.dead_letter)
                     continue

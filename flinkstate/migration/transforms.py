@@ -217,6 +217,24 @@ def _same(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -> bool:
     return snapshot_bytes(old) == snapshot_bytes(new)
 
 
+def _same_pojo_values(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -> bool:
+    """POJO snapshots that store values alike although their bytes differ: only the non-registered subclasses
+    differ, a cache of the subclasses the serializer had met (a value of one names its class, so the bytes do not
+    depend on the cache; the HashMap backend even writes it empty)."""
+    if not (isinstance(old, PojoSnapshot) and isinstance(new, PojoSnapshot)) or old.pojo_class != new.pojo_class:
+        return False
+
+    def fields(snapshot: PojoSnapshot) -> list[Any]:
+        return [(f.name, f.declaring_class, snapshot_bytes(f.snapshot) if f.snapshot else None)
+                for f in snapshot.fields]
+
+    def registered(snapshot: PojoSnapshot) -> list[Any]:
+        return [(e.name, snapshot_bytes(e.value) if e.value is not None else None)
+                for e in snapshot.registered_subclasses]
+
+    return fields(old) == fields(new) and registered(old) == registered(new)
+
+
 def _rules_under(rules: dict[str, FieldRule], name: str) -> dict[str, FieldRule]:
     prefix = f"{name}."
     return {k[len(prefix):]: v for k, v in rules.items() if k.startswith(prefix)}
@@ -238,7 +256,7 @@ def build_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, *,
             return conversion(convert, old, new)
         except MigrationPlanError as exc:
             raise MigrationPlanError(f"{exc}{where}") from None
-    if not rules and _same(old, new):
+    if not rules and (_same(old, new) or _same_pojo_values(old, new)):
         return None
     if isinstance(new, PojoSnapshot) and isinstance(old, PojoSnapshot):
         return _record_transform([f.name for f in old.fields], [f.snapshot for f in old.fields],
@@ -315,8 +333,9 @@ def _record_transform(old_names: list[str], old_types: list[Any], new_names: lis
                 raise MigrationPlanError(
                     f"field {_join(path, name)} is added with type {type_name}: Flink fills an added field with "
                     f"its Java default, which is {'false' if primitive == 'boolean' else '0'} for a primitive "
-                    f"{primitive} and null for a {type_name}; the manifest must say which: write its type as "
-                    f"'{primitive}' if the field is primitive, or give it a value (default: null for a {type_name})")
+                    f"{primitive} and null for a boxed {type_name}; the manifest must say which: write its type as "
+                    f"'{primitive}' if the field is primitive or 'java.lang.{type_name}' if it is boxed, or give it "
+                    f"a value (default: ...)")
             steps.append((name, None, _constant(default)))
     if as_dict:
         old_keys = old_names
