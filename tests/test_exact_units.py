@@ -130,3 +130,13 @@ def test_a_boxed_field_says_so_with_its_java_class():
     assert transform({"id": 1, "name": "x"}) == {"boxed": None, "id": 1, "name": "x", "primitive": 0}
     assert to_notation(new)["fields"] == {"boxed": "java.lang.Long", "id": "Long", "name": "String",  # type: ignore[index]
                                           "primitive": "long"}
+
+
+def test_to_string_is_built_in_only_where_javas_text_is_reproduced_exactly():
+    from flinkstate.migration.transforms import conversion
+
+    assert conversion("to-string", simple("Double"), simple("String"))(1e7) == "1.0E7"
+    assert conversion("to-string", simple("BigDec"), simple("String"))(Decimal("1E+3")) == "1E+3"
+    for old in ("Instant", "LocalDateTime", "Date"):
+        with pytest.raises(MigrationPlanError, match="declare a function"):
+            conversion("to-string", simple(old), simple("String"))

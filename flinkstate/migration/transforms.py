@@ -57,6 +57,10 @@ _WIDENING = {
     "Float": {"Double"},
 }
 _JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+#: The types whose Java ``toString`` the built-in to-string reproduces exactly (Double/Float with Java's digit
+#: rules, BigDecimal with the same scientific notation as Python's Decimal).
+_JAVA_TO_STRING = {"Byte", "Short", "Integer", "Long", "Float", "Double", "Boolean", "Character", "String",
+                   "BigInteger", "BigDecimal"}
 _PRIMITIVE_NAMES = {"Long": "long", "Integer": "int", "Short": "short", "Byte": "byte", "Float": "float",
                     "Double": "double", "Boolean": "boolean", "Character": "char"}
 _F32 = struct.Struct(">f")
@@ -194,6 +198,10 @@ def conversion(name: str, old: TypeSerializerSnapshot, new: TypeSerializerSnapsh
     if name == "to-string":
         if new_type != "String":
             raise MigrationPlanError(f"to-string needs a String target, the new type is {new_type}")
+        if old_type not in _JAVA_TO_STRING:
+            raise MigrationPlanError(f"to-string from {old_type} is not built in: this tool reproduces Java's "
+                                     f"toString exactly only for {', '.join(sorted(_JAVA_TO_STRING))}; declare a "
+                                     f"function")
         return _to_string(old_type)
     if new_type not in _TARGETS[name]:
         raise MigrationPlanError(f"{name} cannot produce {new_type}")
