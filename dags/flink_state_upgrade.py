@@ -86,7 +86,7 @@ with DAG(
             "{{ ti.xcom_pull(task_ids='preflight_savepoint') }}", "--schema", plan_value("new", "manifest"),
             "--previous", plan_value("old", "manifest"), "--report-dir", plan_value("run_dir", suffix="/preflight"),
             "--allow-non-restored-state", "{{ params.allow_non_restored_state | string | lower }}",
-            "--max-dead-letters", "{{ params.max_dead_letters }}"])
+            "--max-dead-letters", "{{ params.max_dead_letters | string }}"])
 
     @task.branch
     def choose_path(plan: dict) -> str:
@@ -130,7 +130,7 @@ with DAG(
             "--old-schema", plan_value("old", "manifest"), "--output",
             plan_value("run_dir", suffix="/migrated/savepoint"),
             "--report", plan_value("run_dir", suffix="/migrated/report"),
-            "--max-dead-letters", "{{ params.max_dead_letters }}"])
+            "--max-dead-letters", "{{ params.max_dead_letters | string }}"])
     recheck = SparkSubmitOperator(
         task_id="recheck", conn_id=SPARK["conn_id"], env_vars=SPARK["env_vars"], name="flinkstate-recheck",
         application=f"{SPARK['jobs']}/check_compatibility.py",
