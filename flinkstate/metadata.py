@@ -232,7 +232,10 @@ def read_metadata(data: bytes, path: str | None = None) -> CheckpointMetadata:
                                    f"expected 0x{MAGIC:08x}", path, 0)
     version = reader.i32()
     if version not in SUPPORTED_VERSIONS:
-        raise UnsupportedFormat(f"_metadata version {version} is not supported (supported: 3, 4, 5, 6)", path, 4)
+        # Version 2 is what Flink 1.10 and earlier wrote (MetadataV2Serializer); 3 came with Flink 1.11.
+        era = " (Flink 1.10 or earlier)" if version == 2 else ""
+        raise UnsupportedFormat(f"_metadata version {version}{era} is not supported (supported: 3, 4, 5, 6, "
+                                f"Flink 1.11 to 2.3)", path, 4)
     return _MetadataParser(reader, version).parse()
 
 

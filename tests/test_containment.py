@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from flinkstate import storage
 from flinkstate.checkpoint_properties import (
     CheckpointProperties,
     CheckpointType,
@@ -274,6 +275,13 @@ def test_opt_in_reads_a_legacy_absolute_handle_but_nothing_else(
     legacy = Savepoint.open(case.savepoint, allow_external_handles=True)
     assert sorted(map(repr, legacy.iter_entries("stats", "count"))) == expected
     assert len(expected) > 0
+    # The same on the command line, where the opt-in is a global option.
+    assert main(["dump", str(case.savepoint), "--operator", "stats", "--state", "count"]) == 1
+    assert "outside the savepoint directory" in capsys.readouterr().err
+    assert main(["--allow-external-handles", "dump", str(case.savepoint), "--operator", "stats",
+                 "--state", "count"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(expected)
+    storage.handle_policy = storage.HandlePolicy()  # main() set it for the process: back to the default
 
     # The opt-in admits files elsewhere, still only regular ones and never '..' in a relative handle.
     rewrite_handle(case.savepoint, KEYED_STATE, lambda h: FileStateHandle(1 << 20, "/dev/zero"))

@@ -38,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     s3.add_argument("--s3-endpoint-url", metavar="URL", help="S3 endpoint, e.g. http://127.0.0.1:9000 for MinIO")
     s3.add_argument("--s3-region", metavar="REGION", help="S3 region")
     s3.add_argument("--s3-profile", metavar="PROFILE", help="AWS profile for the credentials")
+    parser.add_argument("--allow-external-handles", action="store_true",
+                        help="read legacy savepoints whose absolute state handles point outside the savepoint "
+                             "directory (off: such handles, '..', symlinks leaving it and non-regular files are "
+                             "refused)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
@@ -47,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     storage.s3_options = storage.S3Options(args.s3_endpoint_url, args.s3_region, args.s3_profile)
+    storage.handle_policy = storage.HandlePolicy(args.allow_external_handles)
     try:
         return int(args.handler(args) or EXIT_OK)
     except FlinkStateError as exc:
