@@ -72,3 +72,29 @@ def test_unreachable_flink_is_a_one_line_error(tmp_path: Path):
     with pytest.raises(FlinkUnreachable) as info:
         client.list_jobs()
     assert "\n" not in str(info.value)
+
+
+def test_status_with_a_dead_taskmanager_says_degraded(tmp_path: Path):
+    # The JobManager still serves REST (and lists its jobs) while the TaskManager is gone: not "no cluster".
+    import signal
+
+    with LocalFlinkCluster(tmp_path / "c", slots=1) as cluster:
+        pids = cluster.status()["pids"]
+        taskmanager = next(pid for name, pid in pids.items() if name.startswith("taskexecutor"))
+        os.kill(taskmanager, signal.SIGKILL)
+        result = subprocess.run([sys.executable, "-m", "flinkstate", "cluster", "status", "--work-dir",
+                                 str(tmp_path / "c")], capture_output=True, text=True)
+        assert result.returncode == 3, result.stdout + result.stderr
+        assert "DEGRADED" in result.stdout and f"pid {taskmanager}, NOT RUNNING" in result.stdout
+        assert "standalonesession: pid" in result.stdout and "running" in result.stdout
+        status = cluster.status()
+        assert status["health"] == "degraded" and "overview" in status  # REST still answers
+
+
+def test_the_flink_distribution_is_found_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from flinkstate.engine.local import find_flink_home
+
+    monkeypatch.delenv("FLINK_HOME", raising=False)
+    monkeypatch.delenv("FLINKSTATE_FLINK_VENV", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert (find_flink_home() / "bin" / "jobmanager.sh").exists()

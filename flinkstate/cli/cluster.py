@@ -10,6 +10,8 @@ from typing import Any
 from flinkstate.engine.local import LocalFlinkCluster
 
 DEFAULT_WORK_DIR = os.path.join(".work", "cluster")
+#: ``status``/``start``: some of the cluster's processes are up, others are not (0: all up, 1: none).
+EXIT_DEGRADED = 3
 
 
 def register(subparsers: Any) -> None:
@@ -49,15 +51,24 @@ def _run(args: argparse.Namespace) -> int:
         if args.action == "stop":
             cluster.stop()
     status = cluster.status()
+    health = status.get("health", "stopped")
     if args.json:
         print(json.dumps(status, indent=2, default=str))
-    elif status["running"]:
-        overview = status.get("overview", {})
-        print(f"Flink {status['flink_version']} running in {status['work_dir']}\n"
-              f"  REST / web UI: {status['rest_url']}\n"
-              f"  pids: {', '.join(f'{k} {v}' for k, v in sorted(status['pids'].items()))}\n"
-              f"  slots: {overview.get('slots-available', '?')} free of {overview.get('slots-total', '?')}, "
-              f"jobs running: {overview.get('jobs-running', '?')}")
-    else:
+    elif health == "stopped":
         print(f"no Flink cluster running in {status['work_dir']}")
-    return 0 if status["running"] or args.action == "stop" else 1
+    else:
+        overview = status.get("overview", {})
+        title = "running" if health == "running" else "DEGRADED (not every process is up)"
+        lines = [f"Flink {status['flink_version']} {title} in {status['work_dir']}",
+                 f"  REST / web UI: {status['rest_url']}"
+                 + (f" (not answering: {status['overview_error']})" if "overview_error" in status else "")]
+        for name, process in status["processes"].items():
+            lines.append(f"  {name}: pid {process['pid']}, {'running' if process['alive'] else 'NOT RUNNING'}")
+        if overview:
+            lines.append(f"  task managers: {overview.get('taskmanagers', '?')}, slots: "
+                         f"{overview.get('slots-available', '?')} free of {overview.get('slots-total', '?')}, "
+                         f"jobs running: {overview.get('jobs-running', '?')}")
+        print("\n".join(lines))
+    if args.action == "stop":
+        return 0
+    return {"running": 0, "degraded": EXIT_DEGRADED}.get(health, 1)

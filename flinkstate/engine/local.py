@@ -76,6 +76,10 @@ def require_java(min_major: int = MIN_JAVA) -> tuple[str, int]:
     return java, major
 
 
+#: The checkout flinkstate runs from (an editable install): where `make setup` puts .venv-flink.
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
 def find_flink_home(
     explicit: str | os.PathLike[str] | None = None, *, venv: str | os.PathLike[str] | None = None
 ) -> Path:
@@ -87,13 +91,18 @@ def find_flink_home(
     elif os.environ.get("FLINK_HOME"):
         candidates.append(Path(os.environ["FLINK_HOME"]))
     else:
-        venv_dir = Path(venv or os.environ.get("FLINKSTATE_FLINK_VENV", ".venv-flink"))
-        pattern = str(venv_dir / "lib" / "python*" / "site-packages" / "pyflink")
-        candidates.extend(Path(p) for p in sorted(glob.glob(pattern)))
+        explicit_venv = venv or os.environ.get("FLINKSTATE_FLINK_VENV")
+        # Without a setting: .venv-flink in the current folder, else the one `make setup` made beside this checkout
+        # (so that the CLI works from any folder).
+        venv_dirs = [Path(explicit_venv)] if explicit_venv else [Path(".venv-flink"), _PROJECT_ROOT / ".venv-flink"]
+        for venv_dir in venv_dirs:
+            pattern = str(venv_dir / "lib" / "python*" / "site-packages" / "pyflink")
+            candidates.extend(Path(p) for p in sorted(glob.glob(pattern)))
         if not candidates:
+            looked = " or ".join(str(d.resolve()) for d in venv_dirs)
             raise EnvironmentProblem(
-                f"no Flink distribution found: no pyflink/ in {venv_dir.resolve()} (run 'make setup'), "
-                "and FLINK_HOME is not set")
+                f"no Flink distribution found: no pyflink/ in {looked} (run 'make setup' in the flinkstate "
+                "checkout, or set FLINK_HOME)")
     for home in candidates:
         if (home / "bin" / "jobmanager.sh").exists() and (home / "lib").is_dir():
             return home.resolve()
@@ -358,13 +367,19 @@ class LocalFlinkCluster:
         state = self.state()
         if state is None:
             return {"work_dir": str(self.work_dir), "running": False}
-        result: dict[str, Any] = {"work_dir": str(self.work_dir), "running": self.is_running(), **asdict(state),
-                                  "rest_url": f"http://127.0.0.1:{state.rest_port}"}
-        if result["running"]:
+        alive = {name: self._owned_alive(pid) for name, pid in state.pids.items()}
+        result: dict[str, Any] = {"work_dir": str(self.work_dir), "running": bool(alive) and all(alive.values()),
+                                  **asdict(state), "rest_url": f"http://127.0.0.1:{state.rest_port}",
+                                  "processes": {name: {"pid": state.pids[name], "alive": up}
+                                                for name, up in sorted(alive.items())}}
+        if any(alive.values()):
             try:
                 result["overview"] = FlinkRestClient(result["rest_url"], timeout=5).overview()
             except FlinkRestError as exc:
                 result["overview_error"] = str(exc)
+        # "running": every process up; "degraded": some are (e.g. the JobManager serves REST and jobs while the
+        # TaskManager is dead: jobs cannot run); "stopped": none.
+        result["health"] = ("running" if result["running"] else "degraded" if any(alive.values()) else "stopped")
         return result
 
     def __enter__(self) -> LocalFlinkCluster:
