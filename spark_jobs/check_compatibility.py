@@ -2,7 +2,8 @@
 
     spark-submit --master local[2] spark_jobs/check_compatibility.py SAVEPOINT --schema MANIFEST \\
         --report-dir DIR_OR_S3 [--previous MANIFEST] [--backend hashmap|rocksdb] \\
-        [--allow-non-restored-state [true|false]] [--dry-run auto|always|never] [--examples N] [--exit-code]
+        [--allow-non-restored-state [true|false]] [--dry-run auto|always|never] [--examples N] [--exit-code] \\
+        [--allow-code[=MODULES|all]]
 
 1. The verdict (driver, header-only: its time does not depend on the number of entries): flinkstate's check, with
    declared migrations judged by flinkstate's own migration planner.
@@ -28,10 +29,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
 
+from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument
 from flinkstate.migration.dry_run import DryRunUnit, run_dry_run, run_dry_run_unit
 from flinkstate.migration.engine import DryRunResult
 from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.manifest_targets import plan_state_migration
+from flinkstate.migration.transforms import CodePolicy
 from flinkstate.migration.verify import verify_migration
 from flinkstate.resolution import BACKENDS, check
 from flinkstate.savepoint import Savepoint
@@ -63,10 +66,12 @@ def dry_run(spark: Any, job: MigrationJob, examples: int, max_dead_letters: int 
                        slices=max(2, spark.sparkContext.defaultParallelism * 2))
 
 
-def verify_against(source_path: str, migrated_path: str, schema: str, old_schema: str | None) -> list[str]:
-    """The independent verifier on a migrated savepoint and its source (the DAG's re-check)."""
+def verify_against(source_path: str, migrated_path: str, schema: str, old_schema: str | None,
+                   allow_code: CodePolicy | None = None) -> list[str]:
+    """The independent verifier on a migrated savepoint and its source (the DAG's re-check). It re-applies the
+    declared migration, so its functions need the same allowance as the migration."""
     source = Savepoint.open(source_path)
-    job = MigrationJob(source_path, schema, output="", old_schema=old_schema)
+    job = MigrationJob(source_path, schema, output="", old_schema=old_schema, allow_code=allow_code)
     return verify_migration(source, Savepoint.open(migrated_path), job.plan(source)).lines()
 
 
@@ -90,16 +95,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--verify-old-schema", metavar="MANIFEST",
                         help="with --verify-against: the manifest of the version that wrote SOURCE_SAVEPOINT")
     parser.add_argument("--exit-code", action="store_true")
+    add_allow_code_argument(parser, ALLOW_CODE_HELP + " (for the dry run and --verify-against, which run the "
+                                    "migration; the verdict imports nothing)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    policy = CodePolicy.resolve(args.allow_code)
     report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=plan_state_migration,
                    backend=args.backend, allow_non_restored_state=args.allow_non_restored_state == "true")
     verification: list[str] | None = None
     if args.verify_against:
-        verification = verify_against(args.verify_against, args.savepoint, args.schema, args.verify_old_schema)
+        verification = verify_against(args.verify_against, args.savepoint, args.schema, args.verify_old_schema,
+                                      policy)
     wanted = args.dry_run == "always" or (args.dry_run == "auto" and report.outcome == "migrate")
     section: dict[str, Any] = {"ran": False, "reason": f"the outcome is '{report.outcome}'"}
     if args.dry_run == "never":
@@ -108,7 +117,7 @@ def main(argv: list[str]) -> int:
         spark = spark_session("flinkstate-check-compatibility")
         try:
             job = MigrationJob(args.savepoint, args.schema, output="", old_schema=args.previous,
-                               max_dead_letters=args.max_dead_letters)
+                               max_dead_letters=args.max_dead_letters, allow_code=policy)
             section = dry_run(spark, job, args.examples, args.max_dead_letters)
         finally:
             spark.stop()

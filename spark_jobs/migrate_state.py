@@ -1,7 +1,8 @@
 """Spark job: rewrite a savepoint for a new job version, one Spark task per (operator, subtask) keyed stream.
 
     spark-submit --master local[2] spark_jobs/migrate_state.py SAVEPOINT --schema MANIFEST --output DIR \\
-        [--old-schema MANIFEST] [--metadata-version 3|4|5|6] [--compression on|off] [--report DIR] [--json]
+        [--old-schema MANIFEST] [--metadata-version 3|4|5|6] [--compression on|off] [--report DIR] [--json] \\
+        [--allow-code[=MODULES|all]]
 
 The same migration as ``flinkstate migrate`` (flinkstate.migration.job.MigrationJob), with the units run as Spark
 tasks: each task rebuilds the plan from the same inputs (header reads only), rewrites its stream into the staging
@@ -21,9 +22,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
 
-from flinkstate.cli.migrate import render_text
+from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument, render_text
 from flinkstate.migration.engine import MigrationPlan, SubtaskResult, migrate_subtask
 from flinkstate.migration.job import MigrationJob
+from flinkstate.migration.transforms import CodePolicy
 from flinkstate.savepoint import Savepoint
 from flinkstate.writer import SavepointOutput
 from spark_jobs.common import collect_guarded, guarded, run_main, spark_session
@@ -59,6 +61,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-dead-letters", type=int, default=0,
                         help="entries a dead-letter policy may skip before the migration fails (default 0)")
     parser.add_argument("--json", action="store_true")
+    add_allow_code_argument(parser, ALLOW_CODE_HELP + " (the tasks follow the driver's policy)")
     return parser.parse_args(argv)
 
 
@@ -67,7 +70,8 @@ def main(argv: list[str]) -> int:
     job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
                        metadata_version=args.metadata_version,
                        compression=None if args.compression is None else args.compression == "on",
-                       report_dir=args.report, max_dead_letters=args.max_dead_letters)
+                       report_dir=args.report, max_dead_letters=args.max_dead_letters,
+                       allow_code=CodePolicy.resolve(args.allow_code))
     spark = spark_session("flinkstate-migrate-state")
     try:
         report = job.run(spark_runner(spark, job))

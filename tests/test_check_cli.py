@@ -126,10 +126,10 @@ def test_declared_migrations_and_the_planner(savepoint: Path, v1: Path, tmp_path
     finding = next(f for f in report.findings if f.code == "POJO_FIELD_TYPE_CHANGED")
     assert finding.migratable is False and report.exit_code == 4
     assert main(["check", str(savepoint), "--schema", str(manifest), "--migration-planner",
-                 "tests.test_check_cli:plan_possible"]) == 3
+                 "tests.test_check_cli:plan_possible", "--allow-code=tests.test_check_cli"]) == 3
     assert "declared: stats: converts with" in capsys.readouterr().out
     assert main(["check", str(savepoint), "--schema", str(manifest), "--migration-planner",
-                 "tests.test_check_cli:plan_impossible"]) == 4
+                 "tests.test_check_cli:plan_impossible", "--allow-code=tests.test_check_cli"]) == 4
 
 
 def test_renames_removed_operators_and_new_states(savepoint: Path, v1: Path, tmp_path: Path):

@@ -17,6 +17,7 @@ from flinkstate.keyed import iter_raw_entries
 from flinkstate.metadata import read_metadata
 from flinkstate.migration import MigrationError, OperatorTarget, StateTarget, migrate_savepoint, parse_migration
 from flinkstate.migration.engine import SubtaskResult, plan_migration, run_units_locally
+from flinkstate.migration.transforms import CodePolicy
 from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.pojo import PojoSnapshot
@@ -112,7 +113,7 @@ def test_verifier_refuses_a_missing_entry(source: Path, tmp_path: Path):
     out = tmp_path / "lossy"
     lossy = [OperatorTarget("stats", states=[StateTarget("stats", migration=parse_migration(
         {"function": "tests.test_exact:drop_key_3"}))])]
-    migrate_savepoint(str(source), lossy, open_output(str(out)))
+    migrate_savepoint(str(source), lossy, open_output(str(out)), code=CodePolicy(modules=("tests.test_exact",)))
     honest = [OperatorTarget("stats", states=[StateTarget("stats")])]
     with pytest.raises(VerificationError, match=r"state stats, key group .*1 source entries missing"):
         _verify(source, out, honest)

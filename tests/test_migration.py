@@ -20,6 +20,7 @@ from flinkstate.migration import (
     migrate_savepoint,
     parse_migration,
 )
+from flinkstate.migration.transforms import CodePolicy
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.pojo import PojoSnapshot
 from flinkstate.serializers.primitives import simple
@@ -29,6 +30,8 @@ from tests.support import sample_job
 from tests.support.sample_job import expected_count, expected_state, key_index
 
 KEYS = 20  # the session savepoints' key count
+#: The migration functions these tests name live here: code is allowed module by module.
+TRUSTED = CodePolicy(modules=("tests.test_migration",))
 LABEL_DEFAULT = "n/a"
 
 
@@ -105,7 +108,7 @@ def test_failing_entries_under_the_fail_policy_leave_no_output(flink_savepoints:
     target = OperatorTarget("stats", states=[StateTarget("stats", migration=parse_migration(
         {"function": "tests.test_migration:fail_on_some_keys"}))])
     with pytest.raises(MigrationError, match=r"operator stats, state stats, key 'key-\d+'.*cannot upgrade"):
-        _migrate(flink_savepoints["heap-p2"], tmp_path / "out", [target])
+        _migrate(flink_savepoints["heap-p2"], tmp_path / "out", [target], code=TRUSTED)
     assert list(tmp_path.iterdir()) == [], "neither the output nor its staging directory may remain"
 
 
@@ -217,7 +220,7 @@ def test_dead_letter_policy(flink_cluster: LocalFlinkCluster, flink_savepoints: 
         {"function": "tests.test_migration:fail_on_some_keys", "on_error": "dead-letter"}))])
     out = tmp_path / "migrated"
     report = _migrate(flink_savepoints["heap-p2" if backend == "hashmap" else "rocksdb-p2"], out, [target],
-                      max_dead_letters=KEYS // 4)
+                      max_dead_letters=KEYS // 4, code=TRUSTED)
     failing = sorted(f"key-{k}" for k in range(KEYS) if k % 4 == 0)
     assert sorted(d["key"] for d in report.dead_letters) == failing
     assert all(d["state"] == "stats" and "cannot upgrade" in d["error"] for d in report.dead_letters)

@@ -101,7 +101,7 @@ def test_failing_spark_migration_leaves_nothing_in_s3(s3: Any, flink_savepoints:
                               "            count: {convert: to-string}\n"
                               "          function: tests.test_migration:fail_on_some_keys\n")
     result = spark_submit("migrate_state.py", flink_savepoints["heap-p2"], "--schema", manifest,
-                          "--output", f"s3://{BUCKET}/failed")
+                          "--output", f"s3://{BUCKET}/failed", "--allow-code=tests.test_migration")
     assert result.returncode == 1
     error = result.stdout.strip().splitlines()[-1]
     assert error.startswith("migrate_state: error: operator stats, state stats, key ")

@@ -76,7 +76,8 @@ def test_check_job_dry_run_counts_failing_entries(flink_savepoints: dict[str, Pa
                               "          function: tests.test_migration:fail_on_some_keys\n"
                               f"          on_error: {policy}\n")
     result = spark_submit("check_compatibility.py", flink_savepoints["heap-p2"], "--schema", manifest,
-                          "--report-dir", tmp_path / "r", "--examples", "3", "--max-dead-letters", str(limit))
+                          "--report-dir", tmp_path / "r", "--examples", "3", "--max-dead-letters", str(limit),
+                          "--allow-code=tests.test_migration")
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads((tmp_path / "r" / "check-report.json").read_text())
     failing = sorted(f"key-{k}" for k in range(20) if k % 4 == 0)
@@ -134,7 +135,7 @@ def test_migrate_job_failure_is_one_line_and_leaves_nothing(flink_savepoints: di
                               "            count: {convert: to-string}\n"
                               "          function: tests.test_migration:fail_on_some_keys\n")
     result = spark_submit("migrate_state.py", flink_savepoints["heap-p2"], "--schema", manifest,
-                          "--output", tmp_path / "out")
+                          "--output", tmp_path / "out", "--allow-code=tests.test_migration")
     assert result.returncode == 1
     # spark-submit passes the Python driver's stderr to its stdout; Spark's own task-failure logs are silenced.
     error = result.stdout.strip().splitlines()[-1]

@@ -8,10 +8,11 @@ Exit status: 0 restorable as is or reconfigured; 3 migration required and possib
 from __future__ import annotations
 
 import argparse
-import importlib
 from typing import Any
 
+from flinkstate.cli.migrate import add_allow_code_argument
 from flinkstate.errors import FlinkStateError
+from flinkstate.migration.transforms import CodePolicy, load_function
 from flinkstate.report import Report
 from flinkstate.resolution import BACKENDS, MigrationPlanner, check
 
@@ -39,48 +40,52 @@ def register(subparsers: Any) -> None:
                              "as failing (default 0)")
     parser.add_argument("--examples", type=int, default=5, metavar="N", help="failing entries kept as examples")
     parser.add_argument("--migration-planner", metavar="MODULE:FUNCTION",
-                        help="callable(old_state, new_state) -> (possible, reason) judging declared migrations")
+                        help="callable(old_state, new_state) -> (possible, reason) judging declared migrations "
+                             "(code: needs --allow-code)")
+    add_allow_code_argument(parser, "the code --dry-run and --migration-planner may import: --allow-code MODULES "
+                                    "(comma-separated) or --allow-code=all (any but the standard library); default "
+                                    "$FLINKSTATE_ALLOW_CODE, else none. Without --dry-run or --migration-planner, "
+                                    "check imports nothing")
     parser.set_defaults(handler=_run)
 
 
-def load_planner(spec: str) -> MigrationPlanner:
-    module_name, _, function = spec.partition(":")
-    if not module_name or not function:
-        raise FlinkStateError(f"--migration-planner: expected MODULE:FUNCTION, got {spec!r}")
-    try:
-        planner = getattr(importlib.import_module(module_name), function)
-    except (ImportError, AttributeError) as exc:
-        raise FlinkStateError(f"--migration-planner: cannot load {spec}: {exc}") from None
-    if not callable(planner):
-        raise FlinkStateError(f"--migration-planner: {spec} is not callable")
-    return planner  # type: ignore[no-any-return]
+def load_planner(spec: str, policy: CodePolicy | None = None) -> MigrationPlanner:
+    """The ``--migration-planner`` callable: code, so imported only when ``policy`` allows its module."""
+    return load_function(spec, policy, what="--migration-planner")  # type: ignore[return-value]
 
 
 def _run(args: argparse.Namespace) -> int:
-    planner = load_planner(args.migration_planner) if args.migration_planner else None
+    policy = CodePolicy.resolve(args.allow_code)
+    planner = load_planner(args.migration_planner, policy) if args.migration_planner else None
     report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=planner,
                    backend=args.backend, allow_non_restored_state=args.allow_non_restored_state)
     if args.dry_run:
         report.dry_run = dry_run_section(report, args.savepoint, args.schema, args.previous,
-                                         examples=args.examples, max_dead_letters=args.max_dead_letters)
+                                         examples=args.examples, max_dead_letters=args.max_dead_letters,
+                                         allow_code=policy)
     print(report.render_json() if args.format == "json" else report.render_markdown(), end="\n"
           if args.format == "json" else "")
     return report.exit_code
 
 
 def dry_run_section(report: Report, savepoint: str, schema: str, previous: str | None, *, examples: int = 5,
-                    max_dead_letters: int = 0) -> dict[str, Any]:
-    """The dry run of the migration ``flinkstate migrate`` would run, in this process (the report's section)."""
+                    max_dead_letters: int = 0, allow_code: CodePolicy | None = None) -> dict[str, Any]:
+    """The dry run of the migration ``flinkstate migrate`` would run, in this process (the report's section). A
+    migration function the code policy does not allow is an error (exit 1), not a verdict: nothing was judged."""
     from flinkstate.migration.dry_run import run_dry_run
+    from flinkstate.migration.engine import CodeRefused
     from flinkstate.migration.job import MigrationJob
     from flinkstate.savepoint import Savepoint
 
     if report.outcome != "migrate":
         return {"ran": False, "reason": f"the outcome is '{report.outcome}'"}
-    job = MigrationJob(savepoint, schema, output="", old_schema=previous, max_dead_letters=max_dead_letters)
+    job = MigrationJob(savepoint, schema, output="", old_schema=previous, max_dead_letters=max_dead_letters,
+                       allow_code=allow_code)
     source = Savepoint.open(savepoint)
     try:
         plan = job.plan(source)
+    except CodeRefused:
+        raise
     except FlinkStateError as exc:
         return {"ran": False, "reason": f"the migration cannot be planned: {exc}", "plan_error": str(exc)}
     return run_dry_run(source, plan, examples=examples, max_dead_letters=max_dead_letters)

@@ -9,6 +9,18 @@ from typing import Any
 
 from flinkstate.migration.engine import MigrationReport
 from flinkstate.migration.job import MigrationJob
+from flinkstate.migration.transforms import ALLOW_CODE_ENV, CodePolicy
+
+ALLOW_CODE_HELP = (f"a manifest is data; its migration functions (function: MODULE:FUNC) are Python code, imported "
+                   f"only when allowed: --allow-code MODULES (comma-separated trusted modules and their submodules) "
+                   f"or --allow-code=all (any module but the standard library). Default: ${ALLOW_CODE_ENV} (same "
+                   f"values), else no code")
+
+
+def add_allow_code_argument(parser: argparse.ArgumentParser, help_text: str = ALLOW_CODE_HELP) -> None:
+    # nargs="?": the bare flag means all; give a list as --allow-code=a,b (or after SAVEPOINT) so that it cannot
+    # take SAVEPOINT for a module list.
+    parser.add_argument("--allow-code", nargs="?", const="all", metavar="MODULES", help=help_text)
 
 
 def register(subparsers: Any) -> None:
@@ -32,6 +44,7 @@ def register(subparsers: Any) -> None:
                         help="entries a state with on_error: dead-letter may skip before the migration fails "
                              "(default 0: any failing entry fails the migration and nothing is published)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_allow_code_argument(parser)
     parser.set_defaults(handler=_run)
 
 
@@ -39,7 +52,8 @@ def _run(args: argparse.Namespace) -> int:
     job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
                        metadata_version=args.metadata_version,
                        compression=None if args.compression is None else args.compression == "on",
-                       report_dir=args.report, max_dead_letters=args.max_dead_letters)
+                       report_dir=args.report, max_dead_letters=args.max_dead_letters,
+                       allow_code=CodePolicy.resolve(args.allow_code))
     report = job.run()
     if args.json:
         print(json.dumps(report.to_json(), indent=2))

@@ -41,6 +41,8 @@ from flinkstate.keyed import (
 from flinkstate.metadata import CheckpointMetadata, KeyGroupsStateHandle, OperatorState, OperatorSubtaskState
 from flinkstate.migration.spec import NO_MIGRATION, StateMigration
 from flinkstate.migration.transforms import (
+    CodeNotAllowed,
+    CodePolicy,
     MigrationPlanError,
     RowNames,
     Transform,
@@ -69,6 +71,10 @@ DROP = object()
 
 class MigrationError(FlinkStateError):
     """A migration run failed (bad plan, or an entry failed under the ``fail`` policy)."""
+
+
+class CodeRefused(MigrationError):
+    """The manifest names a migration function that the code policy does not allow (nothing was imported)."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -188,20 +194,23 @@ def _new_meta(meta: StateMetaInfo, name: str, value: TypeSerializerSnapshot | No
 
 
 def plan_migration(source: Savepoint, targets: list[OperatorTarget], *, compressed: bool | None = None,
-                   reencode: bool = False) -> MigrationPlan:
+                   reencode: bool = False, code: CodePolicy | None = None) -> MigrationPlan:
     """Compiles the targets against the source savepoint. ``reencode`` decodes and re-encodes every entry of every
-    targeted operator even where nothing changes (the identity rewrite)."""
+    targeted operator even where nothing changes (the identity rewrite). ``code`` says which migration functions
+    may be imported (default: ``$FLINKSTATE_ALLOW_CODE``, else none): a manifest is data, its functions are code."""
+    code = CodePolicy.resolve(None) if code is None else code
     plans: dict[str, OperatorPlan] = {}
     for target in targets:
         old_ref = target.renamed_from or target.uid
         op = source.operator(old_ref)
         if op.operator_id in plans:
             raise MigrationError(f"operator {old_ref} is the target of two entries")
-        plans[op.operator_id] = _plan_operator(source, op, target, reencode)
+        plans[op.operator_id] = _plan_operator(source, op, target, reencode, code)
     return MigrationPlan(plans, compressed)
 
 
-def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget, reencode: bool) -> OperatorPlan:
+def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget, reencode: bool,
+                   code: CodePolicy) -> OperatorPlan:
     label = f"operator {target.uid}"
     header = source.keyed_header(op)
     new_ref = target.ref
@@ -247,7 +256,9 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
         value_t = user_key_t = None
         if t is not None and meta.kind != TIMERS:
             try:
-                value_t, user_key_t = _state_transforms(meta, t)
+                value_t, user_key_t = _state_transforms(meta, t, code)
+            except CodeNotAllowed as exc:
+                raise CodeRefused(f"{label}, state {meta.name}: {exc}") from None
             except MigrationPlanError as exc:
                 raise MigrationError(f"{label}, state {meta.name}: {exc}") from None
         rewrites.append(StateRewrite(meta.name, new_name, len(new_states), meta.kind, value_t, user_key_t,
@@ -261,14 +272,15 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
                         bool(key_target and key_target.migration.dead_letter))
 
 
-def _state_transforms(meta: StateMetaInfo, target: StateTarget) -> tuple[Transform | None, Transform | None]:
+def _state_transforms(meta: StateMetaInfo, target: StateTarget,
+                      code: CodePolicy) -> tuple[Transform | None, Transform | None]:
     old_value = meta.value_serializer
     assert old_value is not None
     spec = target.migration
     value_t = build_transform(old_value, target.value or old_value, rules=spec.fields, convert=spec.value,
                               row_names=target.row_names)
     if spec.function is not None:
-        value_t = chain(value_t, load_function(spec.function))
+        value_t = chain(value_t, load_function(spec.function, code))
     user_key_t = None
     if meta.kind == "MAP":
         old_uk = meta.user_key_serializer
@@ -298,7 +310,8 @@ def plan_value_migration(old: TypeSerializerSnapshot, new: TypeSerializerSnapsho
     except (NotImplementedError, FlinkStateError) as exc:
         return False, f"the values must be decoded and re-encoded, which this tool cannot do: {exc}"
     if migration.function is not None:
-        return True, f"the function {migration.function} maps old values to new ones (loaded at migrate time)"
+        return True, (f"the function {migration.function} maps old values to new ones (it is code: imported only "
+                      f"by migrate or a dry run given --allow-code)")
     return True, "migrated by flinkstate migrate"
 
 
@@ -842,7 +855,8 @@ def run_units_locally(source: Savepoint, plan: MigrationPlan, units: list[tuple[
 def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: SavepointOutput, *,
                       metadata_version: int | None = None, compressed: bool | None = None, reencode: bool = False,
                       extra_check: Callable[[Savepoint], list[str]] | None = None,
-                      run_units: UnitRunner = run_units_locally, max_dead_letters: int = 0) -> MigrationReport:
+                      run_units: UnitRunner = run_units_locally, max_dead_letters: int = 0,
+                      code: CodePolicy | None = None) -> MigrationReport:
     """The whole migration: plan, rewrite every (operator, subtask) stream through ``run_units``, assemble
     ``_metadata``, verify, publish. The output is published only after verification and removed on any failure.
     The result does not depend on how the units are run: file names and contents derive from the input only."""
@@ -852,7 +866,7 @@ def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: S
     start = time.perf_counter()
     try:
         source = Savepoint.open(source_path)
-        plan = plan_migration(source, targets, compressed=compressed, reencode=reencode)
+        plan = plan_migration(source, targets, compressed=compressed, reencode=reencode, code=code)
         results = run_units(source, plan, plan.units(), output)
         dead_lettered = sum(c.dead_lettered for r in results for c in r.counts.values())
         if dead_lettered > max_dead_letters:

@@ -5,9 +5,11 @@ inputs (planning reads headers only), so both produce the same savepoint byte fo
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from flinkstate.errors import FlinkStateError
 from flinkstate.manifest import Manifest, load_manifest
 from flinkstate.migration.engine import (
     MigrationError,
@@ -20,6 +22,7 @@ from flinkstate.migration.engine import (
     run_units_locally,
 )
 from flinkstate.migration.manifest_targets import check_against_manifest, targets_from_manifest
+from flinkstate.migration.transforms import CodePolicy
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage import write_file
 from flinkstate.writer import open_output
@@ -36,6 +39,13 @@ class MigrationJob:
     report_dir: str | None = None
     #: Entries a ``dead-letter`` policy may skip before the migration fails (nothing is published then).
     max_dead_letters: int = 0
+    #: Which migration functions may be imported. None: ``$FLINKSTATE_ALLOW_CODE`` when the job is built (resolved
+    #: then, so that Spark tasks, which get the job pickled, follow the driver's policy, not their own environment).
+    allow_code: CodePolicy | None = None
+
+    def __post_init__(self) -> None:
+        if self.allow_code is None:
+            object.__setattr__(self, "allow_code", CodePolicy.resolve(None))
 
     def manifests(self) -> tuple[Manifest, Manifest | None]:
         return load_manifest(self.schema), load_manifest(self.old_schema) if self.old_schema else None
@@ -46,7 +56,7 @@ class MigrationJob:
 
     def plan(self, source: Savepoint) -> MigrationPlan:
         """The plan every worker rebuilds: the same as :meth:`run` makes for the same inputs."""
-        return plan_migration(source, self.targets(source), compressed=self.compression)
+        return plan_migration(source, self.targets(source), compressed=self.compression, code=self.allow_code)
 
     @property
     def report_path(self) -> str:
@@ -68,6 +78,9 @@ class MigrationJob:
         if _within(report, output) or _within(output, report):
             raise MigrationError(f"--report {self.report_path} and --output {self.output} must not contain each "
                                  f"other")
+        if report[0] == "file":
+            _check_local_folder(Path(*report[1:]), "--report")
+
 
     def run(self, run_units: UnitRunner = run_units_locally) -> MigrationReport:
         """Migrates, verifies (the new savepoint against the manifest), publishes, and writes the report."""
@@ -77,8 +90,13 @@ class MigrationJob:
             self.savepoint, self.targets(Savepoint.open(self.savepoint)), open_output(self.output),
             metadata_version=self.metadata_version, compressed=self.compression,
             extra_check=lambda staged: check_against_manifest(staged, manifest), run_units=run_units,
-            max_dead_letters=self.max_dead_letters)
-        write_report(report, self.report_path)
+            max_dead_letters=self.max_dead_letters, code=self.allow_code)
+        try:
+            write_report(report, self.report_path)
+        except (OSError, FlinkStateError) as exc:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise MigrationError(f"the savepoint was published at {report.output}, but its report could not be "
+                                 f"written to {self.report_path}: {detail}") from None
         return report
 
 
@@ -93,6 +111,22 @@ def _place(location: str, strip_metadata: bool = False) -> tuple[str, ...]:
         return parts[:-1] if strip_metadata and path.name == "_metadata" else parts
     result = ("s3", *parts)
     return result[:-1] if strip_metadata and result[-1] == "_metadata" else result
+
+
+def _check_local_folder(folder: Path, what: str) -> None:
+    """One line, before anything is written, when ``folder`` cannot become a directory we may write: it or an
+    ancestor is a file, or the nearest existing ancestor is not writable."""
+    if folder.exists() and not folder.is_dir():
+        raise MigrationError(f"{what} {folder}: is a file, not a directory")
+    existing = folder
+    while not existing.exists():
+        if existing.is_symlink():
+            raise MigrationError(f"{what} {folder}: {existing} is a dangling symbolic link")
+        existing = existing.parent
+    if not existing.is_dir():
+        raise MigrationError(f"{what} {folder}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise MigrationError(f"{what} {folder}: {existing} is not writable (permission denied)")
 
 
 def _within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
