@@ -30,19 +30,53 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flinkstate", description="Read, check and migrate Apache Flink savepoints.")
-    parser.add_argument("--version", action="version", version=f"flinkstate {__version__}")
-    parser.add_argument("--debug", action="store_true", help="print the Python stack of an error as well")
+def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """The options every command takes, before or after the command's name. Given after it (``suppress``), they
+    only set what was given, so the subcommand's parser never overwrites a value given before it."""
+    default: dict[str, object] = {"default": argparse.SUPPRESS} if suppress else {}
+    parser.add_argument("--debug", action="store_true", help="print the Python stack of an error as well", **default)
     s3 = parser.add_argument_group("s3:// savepoints (default: boto3's usual AWS_* variables and ~/.aws)")
-    s3.add_argument("--s3-endpoint-url", metavar="URL", help="S3 endpoint, e.g. http://127.0.0.1:9000 for MinIO")
-    s3.add_argument("--s3-region", metavar="REGION", help="S3 region")
-    s3.add_argument("--s3-profile", metavar="PROFILE", help="AWS profile for the credentials")
+    s3.add_argument("--s3-endpoint-url", metavar="URL", help="S3 endpoint, e.g. http://127.0.0.1:9000 for MinIO",
+                    **default)
+    s3.add_argument("--s3-region", metavar="REGION", help="S3 region", **default)
+    s3.add_argument("--s3-profile", metavar="PROFILE", help="AWS profile for the credentials", **default)
     parser.add_argument("--allow-external-handles", action="store_true",
                         help="read legacy savepoints whose absolute state handles point outside the savepoint "
                              "directory (off: such handles, '..', symlinks leaving it and non-regular files are "
-                             "refused)")
+                             "refused)", **default)
+
+
+def version_text() -> str:
+    from flinkstate.metadata import SUPPORTED_VERSIONS
+
+    return (f"flinkstate {__version__}\n"
+            f"savepoints: _metadata versions {', '.join(map(str, sorted(SUPPORTED_VERSIONS)))} (Flink 1.11 to 2.3), "
+            f"canonical format, HashMap and RocksDB backends, snappy or uncompressed; local paths and s3://\n"
+            f"tested against Flink 2.3.0, 2.2.0 and 1.20.3, and Apache Flink's own test savepoints (1.8 to 2.3)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flinkstate", description="Read, check and migrate Apache Flink savepoints.",
+        epilog="Examples:\n"
+               "  flinkstate describe s3://bucket/savepoints/savepoint-1a2b3c\n"
+               "  flinkstate schema SAVEPOINT -o v1.yaml          # then edit it into the next version's manifest\n"
+               "  flinkstate check SAVEPOINT --schema v2.yaml --dry-run\n"
+               "  flinkstate migrate SAVEPOINT --schema v2.yaml --output migrated/\n"
+               "The manifest format and the exit statuses are in the README (State schema manifests).",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=version_text())
+    _global_options(parser, suppress=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, suppress=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_parser = subparsers.add_parser
+
+    def add_with_common(name: str, **kwargs: object) -> argparse.ArgumentParser:
+        kwargs["parents"] = [*kwargs.get("parents", []), common]  # type: ignore[misc]
+        return add_parser(name, **kwargs)  # type: ignore[arg-type]
+
+    subparsers.add_parser = add_with_common  # type: ignore[method-assign]
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser
