@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from flinkstate import __version__, storage
+from flinkstate import __version__, progress, storage
 from flinkstate.errors import FlinkStateError, printable
 
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "flinkstate.cli.dump",
     "flinkstate.cli.migrate",
     "flinkstate.cli.schema", "flinkstate.cli.check",
+    "flinkstate.cli.upgrade",
 )
 
 EXIT_OK = 0
@@ -35,6 +36,13 @@ def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     only set what was given, so the subcommand's parser never overwrites a value given before it."""
     default: dict[str, object] = {"default": argparse.SUPPRESS} if suppress else {}
     parser.add_argument("--debug", action="store_true", help="print the Python stack of an error as well", **default)
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("-q", "--quiet", dest="progress", action="store_false",
+                       help="no progress bars (they show only on a terminal anyway)", **default)
+    shown.add_argument("--progress", dest="progress", action="store_true",
+                       help="progress bars on stderr even when it is not a terminal", **default)
+    if not suppress:
+        parser.set_defaults(progress=None)  # neither: follow the terminal
     s3 = parser.add_argument_group("s3:// savepoints (default: boto3's usual AWS_* variables and ~/.aws)")
     s3.add_argument("--s3-endpoint-url", metavar="URL", help="S3 endpoint, e.g. http://127.0.0.1:9000 for MinIO",
                     **default)
@@ -86,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     storage.s3_options = storage.S3Options(args.s3_endpoint_url, args.s3_region, args.s3_profile)
     storage.handle_policy = storage.HandlePolicy(args.allow_external_handles)
+    progress.enabled = args.progress
     try:
         return int(args.handler(args) or EXIT_OK)
     except FlinkStateError as exc:

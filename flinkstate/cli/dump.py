@@ -7,9 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from typing import Any
 
+from flinkstate.errors import printable
 from flinkstate.jsonify import to_json
+from flinkstate.progress import track
 from flinkstate.savepoint import Savepoint
 
 
@@ -28,14 +31,19 @@ def _run(args: argparse.Namespace) -> int:
     operator = savepoint.operator(args.operator)
     is_map = savepoint.state_info(operator, args.state).kind == "MAP"
     write = sys.stdout.write
-    dumps = json.dumps
-    for entry in savepoint.iter_entries(operator, args.state):
-        if is_map:
-            key, namespace, user_key, value = entry
-            record = {"key": to_json(key), "namespace": to_json(namespace), "user_key": to_json(user_key),
-                      "value": to_json(value)}
-        else:
-            key, namespace, value = entry
-            record = {"key": to_json(key), "namespace": to_json(namespace), "value": to_json(value)}
-        write(dumps(record) + "\n")
+    # Strict JSON: to_json writes NaN and infinities as strings, so nothing here may produce a bare NaN.
+    dumps = partial(json.dumps, allow_nan=False)
+    blocks = sum(len(stream.blocks) for _, stream in savepoint.keyed_streams(operator))
+    groups = track(savepoint.iter_key_groups(operator, args.state), total=blocks,
+                   description=f"dump {printable(args.state)}", unit="key groups")
+    for _, entries in groups:
+        for entry in entries:
+            if is_map:
+                key, namespace, user_key, value = entry
+                record = {"key": to_json(key), "namespace": to_json(namespace), "user_key": to_json(user_key),
+                          "value": to_json(value)}
+            else:
+                key, namespace, value = entry
+                record = {"key": to_json(key), "namespace": to_json(namespace), "value": to_json(value)}
+            write(dumps(record) + "\n")
     return 0
