@@ -19,6 +19,7 @@ from flinkstate.errors import FlinkStateError, printable
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES = (
     "flinkstate.cli.cluster",
+    "flinkstate.cli.jobs",
     "flinkstate.cli.describe",
     "flinkstate.cli.dump",
     "flinkstate.cli.migrate",
