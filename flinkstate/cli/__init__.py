@@ -24,7 +24,6 @@ COMMAND_MODULES = (
     "flinkstate.cli.dump",
     "flinkstate.cli.migrate",
     "flinkstate.cli.schema", "flinkstate.cli.check",
-    "flinkstate.cli.upgrade",
 )
 
 EXIT_OK = 0
