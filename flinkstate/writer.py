@@ -16,10 +16,16 @@ one Spark task per subtask) write identical directories.
 
 from __future__ import annotations
 
+import fcntl
 import io
+import json
 import os
 import shutil
+import socket
 import tempfile
+import threading
+import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -33,7 +39,7 @@ import cramjam
 from flinkstate import storage
 from flinkstate.binary import I32, U16, KeyGroupRange, Writer
 from flinkstate.checkpoint_properties import JAVA_SERIALIZED_NULL, serialize_properties
-from flinkstate.errors import FlinkStateError
+from flinkstate.errors import FlinkStateError, printable
 from flinkstate.keyed import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedBackendHeader
 from flinkstate.metadata import (
     BYTE_STREAM,
@@ -59,7 +65,14 @@ from flinkstate.metadata import (
     StreamStateHandle,
     read_metadata,
 )
-from flinkstate.storage import METADATA_FILE, S3Options, S3SavepointLocation, SavepointLocation, split_s3_uri
+from flinkstate.storage import (
+    METADATA_FILE,
+    LocalSavepointLocation,
+    S3Options,
+    S3SavepointLocation,
+    SavepointLocation,
+    split_s3_uri,
+)
 
 _DISTRIBUTION_MODE_CODES = {"SPLIT_DISTRIBUTE": 0, "UNION": 1, "BROADCAST": 2}
 _CHANNEL_CODES = {"input": 1, "output": 2, "merged input": 3, "merged output": 4}
@@ -335,22 +348,198 @@ class SavepointOutput(ABC):
         """Removes the staging area."""
 
 
+#: While staged, ``_metadata`` is written under this name: a staging area never holds a ``_metadata`` before the
+#: verifier passed it, so a killed run leaves nothing that looks like a finished savepoint (see :meth:`publish`).
+STAGED_METADATA = "_metadata.unverified"
+#: The owner marker inside a staging area: which run made it (pid, host, start time, random id).
+OWNER_MARKER = ".flinkstate-owner.json"
+_RESERVED_NAMES = {STAGED_METADATA, OWNER_MARKER}
+#: An S3 lock whose heartbeat (the lock object's LastModified) is older than this is taken over.
+S3_LOCK_STALE_SECONDS = 300.0
+S3_LOCK_HEARTBEAT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who writes an output: enough to tell a live run from a dead one on the same host (pid and the process's
+    start time, so a reused pid is not taken for the owner) and to name it in a message."""
+
+    id: str
+    host: str
+    pid: int
+    started: float  # wall clock, for people
+    process_start: str | None  # /proc/PID/stat start ticks (Linux), for liveness
+
+    @classmethod
+    def current(cls) -> Owner:
+        return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid(), time.time(), _process_start(os.getpid()))
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.__dict__, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Owner | None:
+        try:
+            raw = json.loads(data)
+            return cls(str(raw["id"]), str(raw["host"]), int(raw["pid"]), float(raw["started"]),
+                       None if raw.get("process_start") is None else str(raw["process_start"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def is_over(self) -> bool:
+        """Provably not writing any more: on this host, and either this very process (whose earlier run released
+        the lock we now hold) or no process with that pid and start time exists. Another host's run cannot be
+        proved over."""
+        if self.host != socket.gethostname():
+            return False
+        if self.pid == os.getpid():
+            return True
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # a process of another user has that pid
+        # A live pid that started at another time is a reused pid: the owner is gone.
+        current = _process_start(self.pid)
+        return self.process_start is not None and current is not None and current != self.process_start
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
+        return f"run {self.id[:12]} (pid {self.pid} on {printable(self.host)}, started {when})"
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat), None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            text = stat_file.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()  # the command name may contain spaces and parentheses
+    return fields[19] if len(fields) > 19 else None
+
+
+def _staged_name(name: str) -> str:
+    if name in _RESERVED_NAMES:
+        raise WriteError(f"cannot write a file named {name}: the name is reserved for the staging area")
+    return STAGED_METADATA if name == METADATA_FILE else name
+
+
+class _StagedLocalLocation(LocalSavepointLocation):
+    """The staging directory read as a savepoint: ``_metadata`` is the staged, not yet verified one."""
+
+    def _resolve(self, name: str) -> Path:
+        return super()._resolve(STAGED_METADATA if name == METADATA_FILE else name)
+
+
+class _OutputLock:
+    """An exclusive ``flock`` on ``.NAME.lock`` beside a local output: a second run to the same output fails at
+    once, naming the holder. The lock file is removed on release; acquiring checks that the locked file is still
+    the one at the path (a run that opened it just before it was removed would otherwise lock a deleted file)."""
+
+    def __init__(self, path: Path, owner: Owner, output: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except IsADirectoryError:
+                raise WriteError(f"{output}: cannot lock the output: {path} is a directory") from None
+            except OSError as exc:  # e.g. a parent that root may not write either (a read-only file system)
+                raise WriteError(f"{output}: cannot create the output: {path.parent} is not writable "
+                                 f"({exc.strerror or exc})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = Owner.from_json(os.pread(fd, 4096, 0))
+                os.close(fd)
+                raise WriteError(f"{output}: another migration is writing this output (lock {path} held by "
+                                 f"{holder.describe() if holder else 'another process'})") from None
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # the file was removed by its previous holder between our open and our lock: again
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, owner.to_json(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with suppress(OSError):
+            os.unlink(self.path)  # while still locked: a waiting run then sees a new file, never this one
+        os.close(self._fd)
+        self._fd = None
+
+
 class LocalSavepointOutput(SavepointOutput):
     """A local directory. Staging is a hidden sibling (``.NAME.inprogress``) on the same file system, so that
-    publishing is one ``rename``."""
+    publishing is one ``rename``.
+
+    Safe against other runs and against crashes: an exclusive lock (``.NAME.lock`` beside the output, held from
+    here until :meth:`publish` or :meth:`abort`, released by the kernel if the process dies) makes a second run to
+    the same output fail at once; the staging directory carries an owner marker, and a leftover staging directory
+    is removed only when its owner is provably dead (same host, no such process) or is this process; ``_metadata``
+    is staged as ``_metadata.unverified`` and takes its name only after verification."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.uri = str(directory)
-        if directory.exists():
-            raise WriteError(f"{directory}: output already exists")
-        self.staging = directory.parent / f".{directory.name}.inprogress"
-        if self.staging.exists():  # left by a crashed run of ours: it never looked finished, so start over
-            shutil.rmtree(self.staging)
-        self.staging.mkdir(parents=True)
+        self.owner = Owner.current()
+        parent = directory.parent
+        _prepare_parent(parent, directory)
+        self.staging = parent / f".{directory.name}.inprogress"
+        self._lock: _OutputLock | None = _OutputLock(parent / f".{directory.name}.lock", self.owner, directory)
+        try:
+            if os.path.lexists(directory):
+                raise WriteError(f"{directory}: output already exists")
+            self._clear_leftovers()
+            try:
+                self.staging.mkdir()
+            except OSError as exc:
+                raise WriteError(f"{self.staging}: cannot create the staging directory: "
+                                 f"{exc.strerror or exc}") from None
+            (self.staging / OWNER_MARKER).write_bytes(self.owner.to_json())
+        except BaseException:
+            self._release()
+            raise
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled to Spark tasks, which only write files: the lock stays with the driver.
+        return {**self.__dict__, "_lock": None}
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _clear_leftovers(self) -> None:
+        """A staging area left by an earlier run: removed if it is ours to remove, refused in one line otherwise."""
+        staging = self.staging
+        if not os.path.lexists(staging):
+            return
+        if staging.is_symlink() or not staging.is_dir():
+            kind = "a symbolic link" if staging.is_symlink() else "a file"
+            raise WriteError(f"{staging}: the staging path is {kind}, not a staging directory of flinkstate; "
+                             f"remove it if nothing needs it")
+        try:
+            owner = Owner.from_json((staging / OWNER_MARKER).read_bytes())
+        except OSError:
+            owner = None
+        if owner is None:
+            raise WriteError(f"{staging}: a staging directory without flinkstate's owner marker (not ours); remove "
+                             f"it if nothing needs it")
+        if not owner.is_over():
+            raise WriteError(f"{staging}: left by {owner.describe()}, which may still be running; remove it if "
+                             f"that run is over")
+        shutil.rmtree(staging)  # a crashed run of ours: its _metadata was never there, nothing looked finished
 
     def open(self, name: str) -> BinaryIO:
-        return open(self.staging / name, "xb")
+        return open(self.staging / _staged_name(name), "xb")
 
     def copy_from(self, source: SavepointLocation, name: str, target: str) -> int:
         from flinkstate.storage import LocalSavepointLocation
@@ -370,17 +559,42 @@ class LocalSavepointOutput(SavepointOutput):
         return size
 
     def staged(self) -> SavepointLocation:
-        from flinkstate.storage import LocalSavepointLocation
-
-        return LocalSavepointLocation(self.staging)
+        return _StagedLocalLocation(self.staging)
 
     def publish(self) -> None:
-        if self.directory.exists():
+        """Verified: ``_metadata`` takes its name inside the staging directory, the directory takes the output's
+        name (one rename), and the owner marker goes. A crash in between leaves a hidden staging directory whose
+        ``_metadata`` was verified, or a published savepoint with a stray marker file; never an unverified one."""
+        if os.path.lexists(self.directory):
             raise WriteError(f"{self.directory}: output appeared while migrating; the result stays in {self.staging}")
-        os.rename(self.staging, self.directory)
+        if not (self.staging / STAGED_METADATA).is_file():
+            raise WriteError(f"{self.staging}: nothing to publish (no {METADATA_FILE})")
+        try:
+            os.rename(self.staging / STAGED_METADATA, self.staging / METADATA_FILE)
+            os.rename(self.staging, self.directory)
+        except OSError as exc:
+            raise WriteError(f"{self.directory}: cannot publish the savepoint: {exc.strerror or exc}") from None
+        with suppress(OSError):
+            os.unlink(self.directory / OWNER_MARKER)
+        self._release()
 
     def abort(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
+        self._release()
+
+
+def _prepare_parent(parent: Path, directory: Path) -> None:
+    """The output's parent folder, created if missing; one line when that cannot be (a file on the way, no
+    permission)."""
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (parent, *parent.parents) if os.path.lexists(p) and not p.is_dir()), parent)
+        raise WriteError(f"{directory}: cannot create the output: {blocker} is a file, not a directory") from None
+    except OSError as exc:
+        raise WriteError(f"{directory}: cannot create the output's folder {parent}: {exc.strerror or exc}") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise WriteError(f"{directory}: cannot create the output: {parent} is not writable (permission denied)")
 
 
 class _UploadOnClose(io.BufferedRandom):
@@ -425,6 +639,12 @@ class S3SavepointOutput(SavepointOutput):
     objects) and removes both before starting over. An error (rather than a crash) while publishing removes the
     partial copy itself.
 
+    Concurrent runs: a lock object ``.NAME.lock`` beside the output is created only if absent (a conditional PUT)
+    and refreshed by a heartbeat while the run lives; a second run fails naming its holder, and a lock whose
+    heartbeat stopped for :data:`S3_LOCK_STALE_SECONDS` (by the S3 server's clock) is taken over. The staging area
+    carries an owner marker; leftovers without one are not ours and are refused, not deleted. ``_metadata`` is
+    staged as ``_metadata.unverified`` and copied to ``_metadata`` last, after verification.
+
     The object is pickled to Spark's Python workers: it carries the bucket, the prefixes and the S3 options, and
     builds its boto3 client lazily, once per process (clients neither pickle nor survive a fork). Server-side copies
     assume the source savepoint is reachable through the same endpoint and credentials as the output."""
@@ -440,10 +660,78 @@ class S3SavepointOutput(SavepointOutput):
         self.options = replace(options or storage.s3_options)
         self._client: Any = None
         self._client_pid: int | None = None
-        self._clear_leftovers()
+        self.owner = Owner.current()
+        self.lock_key = f"{parent}/.{name}.lock" if parent else f".{name}.lock"
+        self._heartbeat: threading.Event | None = None
+        self._lock()
+        try:
+            self._clear_leftovers()
+            self._put(self._staged_key(OWNER_MARKER), self.owner.to_json())
+        except BaseException:
+            self._release()
+            raise
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None, "_client_pid": None}
+        # Spark tasks only write staged files: the lock and its heartbeat stay with the driver.
+        return {**self.__dict__, "_client": None, "_client_pid": None, "_heartbeat": None}
+
+    def _put(self, key: str, body: bytes, **conditions: str) -> None:
+        with self._s3("upload", f"s3://{self.bucket}/{key}"):
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, **conditions)
+
+    def _lock(self) -> None:
+        """Creates the lock object if absent; takes over a stale one; else one line naming the holder."""
+        from botocore.exceptions import ClientError
+
+        where = f"s3://{self.bucket}/{self.lock_key}"
+        for _ in range(3):
+            try:
+                with self._s3("lock", where):
+                    try:
+                        self.client.put_object(Bucket=self.bucket, Key=self.lock_key, Body=self.owner.to_json(),
+                                               IfNoneMatch="*")
+                        break
+                    except ClientError as exc:
+                        if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed",
+                                                                              "ConditionalRequestConflict"):
+                            raise
+                    response = self.client.get_object(Bucket=self.bucket, Key=self.lock_key)
+                    holder = Owner.from_json(response["Body"].read())
+                    server_now = _http_date(response["ResponseMetadata"].get("HTTPHeaders", {}).get("date"))
+                    age = (server_now or time.time()) - response["LastModified"].timestamp()
+                    if age < S3_LOCK_STALE_SECONDS and not (holder is not None and holder.pid != os.getpid()
+                                                            and holder.is_over()):
+                        raise WriteError(f"{self.uri}: another migration is writing this output (lock {where} held "
+                                         f"by {holder.describe() if holder else 'another process'}, refreshed "
+                                         f"{int(age)} s ago)")
+                    # Stale (no heartbeat) or its owner is provably gone: take it over, if nobody else did.
+                    self.client.delete_object(Bucket=self.bucket, Key=self.lock_key, IfMatch=response["ETag"])
+            except WriteError as exc:
+                if "PreconditionFailed" in str(exc):  # another run took the stale lock first: look again
+                    continue
+                raise
+        else:
+            raise WriteError(f"{self.uri}: could not take the lock {where}: other runs keep taking it")
+        stop = threading.Event()
+        self._heartbeat = stop
+        threading.Thread(target=self._beat, args=(stop,), name="flinkstate-s3-lock", daemon=True).start()
+
+    def _beat(self, stop: threading.Event) -> None:
+        """Refreshes the lock object while the run lives (its LastModified is the heartbeat)."""
+        while not stop.wait(S3_LOCK_HEARTBEAT_SECONDS):
+            with suppress(Exception):  # a missed beat only makes the lock look older; the next one retries
+                self.client.put_object(Bucket=self.bucket, Key=self.lock_key, Body=self.owner.to_json())
+
+    def _release(self) -> None:
+        if self._heartbeat is None:
+            return
+        self._heartbeat.set()
+        self._heartbeat = None
+        with suppress(Exception):  # only our own lock is removed; a failure leaves it to go stale
+            response = self.client.get_object(Bucket=self.bucket, Key=self.lock_key)
+            holder = Owner.from_json(response["Body"].read())
+            if holder is not None and holder.id == self.owner.id:
+                self.client.delete_object(Bucket=self.bucket, Key=self.lock_key)
 
     @property
     def client(self) -> Any:
@@ -490,7 +778,14 @@ class S3SavepointOutput(SavepointOutput):
                 raise WriteError(f"s3://{self.bucket}/{error['Key']}: S3 delete failed: {error.get('Code')}")
 
     def _clear_leftovers(self) -> None:
+        """Called holding the lock: a staging area with an owner marker belongs to a run that no longer holds it
+        (over, or its heartbeat stopped), and is removed with the partial copy of a publish it crashed in; objects
+        without the marker are someone else's and refused."""
         final, staged = self._keys(self.prefix), self._keys(self.staging_prefix)
+        ours = self._staged_key(OWNER_MARKER) in staged
+        if staged and not ours:
+            raise WriteError(f"s3://{self.bucket}/{self.staging_prefix}/: a staging area without flinkstate's owner "
+                             f"marker (not ours); remove it if nothing needs it")
         if final:
             if f"{self.prefix}/{METADATA_FILE}" in final or not staged:
                 raise WriteError(f"{self.uri}: output already exists")
@@ -498,7 +793,7 @@ class S3SavepointOutput(SavepointOutput):
         self._delete(staged)  # a run of ours that crashed before publishing
 
     def open(self, name: str) -> BinaryIO:
-        key = self._staged_key(name)
+        key = self._staged_key(_staged_name(name))
 
         def upload(body: BinaryIO) -> None:
             with self._s3("upload", f"s3://{self.bucket}/{key}"):
@@ -507,7 +802,7 @@ class S3SavepointOutput(SavepointOutput):
         return _UploadOnClose(upload)
 
     def copy_from(self, source: SavepointLocation, name: str, target: str) -> int:
-        key = self._staged_key(target)
+        key = self._staged_key(_staged_name(target))
         size = source.size(name)
         with self._s3("copy", f"{source.describe(name)} -> s3://{self.bucket}/{key}"):
             if isinstance(source, S3SavepointLocation):
@@ -519,33 +814,59 @@ class S3SavepointOutput(SavepointOutput):
         return size
 
     def staged(self) -> SavepointLocation:
-        return S3SavepointLocation(self.bucket, self.staging_prefix, self.client)
+        return _StagedS3Location(self.bucket, self.staging_prefix, self.client)
 
     def publish(self) -> None:
+        """Verified: every staged file is copied to the final prefix, the staged metadata last as ``_metadata``
+        (the commit point), then the staging area and the lock go."""
         staged = self._keys(self.staging_prefix)
         names = [key[len(self.staging_prefix) + 1:] for key in staged]
-        if METADATA_FILE not in names:
+        if STAGED_METADATA not in names:
             raise WriteError(f"s3://{self.bucket}/{self.staging_prefix}: nothing to publish (no {METADATA_FILE})")
         if self._keys(self.prefix):
             raise WriteError(f"{self.uri}: output appeared while migrating")
         copied: list[str] = []
         try:
-            for name in [*sorted(n for n in names if n != METADATA_FILE), METADATA_FILE]:
+            files = sorted(n for n in names if n not in _RESERVED_NAMES)
+            for staged_name, name in [*((n, n) for n in files), (STAGED_METADATA, METADATA_FILE)]:
                 key = f"{self.prefix}/{name}"
-                with self._s3("copy", f"s3://{self.bucket}/{self._staged_key(name)} -> s3://{self.bucket}/{key}"):
-                    self.client.copy({"Bucket": self.bucket, "Key": self._staged_key(name)}, self.bucket, key)
+                source_key = self._staged_key(staged_name)
+                with self._s3("copy", f"s3://{self.bucket}/{source_key} -> s3://{self.bucket}/{key}"):
+                    self.client.copy({"Bucket": self.bucket, "Key": source_key}, self.bucket, key)
                 copied.append(key)
         except BaseException:
             with suppress(WriteError):  # the copy's error is the one to report
                 self._delete(copied)
             raise
         self._delete(staged)
+        self._release()
 
     def abort(self) -> None:
         # abort runs while another error propagates: failing here would hide that error, and whatever stays behind
         # is removed by the next run (see _clear_leftovers).
-        with suppress(WriteError):
-            self._delete(self._keys(self.staging_prefix))
+        try:
+            with suppress(WriteError):
+                self._delete(self._keys(self.staging_prefix))
+        finally:
+            self._release()
+
+
+class _StagedS3Location(S3SavepointLocation):
+    """The staging prefix read as a savepoint: ``_metadata`` is the staged, not yet verified one."""
+
+    def _resolve(self, name: str) -> str:
+        return super()._resolve(STAGED_METADATA if name == METADATA_FILE else name)
+
+
+def _http_date(value: str | None) -> float | None:
+    """An HTTP ``Date`` header as a timestamp: the S3 server's clock, so a lock's age needs no synchronized
+    clocks."""
+    from email.utils import parsedate_to_datetime
+
+    try:
+        return parsedate_to_datetime(value).timestamp() if value else None
+    except (TypeError, ValueError):
+        return None
 
 
 def open_output(uri: str | os.PathLike[str]) -> SavepointOutput:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 from flinkstate.cli import main as flinkstate_main
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.storage import copy_savepoint
-from flinkstate.writer import S3SavepointOutput, WriteError, open_output
+from flinkstate.writer import OWNER_MARKER, STAGED_METADATA, Owner, S3SavepointOutput, WriteError, open_output
 from tests.support import sample_job
 from tests.support.sample_job import check_audit_record, key_index
 from tests.test_spark_jobs import MANIFESTS, _manifest_with, spark_submit
@@ -145,13 +146,19 @@ def test_publish_copies_metadata_last_and_a_rerun_clears_a_crashed_publish(s3: A
     assert copies == ["a-state", "b-state", "_metadata"]
     assert _objects(s3, "crashed") == {"a-state": b"a-state", "b-state": b"b-state", "_metadata": b"_metadata"}
 
-    # A publish killed after copying one file: the final prefix has no _metadata, the staging area is complete.
-    for name in ("a-state", "b-state", "_metadata"):
-        s3.put_object(Bucket=BUCKET, Key=f"half/.published.inprogress/{name}", Body=name.encode())
+    # A publish killed after copying one file: the final prefix has no _metadata, the staging area is complete
+    # (its metadata still under the staged name) and carries the dead run's owner marker.
+    dead = Owner("0" * 32, socket.gethostname(), 2**22 + 1, 0.0, None)  # above pid_max's default: no such process
+    for name, body in (("a-state", b"a-state"), ("b-state", b"b-state"), (STAGED_METADATA, b"_metadata"),
+                       (OWNER_MARKER, dead.to_json())):
+        s3.put_object(Bucket=BUCKET, Key=f"half/.published.inprogress/{name}", Body=body)
     s3.put_object(Bucket=BUCKET, Key="half/published/a-state", Body=b"a-state")
     rerun = open_output(f"s3://{BUCKET}/half/published")
-    assert _objects(s3, "half/published") == {} and _objects(s3, "half/.published.inprogress") == {}
+    assert isinstance(rerun, S3SavepointOutput)
+    assert _objects(s3, "half/published") == {}
+    assert _objects(s3, "half/.published.inprogress") == {OWNER_MARKER: rerun.owner.to_json()}  # only the rerun's
     rerun.abort()
+    assert _objects(s3, "half/.published.inprogress") == {}
 
     # Objects without _metadata and without our staging area are someone else's: refused, not deleted.
     s3.put_object(Bucket=BUCKET, Key="foreign/notes.txt", Body=b"keep")
@@ -169,3 +176,5 @@ def test_the_output_pickles_without_its_client(s3: Any):
     assert copy.staged().read_metadata() == b"m"
     copy.abort()
     assert _objects(s3, ".pickled.inprogress") == {}
+    output.abort()  # the driver's object holds the lock
+    assert s3.list_objects_v2(Bucket=BUCKET, Prefix=".pickled.lock").get("KeyCount") == 0

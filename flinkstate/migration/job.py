@@ -78,8 +78,10 @@ class MigrationJob:
         if _within(report, output) or _within(output, report):
             raise MigrationError(f"--report {self.report_path} and --output {self.output} must not contain each "
                                  f"other")
+        if output[0] == "file":
+            _check_local_folder(Path(*output[1:]).parent, f"--output {self.output}")
         if report[0] == "file":
-            _check_local_folder(Path(*report[1:]), "--report")
+            _check_local_folder(Path(*report[1:]), f"--report {self.report_path}")
 
 
     def run(self, run_units: UnitRunner = run_units_locally) -> MigrationReport:
@@ -113,20 +115,18 @@ def _place(location: str, strip_metadata: bool = False) -> tuple[str, ...]:
     return result[:-1] if strip_metadata and result[-1] == "_metadata" else result
 
 
-def _check_local_folder(folder: Path, what: str) -> None:
+def _check_local_folder(folder: Path, label: str) -> None:
     """One line, before anything is written, when ``folder`` cannot become a directory we may write: it or an
-    ancestor is a file, or the nearest existing ancestor is not writable."""
-    if folder.exists() and not folder.is_dir():
-        raise MigrationError(f"{what} {folder}: is a file, not a directory")
+    ancestor is a file, or the nearest existing ancestor is not writable. ``label`` names the option and value."""
     existing = folder
     while not existing.exists():
         if existing.is_symlink():
-            raise MigrationError(f"{what} {folder}: {existing} is a dangling symbolic link")
+            raise MigrationError(f"{label}: {existing} is a dangling symbolic link")
         existing = existing.parent
     if not existing.is_dir():
-        raise MigrationError(f"{what} {folder}: {existing} is a file, not a directory")
+        raise MigrationError(f"{label}: {existing} is a file, not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise MigrationError(f"{what} {folder}: {existing} is not writable (permission denied)")
+        raise MigrationError(f"{label}: {existing} is not writable (permission denied)")
 
 
 def _within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
