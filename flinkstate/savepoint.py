@@ -29,7 +29,7 @@ from flinkstate.metadata import (
     read_metadata,
 )
 from flinkstate.serializers.registry import snapshot_bytes
-from flinkstate.storage import METADATA_FILE, SavepointLocation, open_location
+from flinkstate.storage import METADATA_FILE, SavepointLocation, StorageError, open_location
 
 
 @dataclass(frozen=True)
@@ -111,8 +111,11 @@ class Savepoint:
                 continue
             cache_key = (op.operator_id, index)
             if cache_key not in self._streams:
-                self._streams[cache_key] = KeyedStateStream(self.location, handle, op.max_parallelism,
-                                                            self.label(op))
+                try:
+                    self._streams[cache_key] = KeyedStateStream(self.location, handle, op.max_parallelism,
+                                                                self.label(op))
+                except StorageError as exc:  # a missing or unreadable file: say whose state it holds
+                    raise StorageError(f"{self.label(op)}, subtask {index}: keyed state file: {exc}") from None
             streams.append((index, self._streams[cache_key]))
         return streams
 
@@ -203,12 +206,13 @@ class Savepoint:
             "operator_states": sorted({name for s in op.subtasks.values() if s.managed_operator_state
                                        for name in s.managed_operator_state.states}),
             "coordinator_state_bytes": op.coordinator_state.size if op.coordinator_state else None,
-            "key_group_ranges": [[i, r.start, r.end] for i, r in self.key_group_ranges(op)],
+            "key_group_ranges": [],
             "keyed_states": [],
         }
         try:
+            result["key_group_ranges"] = [[i, r.start, r.end] for i, r in self.key_group_ranges(op)]
             header = self.keyed_header(op, tolerant=True)
-        except SavepointFormatError as exc:
+        except (SavepointFormatError, StorageError) as exc:
             result["error"] = str(exc)
             return result
         if header is not None:

@@ -305,3 +305,16 @@ def test_a_manifest_that_matches_no_operator_is_an_error(source: Path, tmp_path:
     err = capsys.readouterr().err
     assert "no operator of the manifest (another-job-operator) is in the savepoint" in err
     assert not out.exists()
+
+
+def test_a_missing_state_file_names_its_operator(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    broken = _copy(source, tmp_path)
+    sp = Savepoint.open(broken)
+    ((_, stream),) = sp.keyed_streams("stats")
+    (broken / stream.source.name).unlink()  # type: ignore[operator]
+    assert main(["dump", str(broken), "--operator", "stats", "--state", "count"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "operator stats, subtask 0: keyed state file:" in err
+    assert main(["describe", str(broken)]) == 1
+    captured = capsys.readouterr()
+    assert "operator" in captured.out and "operator stats, subtask 0" in captured.err
