@@ -1,11 +1,16 @@
 """Upgrade a running stateful Flink job safely: savepoint, check, branch, (migrate,) restore, health gate, rollback.
 
-    resolve -> preflight_savepoint -> check (Spark) -> choose_path
+    resolve -> preflight_checks -> preflight_savepoint -> check (Spark) -> choose_path
       restorable:   stop_for_restore -> restore_path_as_is ----------------------.
       migratable:   stop_for_migration -> migrate (Spark) -> recheck (Spark) ----+-> submit_new -> health_gate -> record
       incompatible: alert_incompatible (old job untouched; the run fails)        |
       check-only:   check_only_done                                              |
-    any failure after the stop: rollback (old version from the stop savepoint), alert, the run fails
+    every path ends in conclude (runs whatever happened): after a failure past the stop it rolls back (old version
+    from the stop savepoint; never when nothing was stopped), writes the outcome, sends the run's one alert, and
+    fails the run unless it upgraded (or only checked).
+
+Each step is journalled (``<savepoint_base>/journal/<job>.json``) before and after it changes anything, so that a run
+that dies is recovered by the next run of the same job, or by the ``flink_upgrade_watchdog`` DAG.
 
 Trigger by hand with a conf (see ``params``), or from ``flink_scheduled_upgrades``. Business logic lives in
 ``plugins/flinkstate_airflow``; this file only wires it.
@@ -14,12 +19,11 @@ Trigger by hand with a conf (see ``params``), or from ``flink_scheduled_upgrades
 from __future__ import annotations
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Param, task
 from flinkstate_airflow import upgrade
-from flinkstate_airflow.hooks import FlinkHook
-from flinkstate_airflow.notifiers import WebhookReportNotifier
-from flinkstate_airflow.operators import FlinkSavepointOperator, FlinkStopWithSavepointOperator, FlinkSubmitJarOperator
+from flinkstate_airflow.hooks import FlinkHook, spark_master
+from flinkstate_airflow.notifiers import send_alert, task_log_folder
+from flinkstate_airflow.operators import FlinkSavepointOperator, FlinkSubmitJarOperator
 from flinkstate_airflow.sensors import FlinkHealthGateSensor
 
 SPARK = upgrade.spark_settings()
@@ -33,7 +37,9 @@ def plan_value(*keys: str, suffix: str = "", json: bool = False) -> str:
 
 
 JOB_ID = plan_value("job_id", json=True)
-RUN_DIR = plan_value("run_dir")
+#: One argument, empty when not set (then the workers' FLINKSTATE_ALLOW_CODE applies): the dry run, the migration
+#: and the re-check's verifier import the manifest's migration functions only with it.
+ALLOW_CODE = "--allow-code={{ params.allow_code }}"
 
 with DAG(
     dag_id="flink_state_upgrade",
@@ -55,17 +61,25 @@ with DAG(
                                 description="local folder or s3://bucket/prefix for this run (required)"),
         "mode": Param("upgrade", enum=["upgrade", "check-only"]),
         "allow_non_restored_state": Param(False, type="boolean"),
+        "allow_code": Param("", type="string",
+                            description="code the manifest's migration functions may run: trusted modules "
+                                        "(comma-separated) or 'all'; empty: the workers' FLINKSTATE_ALLOW_CODE, else "
+                                        "none (a manifest is data)"),
         "max_dead_letters": Param(0, type="integer", minimum=0,
                                   description="entries a dead-letter migration policy may skip (default 0: none)"),
         "min_checkpoints": Param(2, type="integer", minimum=1, description="health gate: checkpoints after restore"),
         "max_restarts": Param(0, type="integer", minimum=0, description="health gate: restarts allowed"),
         "gate_timeout": Param(300, type="integer", minimum=10, description="health gate: seconds"),
+        "min_running_seconds": Param(30, type="integer", minimum=0,
+                                     description="health gate: seconds RUNNING with all tasks up, without a break"),
         "current": Param(None, type=["null", "object"],
                          description="the running version (jar, manifest, entry_class, program_args, parallelism), "
                                      "when the deployment registry has no record of it"),
     },
-    on_failure_callback=WebhookReportNotifier(
-        "Flink upgrade of {{ params.job_name or params.job_id }} FAILED (run {{ run_id }})"),
+    # Every task claims the run's journal when it starts and records the phase it enters; its success and failure
+    # are journalled too (what failed, in one line, for the run's one alert).
+    default_args={"on_execute_callback": upgrade.task_started, "on_success_callback": upgrade.task_succeeded,
+                  "on_failure_callback": upgrade.task_failed},
     tags=["flink", "flinkstate"],
 ) as dag:
 
@@ -74,6 +88,14 @@ with DAG(
         return upgrade.plan_run(params or {}, run_id or "manual", FlinkHook().get_conn())
 
     plan = resolve()
+
+    @task
+    def preflight_checks(plan: dict) -> None:
+        problems = upgrade.preflight_checks(plan, FlinkHook().get_conn(), spark_master(SPARK["conn_id"]))
+        if problems:
+            raise upgrade.UpgradeError(f"checks before the stop failed: {'; '.join(problems)}")
+
+    checks = preflight_checks(plan)
 
     preflight = FlinkSavepointOperator(
         task_id="preflight_savepoint", job_id=JOB_ID,
@@ -86,7 +108,8 @@ with DAG(
             "{{ ti.xcom_pull(task_ids='preflight_savepoint') }}", "--schema", plan_value("new", "manifest"),
             "--previous", plan_value("old", "manifest"), "--report-dir", plan_value("run_dir", suffix="/preflight"),
             "--allow-non-restored-state", "{{ params.allow_non_restored_state | string | lower }}",
-            "--max-dead-letters", "{{ params.max_dead_letters | string }}"])
+            # One argument: the DAG renders templates natively, and a bare number would arrive as an int.
+            "--max-dead-letters={{ params.max_dead_letters }}", ALLOW_CODE])
 
     @task.branch
     def choose_path(plan: dict) -> str:
@@ -97,26 +120,23 @@ with DAG(
 
     branch = choose_path(plan)
 
-    @task(on_success_callback=WebhookReportNotifier(
-        "Flink upgrade check of {{ params.job_name or params.job_id }} (check-only: nothing changed)",
-        report=plan_value("run_dir", suffix="/preflight/check-report.md")))
+    @task
     def check_only_done(plan: dict) -> None:
-        upgrade.write_run_record(plan, {"stage": "done", "outcome": "checked"})
+        upgrade.finish_checked(plan)
 
-    @task(on_failure_callback=WebhookReportNotifier(
-        "Flink upgrade of {{ params.job_name or params.job_id }} REFUSED: the new version cannot restore the "
-        "state; the old job keeps running", report=plan_value("run_dir", suffix="/preflight/check-report.md")))
-    def alert_incompatible(plan: dict) -> None:
-        upgrade.write_run_record(plan, {"stage": "done", "outcome": "refused"})
-        raise upgrade.UpgradeError(f"{plan['job_name']}: the new version's state is incompatible "
-                                   f"(report: {plan['run_dir']}/preflight/{upgrade.CHECK_REPORT_MARKDOWN})")
+    @task
+    def alert_incompatible(plan: dict) -> None:  # recorded here; conclude sends the one alert and fails the run
+        upgrade.finish_refused(plan)
 
-    stop_for_restore = FlinkStopWithSavepointOperator(
-        task_id="stop_for_restore", job_id=JOB_ID,
-        target_directory=plan_value("run_dir", suffix="/stop"))
-    stop_for_migration = FlinkStopWithSavepointOperator(
-        task_id="stop_for_migration", job_id=JOB_ID,
-        target_directory=plan_value("run_dir", suffix="/stop"))
+    @task
+    def stop_for_restore(plan: dict) -> str:
+        return upgrade.stop_old(plan, FlinkHook().get_conn(), "stop_for_restore")
+
+    @task
+    def stop_for_migration(plan: dict) -> str:
+        return upgrade.stop_old(plan, FlinkHook().get_conn(), "stop_for_migration")
+
+    stopped_for_restore, stopped_for_migration = stop_for_restore(plan), stop_for_migration(plan)
 
     @task
     def restore_path_as_is(stop_savepoint: str) -> str:
@@ -130,7 +150,8 @@ with DAG(
             "--old-schema", plan_value("old", "manifest"), "--output",
             plan_value("run_dir", suffix="/migrated/savepoint"),
             "--report", plan_value("run_dir", suffix="/migrated/report"),
-            "--max-dead-letters", "{{ params.max_dead_letters | string }}"])
+            # One argument: the DAG renders templates natively, and a bare number would arrive as an int.
+            "--max-dead-letters={{ params.max_dead_letters }}", ALLOW_CODE])
     recheck = SparkSubmitOperator(
         task_id="recheck", conn_id=SPARK["conn_id"], env_vars=SPARK["env_vars"], name="flinkstate-recheck",
         application=f"{SPARK['jobs']}/check_compatibility.py",
@@ -138,7 +159,7 @@ with DAG(
                           plan_value("new", "manifest"), "--report-dir",
                           plan_value("run_dir", suffix="/migrated"), "--dry-run", "never", "--exit-code",
                           "--verify-against", "{{ ti.xcom_pull(task_ids='stop_for_migration') }}",
-                          "--verify-old-schema", plan_value("old", "manifest")])
+                          "--verify-old-schema", plan_value("old", "manifest"), ALLOW_CODE])
 
     @task
     def restore_path_migrated(plan: dict) -> str:
@@ -148,7 +169,7 @@ with DAG(
     def restore_path(as_is: str | None = None, migrated: str | None = None) -> str:
         return as_is or migrated or ""
 
-    as_is_path = restore_path_as_is(stop_for_restore.output)
+    as_is_path = restore_path_as_is(stopped_for_restore)
     migrated_path = restore_path_migrated(plan)
     chosen = restore_path(as_is_path, migrated_path)
 
@@ -163,36 +184,33 @@ with DAG(
         task_id="health_gate", job_id="{{ ti.xcom_pull(task_ids='submit_new') | tojson }}",
         expected_savepoint="{{ ti.xcom_pull(task_ids='restore_path') }}",
         min_checkpoints="{{ params.min_checkpoints }}", max_restarts="{{ params.max_restarts }}",
-        gate_timeout="{{ params.gate_timeout }}", poke_interval=2, mode="poke")
+        gate_timeout="{{ params.gate_timeout }}", min_running_seconds="{{ params.min_running_seconds }}",
+        poke_interval=2, mode="poke")
 
-    @task(on_success_callback=WebhookReportNotifier(
-        "Flink upgrade of {{ params.job_name or params.job_id }} succeeded: job "
-        "{{ ti.xcom_pull(task_ids='submit_new') }} runs the new version",
-        report=plan_value("run_dir", suffix="/preflight/check-report.md")))
-    def record(plan: dict, new_job_id: str, restored_from: str) -> None:
-        upgrade.DeploymentRegistry(plan["savepoint_base"]).record(
-            plan["job_name"], upgrade.JobVersion(**plan["new"]), new_job_id, restored_from, plan["run_id"])
-        upgrade.write_run_record(plan, {"stage": "done", "outcome": "upgraded", "job_id": new_job_id,
-                                        "restored_from": restored_from})
+    @task
+    def record(plan: dict, new_job_id: str, restored_from: str, gate_result: dict | None = None) -> None:
+        upgrade.record_upgrade(plan, new_job_id, restored_from, gate_result)
 
-    @task(trigger_rule="one_failed", on_failure_callback=WebhookReportNotifier(
-        "Flink upgrade of {{ params.job_name or params.job_id }} FAILED after the old job was stopped; rollback "
-        "attempted (see the task log and run.json in " + RUN_DIR + ")",
-        report=plan_value("run_dir", suffix="/preflight/check-report.md")))
-    def rollback(plan: dict, ti=None) -> None:  # Airflow injects the task instance
-        stop = ti.xcom_pull(task_ids="stop_for_restore") or ti.xcom_pull(task_ids="stop_for_migration")
-        new_job = ti.xcom_pull(task_ids="submit_new", key="job_id")
-        account = upgrade.roll_back(FlinkHook().get_conn(), plan, new_job, upgrade.local_path(stop) if stop else None)
-        upgrade.write_run_record(plan, {"stage": "done", "outcome": "rolled back", "rollback": account})
-        raise upgrade.UpgradeError(f"upgrade of {plan['job_name']} failed and was rolled back: {account}")
+    @task(trigger_rule="all_done")
+    def conclude(params: dict | None = None, ti=None) -> None:  # Airflow injects the task instance
+        plan = ti.xcom_pull(task_ids="resolve")
+        failure = ti.xcom_pull(task_ids="resolve", key="failure")
+        client = FlinkHook().get_conn() if plan else None
+        ok, alert = upgrade.conclude(plan, client, deployment=(params or {}).get("job_name") or
+                                     (params or {}).get("job_id") or "?", failures=[failure] if failure else [],
+                                     logs=task_log_folder(ti))
+        if alert:
+            send_alert(alert)
+        if not ok:
+            raise upgrade.UpgradeError(alert.splitlines()[0] if alert else "the upgrade did not complete")
 
-    done = EmptyOperator(task_id="upgraded")  # the run's state follows this leaf on the success path
-
-    plan >> preflight >> check >> branch
-    branch >> [stop_for_restore, stop_for_migration, alert_incompatible(plan), check_only_done(plan)]
-    stop_for_restore >> as_is_path
-    stop_for_migration >> migrate >> recheck >> migrated_path
+    plan >> checks >> preflight >> check >> branch
+    incompatible, checked_only = alert_incompatible(plan), check_only_done(plan)
+    branch >> [stopped_for_restore, stopped_for_migration, incompatible, checked_only]
+    stopped_for_migration >> migrate >> recheck >> migrated_path
     [as_is_path, migrated_path] >> chosen >> submit_new >> gate
-    recorded = record(plan, submit_new.output, chosen)
-    gate >> recorded >> done
-    [stop_for_restore, stop_for_migration, migrate, recheck, chosen, submit_new, gate] >> rollback(plan)
+    recorded = record(plan, submit_new.output, chosen, gate.output)
+    gate >> recorded
+    everything = [plan, checks, preflight, check, branch, stopped_for_restore, stopped_for_migration, migrate,
+                  recheck, as_is_path, migrated_path, chosen, submit_new, gate, recorded, incompatible, checked_only]
+    everything >> conclude()

@@ -21,6 +21,7 @@ import pytest
 
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.engine.local import free_port
+from flinkstate.savepoint import Savepoint
 from tests.support import sample_job
 from tests.support.airflow_env import ROOT
 
@@ -82,8 +83,12 @@ def _process_group(entry: Path) -> int:
     return int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2])
 
 
-@pytest.fixture
-def standalone(tmp_path: Path, flink_cluster: LocalFlinkCluster, webhook: Any) -> Iterator[tuple[Api, Path, Path]]:
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory, flink_cluster: LocalFlinkCluster, webhook: Any
+               ) -> Iterator[tuple[Api, Path, Path]]:
+    """One standalone for the module's tests (its start is the slow part), with the upgrade watchdog scheduled
+    every minute over the savepoint base the tests use."""
+    tmp_path = tmp_path_factory.mktemp("standalone")
     home = tmp_path / "airflow-home"
     home.mkdir()
     port = free_port()
@@ -107,6 +112,9 @@ def standalone(tmp_path: Path, flink_cluster: LocalFlinkCluster, webhook: Any) -
                                                           "extra": {"endpoint": "/hooks/standalone"}}),
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit and airflow
         "SPARK_LOCAL_IP": "127.0.0.1",
+        "FLINKSTATE_WATCHDOG_SCHEDULE": "* * * * *",
+        "FLINKSTATE_WATCHDOG_GRACE": "5",
+        "FLINKSTATE_SAVEPOINT_BASES": str(tmp_path / "watched-savepoints"),
     })
     log_path = tmp_path / "standalone.log"
     with open(log_path, "wb") as log:
@@ -114,7 +122,16 @@ def standalone(tmp_path: Path, flink_cluster: LocalFlinkCluster, webhook: Any) -
                                    stderr=subprocess.STDOUT, start_new_session=True)
     marker = f"AIRFLOW_HOME={home}"
     try:
-        yield Api(f"http://127.0.0.1:{port}"), home, log_path
+        api = Api(f"http://127.0.0.1:{port}")
+        api.wait_for("api-server healthy", lambda: api.call("GET", "/api/v2/monitor/health")["metadatabase"]
+                     ["status"] == "healthy", timeout=180)
+        passwords = home / "simple_auth_manager_passwords.json.generated"
+        password = api.wait_for("admin password", lambda: json.loads(passwords.read_text()).get("admin"), 60)
+        api.token = api.call("POST", "/auth/token", {"username": "admin", "password": password})["access_token"]
+        yield api, home, log_path
+    except BaseException:
+        print_tail(log_path)
+        raise
     finally:
         stop_standalone(process, marker, log_path)
 
@@ -161,18 +178,13 @@ def print_tail(path: Path, lines: int = 80) -> None:
 
 def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         standalone: tuple[Api, Path, Path], flink_cluster: LocalFlinkCluster, webhook: Any, tmp_path: Path):
-    api, home, log_path = standalone
+    api, _, log_path = standalone
     client = flink_cluster.client
     running = sample_job.submit(client, "v1", tmp_path / "audit", keys=5, rate=50,
                                 extra_args=["--checkpoint-interval-ms", "1000"])
     new_job = None
     received_before = len(webhook.received)
     try:
-        api.wait_for("api-server healthy", lambda: api.call("GET", "/api/v2/monitor/health")["metadatabase"]
-                     ["status"] == "healthy", timeout=180)
-        passwords = home / "simple_auth_manager_passwords.json.generated"
-        password = api.wait_for("admin password", lambda: json.loads(passwords.read_text()).get("admin"), 60)
-        api.token = api.call("POST", "/auth/token", {"username": "admin", "password": password})["access_token"]
         api.wait_for(f"{DAG_ID} parsed", lambda: api.call("GET", f"/api/v2/dags/{DAG_ID}"), timeout=180)
         assert api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})["is_paused"] is False
 
@@ -182,7 +194,7 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         conf = {"job_id": running.job_id, "job_name": "keyed-stats", "jar": str(sample_job.jar("v2")),
                 "entry_class": sample_job.ENTRY_CLASS, "program_args": running.program_args, "parallelism": 1,
                 "manifest": str(MANIFESTS / "v2.yaml"), "savepoint_base": str(base), "mode": "upgrade",
-                "min_checkpoints": 2, "gate_timeout": 120, "current": v1}
+                "min_checkpoints": 2, "gate_timeout": 120, "min_running_seconds": 3, "current": v1}
         run = api.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})
         run_id = run["dag_run_id"]
 
@@ -227,5 +239,112 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         raise
     finally:
         for job in (running.job_id, new_job):
+            if job and client.job_state(job) == "RUNNING":
+                client.cancel(job)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        found += children.get(todo.pop(), [])
+        todo += children.get(found[-1], []) if found else []
+    return sorted(set(found))
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_run_killed_after_the_stop_is_recovered_by_the_watchdog(
+        standalone: tuple[Api, Path, Path], flink_cluster: LocalFlinkCluster, webhook: Any, tmp_path: Path):
+    """The fault of issue 13: the Airflow process running the upgrade dies right after the stop (its task process
+    and the worker supervising it are SIGKILLed: no callback runs, the run stays "running"). The scheduled watchdog
+    finds the journal of a dead run and restores the old version from the stop savepoint, with its exact state,
+    and sends one alert, with no person involved."""
+    api, home, log_path = standalone
+    client = flink_cluster.client
+    base = home.parent / "watched-savepoints"  # the base FLINKSTATE_SAVEPOINT_BASES names
+    running = sample_job.submit(client, "v1", tmp_path / "audit", keys=5, rate=50,
+                                extra_args=["--checkpoint-interval-ms", "1000"])
+    received_before = len(webhook.received)
+    restored_job = None
+    try:
+        api.wait_for(f"{DAG_ID} parsed", lambda: api.call("GET", f"/api/v2/dags/{DAG_ID}"), timeout=180)
+        api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+        v1 = {"jar": str(sample_job.jar("v1")), "manifest": str(MANIFESTS / "v1.yaml"),
+              "entry_class": sample_job.ENTRY_CLASS, "program_args": running.program_args, "parallelism": 1}
+        conf = {"job_id": running.job_id, "job_name": "killed-stats", "jar": str(sample_job.jar("v2")),
+                "entry_class": sample_job.ENTRY_CLASS, "program_args": running.program_args, "parallelism": 1,
+                "manifest": str(MANIFESTS / "v2.yaml"), "savepoint_base": str(base), "mode": "upgrade",
+                "min_checkpoints": 2, "gate_timeout": 120, "min_running_seconds": 3, "current": v1}
+        run_id = api.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+        journal_file = base / "journal" / "killed-stats.json"
+
+        def migrating() -> dict[str, Any] | None:
+            journal = json.loads(journal_file.read_text())
+            return journal if journal["phase"] == "migrating" else None
+
+        journal = api.wait_for("the run to stop the old job and start migrating", migrating, timeout=300, interval=0.2)
+        assert client.job_state(running.job_id) == "FINISHED"  # production is down from here
+        task_pid = int(journal["owner"]["pid"])
+        supervisor = _parent(task_pid)
+        victims = [supervisor, task_pid, *_descendants(task_pid)]
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        killed_at = time.monotonic()
+        api.call("PATCH", "/api/v2/dags/flink_upgrade_watchdog", {"is_paused": False})
+
+        def recovered() -> dict[str, Any] | None:
+            data = json.loads(journal_file.read_text())
+            return data if data["phase"] == "done" else None
+
+        final = api.wait_for("the watchdog to recover the dead run", recovered, timeout=240, interval=2)
+        print(f"watchdog recovered the killed run {time.monotonic() - killed_at:.0f} s after the kill")
+        assert final["outcome"] == "rolled back" and final["running"]["version"] == "old", final
+        restored_job = final["running"]["job_id"]
+        assert final["history"][-1]["actor"].startswith("watchdog"), final["history"][-1]
+        assert [s["phase"] for s in final["history"]][:4] == ["planned", "stopping", "stopped", "migrating"]
+        assert client.job_state(restored_job) == "RUNNING"
+        stop = final["stop_savepoint"]
+        assert stop.startswith(str(base / "killed-stats")) and "/stop/savepoint-" in stop
+        assert client.checkpoints(restored_job).restored_from.removeprefix("file:") == stop
+        registry = json.loads((base / "deployments.json").read_text())["killed-stats"]
+        assert registry["job_id"] == restored_job and registry["version"]["jar"] == str(sample_job.jar("v1"))
+        # The restarted v1 found exactly the state v1 stopped with. The sample job audits each key's first event
+        # per run, so each key has two records once the restart has seen it: the later one is the restart's.
+        stats = {key: value for key, _, value in Savepoint.open(stop).iter_entries("stats", "stats")}
+        assert len(stats) == 5
+
+        def restart_records() -> list[dict[str, Any]] | None:
+            latest: dict[str, list[dict[str, Any]]] = {}
+            for record in sample_job.read_audit(tmp_path / "audit", "v1"):
+                latest.setdefault(record["key"], []).append(record)
+            if len(latest) == 5 and all(len(r) >= 2 for r in latest.values()):
+                return [max(r, key=lambda x: x["seq"]) for r in latest.values()]
+            return None
+
+        for record in api.wait_for("every key seen by the restored v1", restart_records, timeout=60, interval=0.5):
+            assert record["count"] == stats[record["key"]]["count"], (record, stats[record["key"]])
+            assert sample_job.check_audit_record(record, "v1") == stats[record["key"]]["count"]
+        alerts = [m["text"] for m in webhook.received[received_before:] if m["path"] == "/hooks/standalone"]
+        assert len(alerts) == 1, alerts
+        assert alerts[0].startswith(f"Flink upgrade of killed-stats: run {run_id} DIED in phase migrating"), alerts
+        assert f"RUNNING now: the old version (sample-job-v1.jar) as job {restored_job}" in alerts[0], alerts
+    except BaseException:
+        print_tail(log_path)
+        raise
+    finally:
+        for job in (running.job_id, restored_job):
             if job and client.job_state(job) == "RUNNING":
                 client.cancel(job)

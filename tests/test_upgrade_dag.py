@@ -102,7 +102,8 @@ def _run(conf: dict[str, Any]) -> Any:
 
 def _conf(env: dict[str, Any], new: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"job_name": extra.pop("job_name", ""), "job_id": extra.pop("job_id", ""), **new,
-            "savepoint_base": str(env["base"]), "min_checkpoints": 2, "gate_timeout": 90, **extra}
+            "savepoint_base": str(env["base"]), "min_checkpoints": 2, "gate_timeout": 90, "min_running_seconds": 3,
+            **extra}
 
 
 def _registry(env: dict[str, Any]) -> dict[str, Any]:
@@ -131,10 +132,10 @@ def test_v1_to_v2_through_the_migration_branch(env: dict[str, Any], upgraded_to_
     run, client = upgraded_to_v2["run"], env["client"]
     states = _states(run)
     assert str(run.state) == "success", states
-    for task in ("preflight_savepoint", "check", "stop_for_migration", "migrate", "recheck", "submit_new",
-                 "health_gate", "record", "upgraded"):
+    for task in ("preflight_checks", "preflight_savepoint", "check", "stop_for_migration", "migrate", "recheck",
+                 "submit_new", "health_gate", "record", "conclude"):
         assert states[task] == "success", (task, states)
-    for task in ("stop_for_restore", "alert_incompatible", "check_only_done", "rollback"):
+    for task in ("stop_for_restore", "alert_incompatible", "check_only_done"):
         assert states[task] == "skipped", (task, states)
 
     # The old job was stopped with a savepoint; the new one runs from the migrated savepoint.
@@ -154,12 +155,26 @@ def test_v1_to_v2_through_the_migration_branch(env: dict[str, Any], upgraded_to_
     assert recheck["outcome"] == "restore" and recheck["verdict"] == "COMPATIBLE_AS_IS"
     run_record = json.loads((run_dir / "run.json").read_text())
     assert run_record["outcome"] == "upgraded" and run_record["plan"]["old"]["jar"].endswith("sample-job-v1.jar")
+    # run.json records the stop savepoint, the gate's result and each step's duration.
+    final = run_record["events"][-1]
+    assert final["stop_savepoint"] == str(next((run_dir / "stop").glob("savepoint-*")))
+    assert final["gate"]["passed"] is True and final["gate"]["checkpoints"] >= 2 and final["gate"]["restarts"] == 0
+    assert final["gate"]["running_seconds"] >= 3
+    assert set(final["durations"]) == {"stop", "migrate", "submit", "gate", "down"}, final["durations"]
+    assert 0 < final["durations"]["down"] < 300 and final["running"] == {"version": "new", "job_id": entry["job_id"]}
+    journal = json.loads((env["base"] / "journal" / "keyed-stats-v1.json").read_text())
+    assert journal["phase"] == "done" and journal["outcome"] == "upgraded" and journal["alert_sent"] is True
+    assert [step["phase"] for step in journal["history"]] == [
+        "planned", "stopping", "stopped", "migrating", "migrated", "verified", "submitting", "submitted", "gating",
+        "gate_passed", "done"]
 
     # v2 found every key's state as v1 left it, with the field v2 added filled by the migration.
     for record in _wait_for_keys(env["work"] / "audit-v2", "v2"):
         _assert_restored(record, count_type=int, label="migrated")
     texts = _messages(env, upgraded_to_v2["since"])
-    assert any(t.startswith("Flink upgrade of keyed-stats-v1 succeeded") for t in texts), texts
+    assert len(texts) == 1, texts  # one alert per outcome
+    assert texts[0].startswith(f"Flink upgrade of keyed-stats-v1 succeeded: RUNNING now: the new version "
+                               f"(sample-job-v2.jar) as job {entry['job_id']}"), texts
 
 
 def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict[str, Any],
@@ -170,8 +185,8 @@ def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict
     run = _run(_conf(env, new, job_id=entry["job_id"]))
     states = _states(run)
     assert str(run.state) == "failed"
-    assert states["alert_incompatible"] == "failed"
-    for task in ("stop_for_restore", "stop_for_migration", "migrate", "submit_new", "rollback"):
+    assert states["alert_incompatible"] == "success" and states["conclude"] == "failed", states
+    for task in ("stop_for_restore", "stop_for_migration", "migrate", "submit_new"):
         assert states[task] == "skipped", (task, states)
     # v2 runs on, untouched: same job, same state (it keeps counting), no savepoint but the preflight one.
     assert env["client"].job_state(entry["job_id"]) == "RUNNING"
@@ -186,8 +201,10 @@ def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict
         n = value["count"]
         assert n > 0 and value == {"key": key, "count": n, "total": n * (n + 1) // 2, "label": f"label-{key}"}
     texts = _messages(env, since)
-    refused = [t for t in texts if "REFUSED" in t]
-    assert len(refused) == 1 and "POJO_FIELD_TYPE_CHANGED" in refused[0] and "| stats | stats |" in refused[0]
+    assert len(texts) == 1, texts  # REFUSED only, not REFUSED then FAILED
+    assert "REFUSED" in texts[0] and "nothing was stopped" in texts[0], texts
+    assert f"RUNNING now: the old version (sample-job-v2.jar) as job {entry['job_id']}" in texts[0]
+    assert "POJO_FIELD_TYPE_CHANGED" in texts[0] and "| stats | stats |" in texts[0]
 
 
 def test_check_only_changes_nothing(env: dict[str, Any], upgraded_to_v2: dict[str, Any]):
@@ -233,7 +250,7 @@ def test_a_release_that_crashes_on_start_is_rolled_back(env: dict[str, Any], upg
     states = _states(run)
     assert str(run.state) == "failed"
     assert states["stop_for_restore"] == "success" and states["submit_new"] == "failed", states
-    assert states["rollback"] == "failed"  # it restored the old version, then failed the run on purpose
+    assert states["conclude"] == "failed"  # it restored the old version, then failed the run on purpose
 
     # The running version (v3 with the conversion, as recorded) is back, from the stop savepoint, with its state.
     after = _registry(env)["keyed-stats-v1"]
@@ -258,4 +275,101 @@ def test_a_release_that_crashes_on_start_is_rolled_back(env: dict[str, Any], upg
     for record in restarted.values():
         _assert_restored(record, count_type=str, label=V2_LABEL)
     texts = _messages(env, since)
-    assert any("rollback" in t and "FAILED" in t for t in texts), texts
+    assert len(texts) == 1, texts
+    assert texts[0].startswith("Flink upgrade of keyed-stats-v1 FAILED and was ROLLED BACK: submit_new: "), texts
+    assert f"RUNNING now: the old version (sample-job-v3.jar) as job {after['job_id']}, restored from the stop " \
+           f"savepoint {stop}" in texts[0], texts
+
+
+def _unchanged_run(env: dict[str, Any], new: dict[str, Any]) -> tuple[Any, dict[str, Any], list[str], Path]:
+    """A run that must change nothing: the registry's job before, the run, and the alerts it sent."""
+    since = len(env["webhook"].received)
+    entry = _registry(env)["keyed-stats-v1"]
+    run = _run(_conf(env, new, job_id=entry["job_id"]))
+    return run, entry, _messages(env, since), _run_dir(env, "keyed-stats-v1", run)
+
+
+def _assert_nothing_changed(env: dict[str, Any], run: Any, entry: dict[str, Any], texts: list[str],
+                            failed: str) -> None:
+    states = _states(run)
+    assert str(run.state) == "failed" and states[failed] == "failed" and states["conclude"] == "failed", states
+    for task in ("stop_for_restore", "stop_for_migration", "submit_new"):
+        assert states[task] in ("upstream_failed", "skipped"), (task, states)
+    assert env["client"].job_state(entry["job_id"]) == "RUNNING" and _registry(env)["keyed-stats-v1"] == entry
+    assert len(texts) == 1, texts  # one alert, and no rollback ran
+    assert texts[0].startswith(f"Flink upgrade of keyed-stats-v1 FAILED before the old job was stopped: {failed}: ")
+    assert f"Nothing changed. RUNNING now: the old version (sample-job-v3.jar) as job {entry['job_id']}" in texts[0]
+    journal = json.loads((env["base"] / "journal" / "keyed-stats-v1.json").read_text())
+    assert journal["outcome"] == "unchanged" and "rolling_back" not in [s["phase"] for s in journal["history"]]
+
+
+def test_a_file_that_is_not_a_jar_is_found_before_the_stop(env: dict[str, Any], upgraded_to_v3: dict[str, Any]):
+    not_a_jar = env["work"] / "not-a-jar.jar"
+    not_a_jar.write_text("<html>404</html>")
+    new = {**_version("v3", "v3-with-conversion.yaml", env["work"] / "audit-nojar"), "jar": str(not_a_jar)}
+    run, entry, texts, run_dir = _unchanged_run(env, new)
+    _assert_nothing_changed(env, run, entry, texts, "preflight_checks")
+    assert f"the new jar {not_a_jar}: not a jar (not a zip archive)" in texts[0]
+    assert not (run_dir / "preflight").exists() and not (run_dir / "stop").exists()
+
+
+def test_jar_checks_on_real_jars(airflow_home: Path, tmp_path: Path):
+    from flinkstate_airflow.upgrade import _jar_problems
+
+    from flinkstate.upgrades import JobVersion
+
+    jar = str(sample_job.jar("v3"))
+    assert _jar_problems(JobVersion(jar, "m.yaml", ENTRY_CLASS)) == []
+    assert _jar_problems(JobVersion(jar, "m.yaml", "com.example.Missing")) == [
+        f"the new jar {jar}: has no entry class com.example.Missing"]
+    assert _jar_problems(JobVersion(str(tmp_path / "gone.jar"), "m.yaml", ENTRY_CLASS)) == [
+        f"the new jar {tmp_path / 'gone.jar'}: no such file"]
+
+
+def test_a_failing_preflight_savepoint_changes_nothing(env: dict[str, Any], upgraded_to_v3: dict[str, Any]):
+    # The fault: the preflight savepoint's target becomes unusable for Flink (a file where its folder must go), made
+    # as soon as the run's folder exists, after the run's own writability checks.
+    import threading
+
+    job_dir, stop = env["base"] / "keyed-stats-v1", threading.Event()
+    before = {p.name for p in job_dir.iterdir()}
+
+    def block() -> None:
+        while not stop.is_set():
+            for folder in job_dir.iterdir():
+                if folder.name not in before and not (folder / "preflight").exists():
+                    (folder / "preflight").write_text("in the way")
+                    return
+            time.sleep(0.02)
+
+    blocker = threading.Thread(target=block, daemon=True)
+    blocker.start()
+    try:
+        run, entry, texts, run_dir = _unchanged_run(env, _version("v3", "v3-with-conversion.yaml",
+                                                                  env["work"] / "audit-nosp"))
+    finally:
+        stop.set()
+    _assert_nothing_changed(env, run, entry, texts, "preflight_savepoint")
+    assert json.loads((run_dir / "run.json").read_text())["outcome"] == "unchanged"
+
+
+def test_flink_unreachable_changes_nothing_and_says_why(env: dict[str, Any], upgraded_to_v3: dict[str, Any]):
+    from flinkstate.engine.local import free_port
+
+    since = len(env["webhook"].received)
+    entry = _registry(env)["keyed-stats-v1"]
+    real = os.environ["AIRFLOW_CONN_FLINK_DEFAULT"]
+    port = free_port()
+    set_connection("flink_default", conn_type="http", host="127.0.0.1", port=port)
+    try:
+        run = _run(_conf(env, _version("v3", "v3-with-conversion.yaml", env["work"] / "audit-x"),
+                         job_id=entry["job_id"]))
+    finally:
+        os.environ["AIRFLOW_CONN_FLINK_DEFAULT"] = real
+    states = _states(run)
+    assert str(run.state) == "failed" and states["resolve"] == "failed" and states["conclude"] == "failed", states
+    texts = _messages(env, since)
+    assert texts == [f"Flink upgrade of {entry['job_id']} FAILED before anything was changed: resolve: cannot reach "
+                     f"the Flink REST API at http://127.0.0.1:{port}: connection refused or reset. Nothing was "
+                     f"stopped; the running job was not touched. Logs: {texts[0].split('Logs: ')[1]}"], texts
+    assert env["client"].job_state(entry["job_id"]) == "RUNNING" and _registry(env)["keyed-stats-v1"] == entry

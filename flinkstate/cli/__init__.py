@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "flinkstate.cli.dump",
     "flinkstate.cli.migrate",
     "flinkstate.cli.schema", "flinkstate.cli.check",
+    "flinkstate.cli.upgrade",
 )
 
 EXIT_OK = 0

@@ -180,6 +180,10 @@ class FlinkRestClient:
         """``GET /config``: the cluster's flink-version, flink-revision, features."""
         return self._request("GET", "/config")
 
+    def taskmanagers(self) -> list[dict[str, Any]]:
+        """``GET /taskmanagers``: the registered TaskManagers (id, slotsNumber, freeSlots, timeSinceLastHeartbeat)."""
+        return list(self._request("GET", "/taskmanagers").get("taskmanagers", []))
+
     # ------------------------------------------------------------------ jars
 
     def upload_jar(self, jar_path: str | os.PathLike[str]) -> str:
@@ -397,8 +401,35 @@ class FlinkRestClient:
         self.wait_for_job_state(job_id, {"FINISHED", "CANCELED"}, timeout=timeout)
         return location
 
+    def stop_job_with_savepoint(
+        self, job_id: str, target_directory: str, *, drain: bool = False, timeout: float = 300.0
+    ) -> str:
+        """Like :meth:`stop_with_savepoint`, but also returns the savepoint when Flink created it and then failed
+        the job while stopping (``StopWithSavepointStoppingException``): that savepoint is complete and consistent,
+        and it is the only copy of the job's last state, so an upgrade must use it rather than give up."""
+        trigger = self.trigger_stop_with_savepoint(job_id, target_directory, drain=drain)
+        try:
+            location = self.wait_for_savepoint(job_id, trigger, timeout=timeout)
+        except SavepointFailed as exc:
+            created = savepoint_created_before_stop_failed(exc.details)
+            if created is None:
+                raise
+            self.wait_for_job_state(job_id, TERMINAL_STATES, timeout=timeout)
+            return created
+        self.wait_for_job_state(job_id, {"FINISHED", "CANCELED"}, timeout=timeout)
+        return location
+
 
 _URL_PATTERN = re.compile(r"^https?://")
+#: Flink's StopWithSavepointStoppingException message (flink-runtime, scheduler/stopwithsavepoint).
+_STOPPING_FAILED = re.compile(r"A savepoint has been created at: (\S+?), but the corresponding job \S+ failed during "
+                              r"stopping")
+
+
+def savepoint_created_before_stop_failed(details: str) -> str | None:
+    """The savepoint a failed stop-with-savepoint did create (``StopWithSavepointStoppingException``), if any."""
+    match = _STOPPING_FAILED.search(details or "")
+    return match.group(1) if match else None
 
 
 def client_for(address: str, **kwargs: Any) -> FlinkRestClient:

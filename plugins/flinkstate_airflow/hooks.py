@@ -49,3 +49,13 @@ class FlinkHook(BaseHook):
         if not job_name:
             raise ValueError("give job_id or job_name")
         return self.get_conn().find_job(job_name)
+
+
+def spark_master(conn_id: str) -> str:
+    """The Spark master an Airflow Spark connection names (``local[2]``, ``spark://host:7077``, ``yarn``), as
+    SparkSubmitHook builds it from host and port."""
+    conn = BaseHook.get_connection(conn_id)
+    host = conn.host or "yarn"
+    if conn.port and "://" in host:
+        return f"{host}:{conn.port}"
+    return host

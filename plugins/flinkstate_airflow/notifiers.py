@@ -47,14 +47,30 @@ class WebhookReportNotifier(BaseNotifier):
         super().render_template_fields(context, jinja_env)
 
     def notify(self, context: Any) -> None:
-        text = compose(self.message, self.report)
-        log.warning("flink upgrade alert:\n%s", text)
-        hook = HttpHook(method="POST", http_conn_id=self.http_conn_id)
-        endpoint = self.endpoint
-        if endpoint is None:
-            endpoint = (hook.get_connection(self.http_conn_id).extra_dejson or {}).get("endpoint", "")
-        response = hook.run(endpoint, json={"text": text}, headers={"Content-Type": "application/json"})
-        log.info("webhook %s answered %s", self.http_conn_id, response.status_code)
+        send_alert(compose(self.message, self.report), http_conn_id=self.http_conn_id, endpoint=self.endpoint)
+
+
+def send_alert(text: str, *, http_conn_id: str = "flink_upgrade_webhook", endpoint: str | None = None) -> None:
+    """Posts one alert (already composed) to the webhook, and logs it."""
+    log.warning("flink upgrade alert:\n%s", text)
+    hook = HttpHook(method="POST", http_conn_id=http_conn_id)
+    if endpoint is None:
+        endpoint = (hook.get_connection(http_conn_id).extra_dejson or {}).get("endpoint", "")
+    response = hook.run(endpoint, json={"text": text[:MAX_TEXT]}, headers={"Content-Type": "application/json"})
+    log.info("webhook %s answered %s", http_conn_id, response.status_code)
+
+
+def task_log_folder(ti: Any) -> str:
+    """Where Airflow writes the logs of this task's run (the local base log folder; remote logging copies it)."""
+    import os
+
+    try:
+        from airflow.configuration import conf
+
+        base = conf.get("logging", "base_log_folder")
+    except Exception:  # configuration unavailable: say what the folder is called instead
+        base = os.environ.get("AIRFLOW__LOGGING__BASE_LOG_FOLDER", "$AIRFLOW_HOME/logs")
+    return f"{base}/dag_id={ti.dag_id}/run_id={ti.run_id}/ (Airflow task logs of run {ti.run_id})"
 
 
 def compose(message: str, report: str | None) -> str:

@@ -35,50 +35,71 @@ class FlinkSavepointSensor(BaseSensorOperator):
 class FlinkHealthGateSensor(BaseSensorOperator):
     """Passes once a freshly restored job is healthy, and fails fast when it cannot become so:
 
-    - the job is RUNNING, with every task RUNNING;
     - it restored from ``expected_savepoint`` (Flink's checkpoint statistics say which; compared as paths);
-    - at least ``min_checkpoints`` checkpoints completed after the restore;
-    - it restarted at most ``max_restarts`` times (a restore that fails makes Flink restart in a loop).
+    - it has been RUNNING with every task RUNNING, without a break, for ``min_running_seconds``;
+    - at least ``min_checkpoints`` checkpoints completed after that restore (a restart would restore from a
+      checkpoint instead, and is caught first);
+    - it restarted at most ``max_restarts`` times (a restore that fails makes Flink restart in a loop), and no
+      TaskManager that was registered when the gate started has gone.
 
-    A job that FAILED, restored from another path, or restarted too often fails the task at once with the reason,
-    so a rollback can start without waiting out the sensor's timeout.
+    A job that FAILED, restarted too often, lost a TaskManager or restored from another path fails the task at once
+    with that reason, so a rollback can start without waiting out the sensor's timeout. On success the task's XCom
+    is the gate's result (checkpoints, seconds running, restarts, restored from).
     """
 
     template_fields: Sequence[str] = ("job_id", "expected_savepoint", "min_checkpoints", "max_restarts",
-                                      "gate_timeout")
+                                      "gate_timeout", "min_running_seconds")
 
     def __init__(self, *, job_id: str, expected_savepoint: str | None, min_checkpoints: int | str = 2,
-                 max_restarts: int | str = 0, gate_timeout: float | str = 300,
+                 max_restarts: int | str = 0, gate_timeout: float | str = 300, min_running_seconds: float | str = 0,
                  flink_conn_id: str = FlinkHook.default_conn_name, **kwargs: Any) -> None:
         kwargs.setdefault("timeout", 24 * 3600)  # a backstop: gate_timeout (templated, e.g. from params) governs
         super().__init__(**kwargs)
         self.job_id, self.expected_savepoint = job_id, expected_savepoint
         self.min_checkpoints, self.max_restarts, self.flink_conn_id = min_checkpoints, max_restarts, flink_conn_id
-        self.gate_timeout = gate_timeout
+        self.gate_timeout, self.min_running_seconds = gate_timeout, min_running_seconds
         self._started: float | None = None
+        self._running_since: float | None = None
+        self._taskmanagers: set[str] | None = None
 
-    def poke(self, context: Any) -> bool:
+    def poke(self, context: Any) -> PokeReturnValue:
+        now = time.monotonic()
         if self._started is None:
-            self._started = time.monotonic()
-        elif time.monotonic() - self._started > float(self.gate_timeout):
+            self._started = now
+        elif now - self._started > float(self.gate_timeout):
             raise AirflowException(f"health gate: job {self.job_id} not healthy within {self.gate_timeout} s")
         client = FlinkHook(self.flink_conn_id).get_conn()
+        registered = {str(tm["id"]) for tm in client.taskmanagers()}
+        if self._taskmanagers is None:
+            self._taskmanagers = registered
+        lost = sorted(self._taskmanagers - registered)
         job = client.job(self.job_id)
         state = job["state"]
+        if lost:
+            raise AirflowException(f"health gate: TaskManager lost during the gate ({', '.join(lost)}); job "
+                                   f"{self.job_id} is {state}" + _latest_error(client, self.job_id))
         if state in {"FAILED", "CANCELED", "FINISHED", "SUSPENDED"}:
             raise AirflowException(f"health gate: job {self.job_id} is {state}" + _latest_error(client, self.job_id))
         restarts = client.num_restarts(self.job_id)
-        if restarts > int(self.max_restarts):
-            raise AirflowException(f"health gate: job {self.job_id} restarted {restarts} times "
-                                   f"(allowed {self.max_restarts})" + _latest_error(client, self.job_id))
+        if restarts > int(self.max_restarts) or (state in {"RESTARTING", "FAILING"} and not int(self.max_restarts)):
+            raise AirflowException(f"health gate: job {self.job_id} is {state} and restarted {restarts} times "
+                                   f"(allowed {self.max_restarts}){_failure_reason(client, self.job_id)}")
         stats = client.checkpoints(self.job_id)
         if self.expected_savepoint and _normalise(stats.restored_from) != _normalise(self.expected_savepoint):
             raise AirflowException(f"health gate: job {self.job_id} restored from {stats.restored_from!r}, "
                                    f"not from {self.expected_savepoint!r}")
-        tasks_running = state == "RUNNING" and all(v.get("status") == "RUNNING" for v in job.get("vertices", []))
-        self.log.info("health gate: state %s, %d checkpoints completed (need %s), %d restarts, restored from %s",
-                      state, stats.completed, self.min_checkpoints, restarts, stats.restored_from)
-        return tasks_running and stats.completed >= int(self.min_checkpoints)
+        tasks_running = state == "RUNNING" and bool(job.get("vertices")) and \
+            all(v.get("status") == "RUNNING" for v in job["vertices"])
+        self._running_since = (self._running_since or now) if tasks_running else None
+        running_for = now - self._running_since if self._running_since is not None else 0.0
+        self.log.info("health gate: state %s, all tasks running for %.0f s (need %s), %d checkpoints completed "
+                      "after the restore (need %s), %d restarts, restored from %s", state, running_for,
+                      self.min_running_seconds, stats.completed, self.min_checkpoints, restarts, stats.restored_from)
+        done = tasks_running and running_for >= float(self.min_running_seconds) and \
+            stats.completed >= int(self.min_checkpoints)
+        result = {"passed": True, "checkpoints": stats.completed, "running_seconds": round(running_for, 1),
+                  "restarts": restarts, "restored_from": stats.restored_from, "taskmanagers": len(registered)}
+        return PokeReturnValue(is_done=done, xcom_value=result if done else None)
 
 
 def _normalise(path: str | None) -> str | None:
@@ -91,3 +112,14 @@ def _normalise(path: str | None) -> str | None:
 def _latest_error(client: Any, job_id: str) -> str:
     history = client.exceptions(job_id)
     return f": {history[0].summary}" if history else ""
+
+
+def _failure_reason(client: Any, job_id: str) -> str:
+    """The latest failure, named plainly when it is a lost TaskManager (Flink words it several ways)."""
+    history = client.exceptions(job_id)
+    if not history:
+        return ""
+    text = f"{history[0].name} {history[0].summary}"  # the messages, not the stack frames' class names
+    lost = any(marker in text for marker in ("TaskManager", "no longer reachable", "Connection unexpectedly closed",
+                                             "TaskExecutor"))
+    return (": TaskManager lost: " if lost else ": ") + history[0].summary

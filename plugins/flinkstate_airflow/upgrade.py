@@ -1,12 +1,14 @@
 """What the upgrade DAG decides, kept out of the DAG file: which job and versions a run is about, where its
-savepoints and reports go, which branch the check's report leads to, what the deployment registry records, and how
-a failed upgrade is rolled back.
+savepoints and reports go, the checks before the stop, which branch the check's report leads to, how each step is
+journalled (``flinkstate.upgrades``: the journal and recovery, usable without Airflow), how a failed upgrade is
+rolled back, and the one alert each run sends.
 
 Layout of one run (``savepoint_base`` is a local folder or ``s3://bucket/prefix``)::
 
     <savepoint_base>/deployments.json                  what runs: job name -> version (jar, entry class, args,
                                                         parallelism, manifest), job id, savepoint it started from
-    <savepoint_base>/<job name>/<run id>/run.json      the run: old and new versions, decisions, outcome
+    <savepoint_base>/journal/<job name>.json           the last upgrade's journal: phase, job ids, savepoints
+    <savepoint_base>/<job name>/<run id>/run.json      the run: old and new versions, decisions, outcome, durations
         preflight/savepoint-...  preflight/check-report.{json,md}    taken while the old job keeps running
         stop/savepoint-...                                            stop-with-savepoint: the rollback point
         migrated/savepoint  migrated/check-report.{json,md}          the migrated savepoint and its re-check
@@ -15,111 +17,117 @@ Layout of one run (``savepoint_base`` is a local folder or ``s3://bucket/prefix`
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import socket
 import time
-from dataclasses import asdict, dataclass, field
+import zipfile
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
-from flinkstate.engine.rest import FlinkJobFailed, FlinkRestClient, FlinkRestError
-from flinkstate.errors import FlinkStateError
-from flinkstate.storage import exists, read_file, write_file
+from flinkstate.engine.rest import FlinkRestClient, FlinkRestError
+from flinkstate.storage import exists, read_file, s3_client, split_s3_uri, write_file
+from flinkstate.upgrades import (
+    CHECKED,
+    DOWN,
+    GATE_PASSED,
+    GATING,
+    MIGRATED,
+    MIGRATING,
+    PLANNED,
+    REFUSED,
+    ROLLED_BACK,
+    STOPPED,
+    STOPPING,
+    SUBMITTED,
+    SUBMITTING,
+    UNCHANGED,
+    UPGRADED,
+    VERIFIED,
+    DeploymentRegistry,
+    JobVersion,
+    UpgradeError,
+    UpgradeJournal,
+    describe_outcome,
+    local_path,
+    recover,
+    restore_old,
+    safe_name,
+)
 
-REGISTRY_FILE = "deployments.json"
+__all__ = ["DeploymentRegistry", "JobVersion", "UpgradeError", "UpgradeJournal", "local_path", "safe_name"]
+
 CHECK_REPORT = "check-report.json"
 CHECK_REPORT_MARKDOWN = "check-report.md"
+#: A journal not written for this long, by a process on another host, belongs to a dead run (same host: the
+#: process is asked directly). Override with FLINKSTATE_JOURNAL_STALE_AFTER (seconds).
+STALE_AFTER = float(os.environ.get("FLINKSTATE_JOURNAL_STALE_AFTER", 2 * 3600))
 
 #: Branch targets (task ids in the DAG).
 RESTORE, MIGRATE, INCOMPATIBLE, CHECK_ONLY = "stop_for_restore", "stop_for_migration", "alert_incompatible", \
     "check_only_done"
 
 
-class UpgradeError(FlinkStateError):
-    """The upgrade cannot go on; the message says why, in one line."""
-
-
-@dataclass(frozen=True)
-class JobVersion:
-    """Everything needed to (re)start one version of a job: rollback never guesses."""
-
-    jar: str
-    manifest: str
-    entry_class: str | None = None
-    program_args: list[str] = field(default_factory=list)
-    parallelism: int | None = None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str) -> JobVersion:
-        missing = [k for k in ("jar", "manifest") if not data.get(k)]
-        if missing:
-            raise UpgradeError(f"{where}: missing {', '.join(missing)}")
-        args = data.get("program_args") or []
-        if isinstance(args, str):
-            args = args.split()
-        parallelism = data.get("parallelism")
-        return cls(str(data["jar"]), str(data["manifest"]), data.get("entry_class") or None, [str(a) for a in args],
-                   int(parallelism) if parallelism not in (None, "") else None)
-
-
-class DeploymentRegistry:
-    """``deployments.json`` beside the savepoints: job name -> the version running, its job id, and the savepoint
-    it started from. Written whole (local: write then rename; S3: one put)."""
-
-    def __init__(self, savepoint_base: str) -> None:
-        self.uri = f"{savepoint_base.rstrip('/')}/{REGISTRY_FILE}"
-
-    def load(self) -> dict[str, Any]:
-        if not exists(self.uri):
-            return {}
-        try:
-            data = json.loads(read_file(self.uri))
-        except ValueError as exc:
-            raise UpgradeError(f"{self.uri}: not a deployment registry ({exc})") from None
-        return data if isinstance(data, dict) else {}
-
-    def current(self, job_name: str) -> JobVersion | None:
-        entry = self.load().get(job_name)
-        return JobVersion.from_dict(entry["version"], f"{self.uri}: {job_name}") if entry else None
-
-    def record(self, job_name: str, version: JobVersion, job_id: str, savepoint: str | None, run_id: str) -> None:
-        data = self.load()
-        data[job_name] = {"version": asdict(version), "job_id": job_id, "savepoint": savepoint, "run_id": run_id,
-                          "deployed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        write_file(self.uri, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
-
-
-def safe_name(text: str) -> str:
-    """A run id or job name as one path segment."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
-
-
 def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient) -> dict[str, Any]:
     """Resolves the job (RUNNING), the old version (the registry, else ``params['current']``) and the new one,
-    and the run's folder; writes ``run.json``. Everything downstream reads this plan from XCom.
+    and the run's folder; writes ``run.json`` and opens the deployment's journal. Everything downstream reads this
+    plan from XCom.
 
     ``job_name`` names the deployment, the registry's key, which stays the same across versions even when each
     version names its Flink job differently: its recorded job is upgraded while it runs; before any record, the
     running Flink job of that name. A ``job_id`` wins, and finds its deployment by the recorded id.
+
+    An unfinished journal of the same deployment belongs to a run that died (one run at a time): it is recovered
+    first (the old version restored from its stop savepoint, or its verified upgrade finished), and this run then
+    upgrades what runs afterwards. The recovery's account goes into the plan, for this run's alert.
     """
     job_id, job_name = params.get("job_id") or None, params.get("job_name") or None
     if not params.get("savepoint_base"):
         raise UpgradeError("params: missing savepoint_base (a local folder or s3://bucket/prefix)")
+    if not job_id and not job_name:
+        raise UpgradeError("give job_id or job_name")
     base = str(params["savepoint_base"]).rstrip("/")
-    deployments = DeploymentRegistry(base).load()
+    registry = DeploymentRegistry(base)
+    deployments = registry.load()
+    if job_id and not job_name:
+        job_name = next((name for name, entry in deployments.items() if entry.get("job_id") == job_id), None)
+        if job_name is None:  # the job of a run that died: its journal knows the deployment
+            job_name = next((j.data["deployment"] for j in UpgradeJournal.all(base)
+                             if j.data.get("old_job_id") == job_id), None)
+    recovered = None
+    journal = UpgradeJournal.for_deployment(base, job_name) if job_name else None
+    if journal is not None and not journal.finished:
+        if journal.owner_alive(stale_after=STALE_AFTER):
+            owner = journal.data.get("owner") or {}
+            raise UpgradeError(f"{job_name}: an upgrade is in progress (run {journal.data['run_id']}, phase "
+                               f"{journal.phase}, by {owner.get('actor')} pid {owner.get('pid')} on "
+                               f"{owner.get('host')}; journal {journal.uri}): nothing started")
+        result = recover(client, journal, f"run {run_id} (recovering run {journal.data['run_id']})")
+        recovered = {"run_id": journal.data["run_id"], "phase": journal.data["history"][-2]["phase"],
+                     "outcome": result.outcome, "account": result.account, "running": result.running,
+                     "journal": journal.uri}
+        if result.outcome == DOWN:
+            raise UpgradeError(f"{job_name}: the dead run {journal.data['run_id']} could not be recovered: "
+                               f"{result.account}; {describe_outcome(journal)}")
+        if job_id == journal.data.get("old_job_id") and result.running:
+            job_id = result.running["job_id"]  # the job that runs now, for the same deployment
+        deployments = registry.load()
     if job_id:
         job = client.job(job_id)
-        recorded = next((name for name, entry in deployments.items() if entry.get("job_id") == job_id), None)
-        job_name = job_name or recorded or job["name"]
+        job_name = job_name or job["name"]
         if job["state"] != "RUNNING":
             raise UpgradeError(f"job {job_id} ({job_name}) is {job['state']}, not RUNNING: nothing to upgrade")
-    elif job_name:
+    else:
+        assert job_name is not None
         recorded_id = (deployments.get(job_name) or {}).get("job_id")
         if recorded_id and _is_running(client, recorded_id):
             job_id = recorded_id
         else:
             job_id = client.find_job(job_name)
-    else:
-        raise UpgradeError("give job_id or job_name")
-    registry = DeploymentRegistry(base)
+    assert job_name is not None
     old = registry.current(job_name)
     if old is None and params.get("current"):
         old = JobVersion.from_dict(params["current"], "params.current")
@@ -132,12 +140,21 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient) -> di
     run_dir = f"{base}/{safe_name(job_name)}/{safe_name(run_id)}"
     plan = {"job_id": job_id, "job_name": job_name, "run_id": run_id, "run_dir": run_dir, "savepoint_base": base,
             "mode": params.get("mode", "upgrade"), "old": asdict(old), "new": asdict(new),
-            "allow_non_restored_state": bool(params.get("allow_non_restored_state", False))}
-    write_run_record(plan, {"stage": "planned"})
+            "allow_non_restored_state": bool(params.get("allow_non_restored_state", False)),
+            "flink_url": client.base_url, "recovered": recovered,
+            "journal": UpgradeJournal.start({"savepoint_base": base, "job_name": job_name, "run_id": run_id,
+                                             "run_dir": run_dir, "old": asdict(old), "new": asdict(new),
+                                             "job_id": job_id, "mode": params.get("mode", "upgrade"),
+                                             "flink_url": client.base_url,
+                                             "allow_non_restored_state": params.get("allow_non_restored_state")},
+                                            "resolve").uri}
+    write_run_record(plan, {"stage": "planned", **({"recovered": recovered} if recovered else {})})
     return plan
 
 
-def _is_running(client: FlinkRestClient, job_id: str) -> bool:
+def _is_running(client: FlinkRestClient | None, job_id: str) -> bool:
+    if client is None:
+        return False
     try:
         return client.job_state(job_id) == "RUNNING"
     except FlinkRestError:
@@ -177,41 +194,262 @@ def report_markdown(report_dir: str) -> str:
     return read_file(uri).decode() if exists(uri) else f"(no report at {uri})"
 
 
-def local_path(location: str) -> str:
-    """Flink reports savepoints as ``file:/path``; the Spark jobs and the REST API take the path as it is."""
-    return location.removeprefix("file://").removeprefix("file:")
+def journal_of(plan: dict[str, Any] | None) -> UpgradeJournal | None:
+    """The journal this run opened (None before it was opened, or when a newer run replaced it)."""
+    if not plan or not plan.get("journal") or not exists(plan["journal"]):
+        return None
+    journal = UpgradeJournal.load(plan["journal"])
+    return journal if journal.data["run_id"] == plan["run_id"] else None
 
 
-def roll_back(client: FlinkRestClient, plan: dict[str, Any], new_job_id: str | None, stop_savepoint: str | None,
-              *, timeout: float = 300) -> str:
-    """Cancels the new version's job (if it was started) and restarts the old version from the stop savepoint;
-    returns a one-line account. When the old job was never stopped it is still running and nothing is restored."""
-    steps = []
-    if new_job_id:
-        try:
-            if client.job_state(new_job_id) not in ("CANCELED", "FAILED", "FINISHED"):
-                client.cancel(new_job_id, timeout=timeout)
-                steps.append(f"cancelled the new job {new_job_id}")
-        except FlinkRestError as exc:
-            steps.append(f"could not cancel the new job {new_job_id}: {exc}")
-    if not stop_savepoint:
-        state = client.job_state(plan["job_id"])
-        steps.append(f"the old job {plan['job_id']} was not stopped and is {state}")
-        return "; ".join(steps)
-    old = JobVersion(**plan["old"])
-    job_id = client.submit_jar(old.jar, entry_class=old.entry_class, program_args=old.program_args,
-                               parallelism=old.parallelism, savepoint_path=stop_savepoint)
+# ---------------------------------------------------------------------- checks before the stop
+
+
+def preflight_checks(plan: dict[str, Any], client: FlinkRestClient, spark_master: str) -> list[str]:
+    """Everything that can be known to fail before the old job is stopped; returns the problems (none: go on).
+    Changes nothing but a probe file in the run's folder, deleted again."""
+    problems = []
+    new = JobVersion(**plan["new"])
+    problems += _jar_problems(new)
+    if not exists(new.manifest):
+        problems.append(f"the new version's manifest {new.manifest}: no such file")
     try:
-        client.wait_until_running(job_id, timeout=timeout)
-    except FlinkJobFailed as exc:
-        raise UpgradeError(f"rollback failed: the old version did not restart from {stop_savepoint}: {exc}") from None
-    restored = client.checkpoints(job_id).restored_from
-    if local_path(restored or "").rstrip("/") != local_path(stop_savepoint).rstrip("/"):
-        raise UpgradeError(f"rollback: job {job_id} restored from {restored!r}, not from {stop_savepoint!r}")
-    steps.append(f"restarted the old version ({old.jar}) as job {job_id} from {stop_savepoint}")
-    DeploymentRegistry(plan["savepoint_base"]).record(plan["job_name"], old, job_id, stop_savepoint,
-                                                                 plan["run_id"])
-    return "; ".join(steps)
+        overview = client.overview()
+        job = client.job(plan["job_id"])
+        # With Flink's default slot sharing a job holds as many slots as its widest vertex is parallel.
+        held = max((int(v.get("parallelism", 1)) for v in job.get("vertices") or []), default=0)
+        held = held if job.get("state") == "RUNNING" else 0
+        need = new.parallelism or held or 1
+        free = int(overview.get("slots-available", 0)) + held
+        if free < need:
+            problems.append(f"Flink at {client.base_url}: {free} task slots would be free once the old job stops "
+                            f"({overview.get('slots-available')} free now + {held} it holds), the new version "
+                            f"needs {need}")
+        if job.get("state") != "RUNNING":
+            problems.append(f"job {plan['job_id']} is {job.get('state')}, not RUNNING")
+    except FlinkRestError as exc:
+        problems.append(f"Flink: {exc}")
+    for folder in (plan["run_dir"], plan["savepoint_base"]):
+        problem = _not_writable(folder)
+        if problem:
+            problems.append(problem)
+    problem = _spark_unreachable(spark_master)
+    if problem:
+        problems.append(problem)
+    return problems
+
+
+def _jar_problems(version: JobVersion) -> list[str]:
+    jar = Path(version.jar)
+    if not jar.is_file():
+        return [f"the new jar {jar}: no such file"]
+    if not zipfile.is_zipfile(jar):
+        return [f"the new jar {jar}: not a jar (not a zip archive)"]
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            names = set(archive.namelist())
+            entry = version.entry_class
+            if not entry:
+                manifest = archive.read("META-INF/MANIFEST.MF") if "META-INF/MANIFEST.MF" in names else b""
+                found = re.search(rb"^Main-Class:\s*(\S+)", manifest, re.MULTILINE)
+                if not found:
+                    return [f"the new jar {jar}: no entry class given and none in its META-INF/MANIFEST.MF"]
+                entry = found.group(1).decode()
+    except (zipfile.BadZipFile, OSError) as exc:
+        return [f"the new jar {jar}: unreadable ({exc})"]
+    if f"{entry.replace('.', '/')}.class" not in names:
+        return [f"the new jar {jar}: has no entry class {entry}"]
+    return []
+
+
+def _not_writable(folder: str) -> str | None:
+    probe = f"{folder.rstrip('/')}/.flinkstate-write-probe-{os.getpid()}"
+    try:
+        write_file(probe, b"probe")
+        if urlparse(probe).scheme in ("s3", "s3a"):
+            bucket, key = split_s3_uri(probe)
+            s3_client().delete_object(Bucket=bucket, Key=key)
+        else:
+            os.remove(local_path(probe))
+    except Exception as exc:  # any storage error: the location is not usable, say why in one line
+        return f"{folder}: not writable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return None
+
+
+def _spark_unreachable(master: str) -> str | None:
+    """``local[...]``: spark-submit must be on the PATH; ``spark://host:port``: the master must accept a
+    connection. Other masters (YARN, Kubernetes) are left to spark-submit."""
+    if master.startswith("local"):
+        return None if shutil.which("spark-submit") else "Spark: spark-submit is not on the PATH"
+    parsed = urlparse(master)
+    if parsed.scheme == "spark" and parsed.hostname:
+        try:
+            with socket.create_connection((parsed.hostname, parsed.port or 7077), timeout=5):
+                return None
+        except OSError as exc:
+            return f"Spark master {master}: not reachable ({exc.strerror or exc})"
+    return None
+
+
+# ---------------------------------------------------------------------- the steps, journalled
+
+
+def stop_old(plan: dict[str, Any], client: FlinkRestClient, actor: str, *, timeout: float = 600) -> str:
+    """Stops the old job with a savepoint into ``<run_dir>/stop``, journalled before (STOPPING) and after (STOPPED,
+    with the savepoint). A savepoint Flink created before failing the job while stopping is used."""
+    journal = journal_of(plan)
+    if journal is None:
+        raise UpgradeError(f"{plan['job_name']}: no journal for run {plan['run_id']}: the stop is not made")
+    journal.advance(STOPPING, actor)
+    location = client.stop_job_with_savepoint(plan["job_id"], f"{plan['run_dir']}/stop", timeout=timeout)
+    journal.advance(STOPPED, actor, stop_savepoint=local_path(location))
+    return location
+
+
+#: Phases a task enters when it starts, and when it succeeds (its XCom gives the detail worth recording).
+START_PHASES = {"migrate": MIGRATING, "submit_new": SUBMITTING, "health_gate": GATING}
+SUCCESS_PHASES = {"migrate": MIGRATED, "restore_path": VERIFIED, "submit_new": SUBMITTED, "health_gate": GATE_PASSED}
+
+
+def _plan(context: Any) -> dict[str, Any] | None:
+    try:
+        return context["ti"].xcom_pull(task_ids="resolve")
+    except Exception:  # no plan yet (or none readable): the task journals nothing
+        return None
+
+
+def task_started(context: Any) -> None:
+    """Each task claims the run's journal when it starts (so a watchdog sees a live owner), and records the phase
+    it enters before doing anything irreversible."""
+    ti = context["ti"]
+    journal = journal_of(_plan(context))
+    if journal is None or journal.finished:
+        return
+    phase = START_PHASES.get(ti.task_id)
+    if phase == SUBMITTING:
+        journal.advance(phase, ti.task_id, restore_path=ti.xcom_pull(task_ids="restore_path"))
+    elif phase == MIGRATING:
+        journal.advance(phase, ti.task_id)
+    elif phase == GATING:
+        journal.advance(phase, ti.task_id, new_job_id=ti.xcom_pull(task_ids="submit_new"))
+    else:
+        journal.touch(ti.task_id)
+
+
+def task_succeeded(context: Any) -> None:
+    ti = context["ti"]
+    plan = _plan(context)
+    journal = journal_of(plan)
+    phase = SUCCESS_PHASES.get(ti.task_id)
+    if journal is None or journal.finished or phase is None:
+        return
+    value = ti.xcom_pull(task_ids=ti.task_id)
+    details: dict[str, Any] = {
+        MIGRATED: {"migrated_savepoint": f"{plan['run_dir']}/migrated/savepoint" if plan else None},
+        VERIFIED: {"restore_path": value},
+        SUBMITTED: {"new_job_id": value},
+        GATE_PASSED: {"gate": value},
+    }[phase]
+    journal.advance(phase, ti.task_id, **details)
+
+
+def task_failed(context: Any) -> None:
+    """Records what failed, in one line, where the run's conclusion finds it: the journal, else (no plan yet) an
+    XCom of the failed task."""
+    ti = context["ti"]
+    exc = context.get("exception")
+    text = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else type(exc).__name__
+    what = f"{ti.task_id}: {text}"
+    journal = journal_of(_plan(context))
+    if journal is not None and not journal.finished:
+        if ti.task_id == "health_gate":
+            journal.data["gate"] = {"passed": False, "reason": text}
+        journal.note_failure(what)
+    else:
+        ti.xcom_push(key="failure", value=what)
+
+
+# ---------------------------------------------------------------------- the run's conclusion and its one alert
+
+
+def finish_refused(plan: dict[str, Any]) -> None:
+    journal = journal_of(plan)
+    if journal is not None:
+        journal.finish(REFUSED, "alert_incompatible", running={"version": "old", "job_id": plan["job_id"]})
+    write_run_record(plan, {"stage": "done", "outcome": "refused"})
+
+
+def finish_checked(plan: dict[str, Any]) -> None:
+    journal = journal_of(plan)
+    if journal is not None:
+        journal.finish(CHECKED, "check_only_done", running={"version": "old", "job_id": plan["job_id"]})
+    write_run_record(plan, {"stage": "done", "outcome": "checked"})
+
+
+def record_upgrade(plan: dict[str, Any], new_job_id: str, restored_from: str,
+                   gate: dict[str, Any] | None = None) -> None:
+    DeploymentRegistry(plan["savepoint_base"]).record(plan["job_name"], JobVersion(**plan["new"]), new_job_id,
+                                                      restored_from, plan["run_id"])
+    journal = journal_of(plan)
+    if journal is not None:
+        journal.finish(UPGRADED, "record", running={"version": "new", "job_id": new_job_id}, gate=gate,
+                       new_job_id=new_job_id)
+    write_run_record(plan, {"stage": "recorded", "job_id": new_job_id, "restored_from": restored_from})
+
+
+def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, deployment: str, failures: list[str],
+             logs: str, timeout: float = 300) -> tuple[bool, str | None]:
+    """Ends the run whatever happened: rolls back when something was stopped and the upgrade did not finish (and
+    only then), writes the outcome to ``run.json``, and returns (success, the one alert to send; None when a
+    watchdog already told). Never rolls back when nothing was stopped."""
+    where = f"Logs: {logs}"
+    if plan is None:  # the run failed before it knew its job: nothing was touched
+        failed = "; ".join(failures) or "resolve failed (see its log)"
+        return False, (f"Flink upgrade of {deployment} FAILED before anything was changed: {failed}. Nothing was "
+                       f"stopped; the running job was not touched. {where}")
+    journal = journal_of(plan)
+    if journal is None:
+        return False, f"Flink upgrade of {deployment} FAILED: its journal {plan.get('journal')} is gone. {where}"
+    failures = journal.data["failures"] or failures
+    failed = "; ".join(failures) or "(no task recorded a failure)"
+    actor = "conclude"
+    if not journal.finished:
+        if journal.phase == PLANNED or (journal.phase == STOPPING and _is_running(client, plan["job_id"])):
+            journal.finish(UNCHANGED, actor, running={"version": "old", "job_id": plan["job_id"]})
+        elif journal.phase == GATE_PASSED:
+            recover(client, journal, actor, timeout=timeout)  # record the upgrade that passed its gate
+        else:
+            restore_old(client, journal, actor, timeout=timeout, reason=failed)
+    data = journal.data
+    outcome = data["outcome"]
+    report = f"{plan['run_dir']}/preflight/{CHECK_REPORT_MARKDOWN}"
+    write_run_record(plan, {"stage": "done", "outcome": outcome, "stop_savepoint": data.get("stop_savepoint"),
+                            "gate": data.get("gate"), "durations": journal.durations(), "failures": failures,
+                            "running": data.get("running"), "journal": journal.uri})
+    if data.get("alert_sent"):
+        return outcome == UPGRADED, None
+    files = f"Report: {report}; run record: {plan['run_dir']}/run.json; journal: {journal.uri}. {where}"
+    now = describe_outcome(journal)
+    prefix = f"Flink upgrade of {plan['job_name']}"
+    before = ""
+    if plan.get("recovered"):
+        rec = plan["recovered"]
+        before = (f" Before starting, this run recovered the dead run {rec['run_id']} (died in phase "
+                  f"{rec['phase']}): {rec['outcome']}: {rec['account']}.")
+    text = {
+        UPGRADED: f"{prefix} succeeded: {now}, restored from {data.get('restore_path')}.",
+        CHECKED: f"{prefix} checked (check-only: nothing changed). {now}.",
+        REFUSED: f"{prefix} REFUSED: the new version cannot restore the state; nothing was stopped. {now}.",
+        UNCHANGED: f"{prefix} FAILED before the old job was stopped: {failed}. Nothing changed. {now}.",
+        ROLLED_BACK: f"{prefix} FAILED and was ROLLED BACK: {failed}. {now}, restored from the stop savepoint "
+                     f"{data.get('stop_savepoint')}.",
+        DOWN: f"{prefix} FAILED AND THE ROLLBACK FAILED: {failed}. {now}",
+    }[outcome]
+    data["alert_sent"] = True
+    journal.save()
+    preflight = f"{plan['run_dir']}/preflight"
+    details = f"\n\n{report_markdown(preflight)}" if outcome in (REFUSED, CHECKED) else ""
+    return outcome in (UPGRADED, CHECKED), f"{text}{before}\n{files}{details}"
 
 
 def spark_settings() -> dict[str, Any]:
@@ -236,3 +474,21 @@ def spark_settings() -> dict[str, Any]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, str(root)) if p)
     return {"jobs": os.environ.get("FLINKSTATE_SPARK_JOBS", str(root / "spark_jobs")),
             "env_vars": env, "conn_id": os.environ.get("FLINKSTATE_SPARK_CONN_ID", "spark_default")}
+
+
+def watchdog_bases(configured: str | None) -> list[str]:
+    """The savepoint bases the watchdog sweeps: the given value, else FLINKSTATE_SAVEPOINT_BASES (comma-separated)."""
+    text = configured or os.environ.get("FLINKSTATE_SAVEPOINT_BASES", "")
+    return [b.strip() for b in text.split(",") if b.strip()]
+
+
+def watchdog_sweep(bases: list[str], client: FlinkRestClient, *, grace: float) -> list[str]:
+    """Recovers every dead upgrade run under ``bases``; returns one alert per run recovered."""
+    from flinkstate.upgrades import sweep
+
+    alerts = []
+    for base in bases:
+        for _, _, alert in sweep(base, client, "watchdog (flink_upgrade_watchdog)", grace=grace,
+                                 stale_after=STALE_AFTER):
+            alerts.append(alert)
+    return alerts

@@ -1,0 +1,67 @@
+"""The upgrade journal without Airflow: durable writes, phases, liveness of the owner, the savepoint a failed
+stop-with-savepoint created (Flink's own message format), and the CLI on an empty base."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from flinkstate.engine.rest import savepoint_created_before_stop_failed
+from flinkstate.upgrades import UpgradeJournal, dead_runs, find_stop_savepoint, journal_uri
+
+
+def _plan(base: Path) -> dict:
+    return {"savepoint_base": str(base), "job_name": "orders", "run_id": "r1", "run_dir": str(base / "orders" / "r1"),
+            "old": {"jar": "/a.jar", "manifest": "/a.yaml"}, "new": {"jar": "/b.jar", "manifest": "/b.yaml"},
+            "job_id": "0" * 32}
+
+
+def test_journal_phases_are_written_whole_and_read_back(tmp_path: Path):
+    journal = UpgradeJournal.start(_plan(tmp_path), "resolve")
+    journal.advance("stopping", "stop")
+    journal.advance("stopped", "stop", stop_savepoint="/sp/savepoint-1")
+    again = UpgradeJournal.for_deployment(str(tmp_path), "orders")
+    assert again is not None and again.phase == "stopped" and again.data["stop_savepoint"] == "/sp/savepoint-1"
+    assert [s["phase"] for s in again.data["history"]] == ["planned", "stopping", "stopped"]
+    assert journal_uri(str(tmp_path), "orders") == str(tmp_path / "journal" / "orders.json")
+    assert sorted(p.name for p in (tmp_path / "journal").iterdir()) == ["orders.json"]  # no temporary file left
+    # Our own live process owns it: not dead. A dead pid on this host: dead once quiet for the grace period.
+    assert dead_runs(str(tmp_path), grace=0) == []
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    data = json.loads(Path(journal.uri).read_text())
+    data["owner"]["pid"], data["owner"]["pid_start"] = child.pid, "1"
+    Path(journal.uri).write_text(json.dumps(data))
+    assert [j.data["run_id"] for j in dead_runs(str(tmp_path), grace=0)] == ["r1"]
+    assert dead_runs(str(tmp_path), grace=3600) == []
+
+
+def test_the_stop_savepoint_is_found_in_the_run_folder_when_the_journal_missed_it(tmp_path: Path):
+    journal = UpgradeJournal.start(_plan(tmp_path), "resolve")
+    journal.advance("stopping", "stop")
+    assert find_stop_savepoint(journal) is None
+    half = tmp_path / "orders" / "r1" / "stop" / "savepoint-aa-1"
+    half.mkdir(parents=True)  # no _metadata: not a complete savepoint
+    assert find_stop_savepoint(journal) is None
+    (half / "_metadata").write_bytes(b"x")
+    assert find_stop_savepoint(journal) == str(half)
+
+
+def test_a_savepoint_created_before_the_stop_failed_is_recognised():
+    # The message of org.apache.flink.runtime.scheduler.stopwithsavepoint.StopWithSavepointStoppingException.
+    trace = ("org.apache.flink.runtime.scheduler.stopwithsavepoint.StopWithSavepointStoppingException: A savepoint "
+             "has been created at: file:/data/sp/savepoint-3f2a1b-9c8d7e6f5a4b, but the corresponding job "
+             "3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c failed during stopping. The savepoint is consistent, but might have "
+             "uncommitted transactions. If you want to commit the transaction please restart a job from this "
+             "savepoint.\n\tat org.apache.flink...")
+    assert savepoint_created_before_stop_failed(trace) == "file:/data/sp/savepoint-3f2a1b-9c8d7e6f5a4b"
+    assert savepoint_created_before_stop_failed("java.util.concurrent.TimeoutException: savepoint timed out") is None
+
+
+def test_recover_cli_with_nothing_to_do(tmp_path: Path):
+    out = subprocess.run([str(Path(sys.executable).parent / "flinkstate"), "upgrade", "recover", "--savepoint-base",
+                          str(tmp_path)], capture_output=True, text=True, env=dict(os.environ), check=False)
+    assert out.returncode == 0 and out.stdout == f"no dead upgrade runs under {tmp_path}\n", out
