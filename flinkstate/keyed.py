@@ -390,15 +390,17 @@ def _timer_entry_decoder(state: StateMetaInfo, prefix: int) -> EntryDecoder:
     return decode
 
 
-def iter_raw_entries(data: bytes) -> Iterator[tuple[int, int, int, int, int]]:
+def iter_raw_entries(data: bytes, state_count: int | None = None) -> Iterator[tuple[int, int, int, int, int]]:
     """``(state id, key start, key end, value start, value end)`` of every entry of an uncompressed key-group block,
-    without decoding anything (copying, counting and byte-level comparison). Lengths are checked here."""
+    without decoding anything (copying, counting and byte-level comparison). Lengths are checked here, and state ids
+    against ``state_count`` (the header's number of states) when given."""
     unpack_i32, unpack_u16 = I32.unpack_from, U16.unpack_from
     size = len(data)
     if size < 2:
         raise SavepointFormatError("empty key-group block", offset=0)
     state_id = unpack_u16(data, 0)[0]
     pos = 2
+    _check_state_id(state_id, state_count, 0)
     while pos + 4 <= size:
         key_len = unpack_i32(data, pos)[0]
         ks = pos + 4
@@ -420,7 +422,15 @@ def iter_raw_entries(data: bytes) -> Iterator[tuple[int, int, int, int, int]]:
                 if pos != size:
                     raise SavepointFormatError(f"{size - pos} bytes after the end-of-key-group mark", offset=pos)
                 return
+            _check_state_id(state_id, state_count, pos - 2)
     raise SavepointFormatError("block ends without an end-of-key-group mark", offset=pos)
+
+
+def _check_state_id(state_id: int, state_count: int | None, offset: int) -> None:
+    """A block's state ids index the header's state list: one past it is corruption, not an unknown state."""
+    if state_count is not None and state_id >= state_count:
+        raise SavepointFormatError(f"state id {state_id} in a key-group block, but the header lists {state_count} "
+                                   f"states", offset=offset)
 
 
 def raw_key(data: bytes, ks: int, ke: int) -> bytes:
@@ -590,7 +600,7 @@ class KeyedStateStream:
         entries: list[tuple[Any, ...]] = []
         pos = 0
         try:
-            pos = self._scan_block(data, key_group, wanted, decode_entry, entries)
+            pos = self._scan_block(data, key_group, wanted, decode_entry, entries, len(self.header().states))
         except SavepointFormatError as exc:
             raise self._block_error(exc.what, exc.offset if exc.offset is not None else pos, key_group,
                                     block_offset, state_name) from None
@@ -599,9 +609,20 @@ class KeyedStateStream:
                                     block_offset, state_name) from None
         return entries
 
+    def raw_entries(self, data: bytes, key_group: int, block_offset: int
+                    ) -> Iterator[tuple[int, int, int, int, int]]:
+        """:func:`iter_raw_entries` over one of this stream's blocks (``data`` as :meth:`read_block` returns it, which
+        started at ``block_offset``): state ids checked against this stream's header, and a malformed block
+        reported in one line naming the file, the offset, the operator and the key group."""
+        try:
+            yield from iter_raw_entries(data, len(self.header().states))
+        except SavepointFormatError as exc:
+            raise self._block_error(exc.what, exc.offset, key_group, block_offset, None) from None
+
     def _block_error(self, what: str, offset: int | None, key_group: int, block_offset: int,
-                     state_name: str) -> SavepointFormatError:
-        context = f"{self.context}, state {state_name}, key group {key_group}"
+                     state_name: str | None) -> SavepointFormatError:
+        state = f", state {state_name}" if state_name else ""
+        context = f"{self.context}{state}, key group {key_group}"
         if self.header().compressed:
             where = f" (at {offset} in the decompressed block)" if offset is not None else ""
             return SavepointFormatError(f"{context}: {what}{where}", self.source.path, block_offset)
@@ -609,7 +630,7 @@ class KeyedStateStream:
                                     block_offset + (offset or 0))
 
     def _scan_block(self, data: bytes, key_group: int, wanted: int, decode_entry: EntryDecoder,
-                    entries: list[tuple[Any, ...]]) -> int:
+                    entries: list[tuple[Any, ...]], state_count: int) -> int:
         """Walks every entry of a block, decoding those of state ``wanted``. Hot loop: locals only."""
         unpack_i32 = I32.unpack_from
         unpack_u16 = U16.unpack_from
@@ -620,6 +641,7 @@ class KeyedStateStream:
             raise SavepointFormatError("empty key-group block", offset=0)
         state_id = unpack_u16(data, 0)[0]
         pos = 2
+        _check_state_id(state_id, state_count, 0)
         while True:
             entry_start = pos
             key_len = unpack_i32(data, pos)[0]
@@ -648,5 +670,6 @@ class KeyedStateStream:
                     if pos != size:
                         raise SavepointFormatError(f"{size - pos} bytes after the end-of-key-group mark", offset=pos)
                     return pos
+                _check_state_id(state_id, state_count, pos - 2)
             elif pos >= size:
                 raise SavepointFormatError("block ends without an end-of-key-group mark", offset=pos)

@@ -272,6 +272,8 @@ class Tally:
     runs: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     outcomes: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     failures: list[str] = dataclasses.field(default_factory=list)
+    #: Every error line printed, with the work folder replaced by ``WORK`` (for reading what users would see).
+    errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
     def summary(self, name: str, seconds: float) -> str:
         runs = ", ".join(f"{c} {n}" for c, n in sorted(self.runs.items()))
@@ -305,7 +307,7 @@ def judge(command: str, status: int, err: str) -> str | None:
     lines = err.splitlines()
     if any(not line.startswith("flinkstate: error: ") for line in lines):
         return f"stderr not flinkstate's one-line errors: {err!r}"
-    if status != 0 and command != "describe" and len(lines) != 1:
+    if status == 1 and command != "describe" and len(lines) != 1:  # check's 3 and 4 are verdicts, not errors
         return f"exit {status} with {len(lines)} stderr lines: {err!r}"
     return None
 
@@ -369,6 +371,8 @@ def fuzz_source(source: Source, tmp: Path, count: int = MUTANTS_PER_SOURCE,
                 tally.failures.append(f"{mutant.label}: {' '.join(argv)}: {exc}")
                 continue
             tally.outcomes[f"{command} exit {status}"] += 1
+            for line in err.splitlines():
+                tally.errors[f"{command}: {line.replace(str(work), 'WORK')}"] += 1
             problems = [judge(command, status, err)]
             if here:
                 reads = outside_reads(opened, work)
@@ -470,3 +474,31 @@ def test_judge_refuses_what_it_must() -> None:
     assert judge("check", 3, "") is None and judge("migrate", 3, "") is not None
     assert judge("dump", 1, "flinkstate: error: a\nflinkstate: error: b\n") is not None
     assert judge("schema", 1, "boom\n") is not None
+
+
+@pytest.mark.parametrize("command", ("dump", "migrate"))
+def test_state_id_past_the_header(command: str, flink_savepoints: dict[str, Path], tmp_path: Path) -> None:
+    """Found by this suite: a key-group block whose first state id (u16) is past the header's state list made
+    ``migrate`` fail with ``IndexError`` (an internal error) and ``dump`` silently skip the entries. Both now refuse
+    in one line naming the file, the offset, the operator, the key group and the id."""
+    savepoint = tmp_path / "savepoint"
+    shutil.copytree(flink_savepoints["heap-p2"], savepoint)  # uncompressed: a block starts with its state id
+    stream = Savepoint.open(str(savepoint)).keyed_streams("stats")[0][1]
+    key_group, start, _ = stream.blocks[0]
+    states = len(stream.header().states)
+    state_file = savepoint / stream.source.name
+    data = bytearray(state_file.read_bytes())
+    U16.pack_into(data, start, states)  # one past the last state
+    state_file.write_bytes(bytes(data))
+    source = Source("heap-p2", savepoint, tmp_path / "unused", sample_job.JOB_DIR / "manifests" / "v2.yaml",
+                    (("stats", "count"),))
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copyfile(source.target, work / "target.yaml")
+    argv = argv_for(command, savepoint, source, work, random.Random(0))
+    status, out, err = run_in_process(argv)
+    assert (status, out) == (1, "") and judge(command, status, err) is None, err
+    state = ", state count" if command == "dump" else ""  # dump reads one state; migrate all of the block's
+    assert err == (f"flinkstate: error: {state_file}: offset {start}: operator stats{state}, key group {key_group}: "
+                   f"state id {states} in a key-group block, but the header lists {states} states\n"), err
+    assert check_migration(status, savepoint, source, work) is None

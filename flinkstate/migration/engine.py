@@ -34,7 +34,6 @@ from flinkstate.keyed import (
     KeyedBackendHeader,
     KeyLayout,
     StateMetaInfo,
-    iter_raw_entries,
     make_entry_decoder,
     raw_key,
 )
@@ -516,24 +515,25 @@ class _SubtaskMigrator:
                 # No state of this operator changes its bytes: the stored block is copied as it is (only the
                 # header changed), but still scanned for the entry counts.
                 raw = stream.source.read(start, end - start)
-                self._count_block(stream.read_block(key_group, start, end), key_group)
+                self._count_block(stream.read_block(key_group, start, end), key_group, start)
                 writer.write_raw_block(key_group, raw)
                 continue
             data = stream.read_block(key_group, start, end)
-            writer.write_block(key_group, encode_block(self._rewrite_block(data, key_group)))
+            writer.write_block(key_group, encode_block(self._rewrite_block(data, key_group, start)))
 
-    def _count_block(self, data: bytes, key_group: int) -> None:
-        for state_id, *_ in iter_raw_entries(data):
+    def _count_block(self, data: bytes, key_group: int, block_offset: int) -> None:
+        for state_id, *_ in self.stream.raw_entries(data, key_group, block_offset):
             rewrite = self.plan.rewrites[state_id]
             assert rewrite is not None
             count = self.counts[rewrite.new_name]
             count.read += 1
             count.written += 1
 
-    def _rewrite_block(self, data: bytes, key_group: int) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
+    def _rewrite_block(self, data: bytes, key_group: int, block_offset: int
+                       ) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
         runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
         rewrites, codecs = self.plan.rewrites, self.codecs
-        for state_id, ks, ke, vs, ve in iter_raw_entries(data):
+        for state_id, ks, ke, vs, ve in self.stream.raw_entries(data, key_group, block_offset):
             rewrite = rewrites[state_id]
             if rewrite is None:
                 continue
@@ -585,7 +585,7 @@ class _SubtaskMigrator:
             ids = self.stream_ids[index]
             for key_group, start, end in stream.blocks:
                 data = stream.read_block(key_group, start, end)
-                for local_id, ks, ke, vs, ve in iter_raw_entries(data):
+                for local_id, ks, ke, vs, ve in stream.raw_entries(data, key_group, start):
                     state_id = ids[local_id]
                     rewrite = plan.rewrites[state_id]
                     codec = self.codecs[state_id]
@@ -707,7 +707,7 @@ def dry_run_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, su
         stream = migrator.stream
         for key_group, start, end in stream.blocks:
             if key_group_range is None or key_group in key_group_range:
-                migrator._rewrite_block(stream.read_block(key_group, start, end), key_group)
+                migrator._rewrite_block(stream.read_block(key_group, start, end), key_group, start)
     return DryRunResult(operator_id, subtask, key_group_range, migrator.counts, migrator.dead_letters)
 
 
