@@ -69,20 +69,44 @@ setup_flink_dist() {
   touch "$dir/.complete"
 }
 
-# The environments are independent: install them side by side.
-pids=()
-setup_project_venv > "$logs/venv.log" 2>&1 & pids+=($!)
-setup_flink_venv > "$logs/venv-flink.log" 2>&1 & pids+=($!)
+# The environments are independent: install them side by side, saying what is still under way while it is.
+pids=() names=()
+setup_project_venv > "$logs/venv.log" 2>&1 & pids+=($!) names+=(".venv")
+setup_flink_venv > "$logs/venv-flink.log" 2>&1 & pids+=($!) names+=(".venv-flink")
 for version in $FLINK_MATRIX_VERSIONS; do
-  setup_flink_dist "$version" > "$logs/flink-$version.log" 2>&1 & pids+=($!)
+  setup_flink_dist "$version" > "$logs/flink-$version.log" 2>&1 & pids+=($!) names+=("Flink $version")
+done
+started=$SECONDS reported=$SECONDS
+declare -A shown=()
+echo_new_steps() {  # the "setup: ..." lines the background installs wrote since the last look
+  local log count
+  for log in "$logs"/*.log; do
+    count=$(grep -c '^setup:' "$log" 2>/dev/null || true)
+    if [ "${count:-0}" -gt "${shown[$log]:-0}" ]; then
+      grep '^setup:' "$log" | tail -n +$(( ${shown[$log]:-0} + 1 ))
+      shown[$log]=$count
+    fi
+  done
+}
+while :; do
+  echo_new_steps
+  running=()
+  for i in "${!pids[@]}"; do kill -0 "${pids[$i]}" 2>/dev/null && running+=("${names[$i]}"); done
+  [ ${#running[@]} -eq 0 ] && break
+  # Every 15 s: which installs are still running (the first cold setup takes a few minutes, mostly pip).
+  if [ $((SECONDS - reported)) -ge 15 ]; then
+    say "still installing (${running[*]}) after $((SECONDS - started)) s; logs in $logs/"
+    reported=$SECONDS
+  fi
+  sleep 1
 done
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+echo_new_steps
 if [ $status -ne 0 ]; then
   for log in "$logs"/*.log; do printf '\n--- %s\n' "$log" >&2; cat "$log" >&2; done
   die "installing an environment failed (logs above)"
 fi
-cat "$logs"/*.log | grep '^setup:' || true
 
 flink_home=$(ls -d .venv-flink/lib/python*/site-packages/pyflink 2>/dev/null | head -1)
 [ -n "$flink_home" ] && [ -x "$flink_home/bin/jobmanager.sh" ] || die "no Flink distribution in .venv-flink"
