@@ -123,7 +123,8 @@ class Report:
             headline += " (the dry run shows the migration would fail)"
         lines = [f"# Compatibility check: {headline}", "",
                  f"- savepoint: `{escape_markdown(self.savepoint)}`", f"- manifest: `{escape_markdown(self.manifest)}`",
-                 f"- Flink's verdict: **{self.flink_verdict.name}**; verdict: **{self.verdict.name}**", "",
+                 f"- Flink's verdict: **{self.flink_verdict.name}**; verdict: **{self.verdict.name}**"
+                 + _verdict_note(self), "",
                  "| operator | state | kind | old type | new type | Flink | verdict | migration |",
                  "|---|---|---|---|---|---|---|---|"]
         for row in self.rows:
@@ -146,8 +147,14 @@ class Report:
             if f.effective_verdict >= AFTER_MIGRATION:
                 flags.append({True: "migratable", False: "not migratable",
                               None: "migration declared, not evaluated"}[f.migratable])
-            change = (f" (`{escape_markdown(f.old_type)}` → `{escape_markdown(f.new_type)}`)"
-                      if f.old_type or f.new_type else "")
+            if f.old_type and f.new_type:
+                change = f" (`{escape_markdown(f.old_type)}` → `{escape_markdown(f.new_type)}`)"
+            elif f.new_type:
+                change = f" (new: `{escape_markdown(f.new_type)}`)"
+            elif f.old_type:
+                change = f" (was: `{escape_markdown(f.old_type)}`)"
+            else:
+                change = ""
             lines.append(f"- `{f.code}` at `{where}`: {_short(f.verdict)}. {escape_markdown(f.message)}{change}"
                          + (f" [{'; '.join(flags)}]" if flags else ""))
         text = "\n".join(lines) + "\n"
@@ -165,6 +172,18 @@ _OUTCOME_TEXT = {"restore": "restorable", "migrate": "migration required and pos
                  "incompatible": "INCOMPATIBLE"}
 _SHORT = {Verdict.COMPATIBLE_AS_IS: "as is", Verdict.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER: "reconfigured",
           Verdict.COMPATIBLE_AFTER_MIGRATION: "after migration", INCOMPATIBLE: "**INCOMPATIBLE**"}
+
+
+def _verdict_note(report: Report) -> str:
+    """Why the outcome differs from the verdict, so that the two never read as a contradiction."""
+    if report.outcome == "migrate" and report.verdict is INCOMPATIBLE:
+        return (" (what Flink does with the savepoint as it is); the declared migrations make it restorable: "
+                "run them with `flinkstate migrate` first")
+    if report.outcome == "migrate":
+        return " (this tool's migration writes a savepoint the new version restores as is)"
+    if report.outcome == "incompatible" and report.verdict < INCOMPATIBLE:
+        return " (but the migration would not get through: see the findings and the dry run)"
+    return ""
 
 
 def _short(verdict: Verdict) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from flinkstate.compatibility import (
     AFTER_MIGRATION,
@@ -92,6 +93,18 @@ def check(savepoint: Savepoint | str | os.PathLike[str], manifest: Manifest | st
         if old_op.operator_id not in matched and has_state(old_op):
             report.rows.append(checker.removed_operator(old_op))
     return report
+
+
+def _with_declared_value(finding: Finding, migration: Any) -> Finding:
+    """An added field's finding that says what the declared migration puts there, so that the report does not say
+    "null" where the manifest gives a value."""
+    if finding.code not in ("POJO_FIELD_ADDED", "ROW_FIELD_ADDED") or not isinstance(migration, dict):
+        return finding
+    field = finding.path.removeprefix("value.")
+    rule = (migration.get("fields") or {}).get(field)
+    if isinstance(rule, dict) and "default" in rule:
+        return finding.at(message=f"field {field} added; the declared migration sets it to {rule['default']!r}")
+    return finding
 
 
 def has_state(op: OperatorState) -> bool:
@@ -214,8 +227,8 @@ class _Checker:
         row.flink_verdict = result.verdict
         if declared:
             row.migration, possible = self._plan(meta, new)
-            row.findings = [f.at(migratable=possible) if f.effective_verdict >= AFTER_MIGRATION else f
-                            for f in row.findings]
+            row.findings = [_with_declared_value(f.at(migratable=possible), new.migration)
+                            if f.effective_verdict >= AFTER_MIGRATION else f for f in row.findings]
         else:
             # Flink migrates values itself; what it cannot do has no declared way through.
             row.findings = [f.at(migratable=f.effective_verdict <= AFTER_MIGRATION) for f in row.findings]

@@ -318,3 +318,16 @@ def test_a_missing_state_file_names_its_operator(source: Path, tmp_path: Path, c
     assert main(["describe", str(broken)]) == 1
     captured = capsys.readouterr()
     assert "operator" in captured.out and "operator stats, subtask 0" in captured.err
+
+
+def test_the_report_never_contradicts_itself(source: Path, capsys: pytest.CaptureFixture[str]):
+    manifests = Path(__file__).resolve().parents[1] / "examples" / "sample-job" / "manifests"
+    assert main(["check", str(source), "--schema", str(manifests / "v2.yaml")]) == 3
+    report = capsys.readouterr().out
+    assert "field label added; the declared migration sets it to 'migrated' (new: `String`)" in report
+    assert "`None`" not in report and "restores as null" not in report
+    assert main(["check", str(source), "--schema", str(manifests / "v3-with-conversion.yaml")]) == 3
+    report = capsys.readouterr().out
+    assert report.startswith("# Compatibility check: migration required and possible")
+    assert "verdict: **INCOMPATIBLE** (what Flink does with the savepoint as it is); the declared migrations make " \
+           "it restorable" in report
