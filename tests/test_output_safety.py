@@ -246,3 +246,71 @@ def test_outputs_and_reports_that_cannot_be_written_are_one_line(flink_savepoint
     output.symlink_to(work / "nowhere")
     assert _error_line(_run(work, source, output)) == f"flinkstate: error: {output}: output already exists"
     assert sorted(p.name for p in (work / "runs").iterdir()) == ["a-file", "migrated"]
+
+
+# -- credentials -----------------------------------------------------------------------------------------------------
+
+
+def test_the_s3_secret_never_appears_in_output_or_reports(flink_savepoints: dict[str, Path], work: Path,
+                                                          s3_endpoint: str, monkeypatch: pytest.MonkeyPatch):
+    """S3 paths that succeed and that fail (no bucket, no object, an endpoint that refuses connections, a lock held
+    by another run), through the CLI and the Spark job: the secret key is in no line printed and in no report or
+    object written."""
+    import boto3
+
+    from tests.test_spark_jobs import spark_submit
+
+    secret = "fsSecret" + os.urandom(12).hex()
+    key_id = "AKIAFLINKSTATE" + os.urandom(3).hex().upper()
+    env = {**_env(work, None), "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
+    boto3.client("s3", aws_access_key_id=key_id, aws_secret_access_key=secret).create_bucket(Bucket="creds")
+    source = flink_savepoints["heap-p2"]
+    printed: list[str] = []
+
+    def run(*args: str | Path, expect: int, endpoint: str | None = None) -> None:
+        environment = {**env, **({"AWS_ENDPOINT_URL": endpoint} if endpoint else {})}
+        result = subprocess.run([str(FLINKSTATE), *map(str, args)], env=environment, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == expect, (args, result.stdout + result.stderr)
+        printed.append(result.stdout + result.stderr)
+
+    manifest = work / "v3-fn.yaml"
+    run("migrate", source, "--schema", manifest, "--output", "s3://creds/ok", "--allow-code=gate_fix", "--json",
+        expect=0)
+    run("describe", "s3://creds/ok", expect=0)
+    run("check", "s3://creds/ok", "--schema", manifest, "--format", "json", expect=0)
+    run("migrate", "s3://creds/ok", "--schema", MANIFESTS / "v3-with-conversion.yaml", "--output",
+        "s3://creds/ok", expect=1)  # inside the source
+    run("migrate", source, "--schema", manifest, "--output", "s3://no-such-bucket/x", "--allow-code=gate_fix",
+        expect=1)
+    run("describe", "s3://creds/missing", expect=1)
+    run("dump", "s3://creds/ok", "--operator", "stats", "--state", "nope", expect=1)
+    closed = f"http://127.0.0.1:{_closed_port()}"
+    run("describe", "s3://creds/ok", expect=1, endpoint=closed)
+    run("migrate", source, "--schema", manifest, "--output", "s3://creds/down", "--allow-code=gate_fix", expect=1,
+        endpoint=closed)
+    # A lock held by another run.
+    client = boto3.client("s3", aws_access_key_id=key_id, aws_secret_access_key=secret)
+    client.put_object(Bucket="creds", Key=".locked.lock", Body=Owner.current().to_json())
+    run("migrate", source, "--schema", manifest, "--output", "s3://creds/locked", "--allow-code=gate_fix", expect=1)
+    assert "another migration is writing this output" in printed[-1]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)  # spark_submit passes this process's environment on
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    for args in (("--output", "s3://creds/spark", "--report", work / "spark-report"),
+                 ("--output", "s3://no-such-bucket/spark")):
+        result = spark_submit("migrate_state.py", source, "--schema", MANIFESTS / "v3-with-conversion.yaml", *args)
+        printed.append(result.stdout + result.stderr)
+    assert "migrate_state: error: s3://no-such-bucket: no such bucket" in printed[-1]
+
+    assert not [text for text in printed if secret in text]
+    written = [p.read_bytes() for p in work.rglob("*") if p.is_file()]
+    assert len(written) > 3 and not [data for data in written if secret.encode() in data]
+    objects = [client.get_object(Bucket="creds", Key=item["Key"])["Body"].read()
+               for item in client.list_objects_v2(Bucket="creds").get("Contents", [])]
+    assert len(objects) > 5 and not [data for data in objects if secret.encode() in data]
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])  # closed when the block ends: connections are refused
