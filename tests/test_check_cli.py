@@ -12,7 +12,7 @@ import yaml
 
 from flinkstate.cli import main
 from flinkstate.keyed import StateMetaInfo
-from flinkstate.manifest import StateSchema, load_manifest
+from flinkstate.manifest import ManifestError, StateSchema, load_manifest
 from flinkstate.resolution import check
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.registry import snapshot_bytes
@@ -122,7 +122,15 @@ def test_declared_migrations_and_the_planner(savepoint: Path, v1: Path, tmp_path
     assert finding.migratable is True and report.exit_code == 3 and report.outcome == "migrate"
     unknown = _edit(v1, tmp_path, "v3u.yaml", lambda states: (v3_with_migration(states), states["stats"][
         "migration"]["fields"]["count"].update(convert="to-roman")))
-    report = check(savepoint, unknown)
+    # An unknown conversion is refused when the manifest is loaded, for check and migrate alike.
+    with pytest.raises(ManifestError, match=r"count.*to-roman"):
+        check(savepoint, unknown)
+    assert main(["check", str(savepoint), "--schema", str(unknown)]) == 1
+    assert "to-roman" in capsys.readouterr().err
+    # A known conversion that cannot produce the new type is planned as impossible: incompatible.
+    impossible = _edit(v1, tmp_path, "v3i.yaml", lambda states: (v3_with_migration(states), states["stats"][
+        "migration"]["fields"]["count"].update(convert="to-boolean")))
+    report = check(savepoint, impossible)
     finding = next(f for f in report.findings if f.code == "POJO_FIELD_TYPE_CHANGED")
     assert finding.migratable is False and report.exit_code == 4
     assert main(["check", str(savepoint), "--schema", str(manifest), "--migration-planner",
