@@ -160,6 +160,7 @@ def main() -> int:
     print(f"   outcome: {record.get('outcome')}: "
           + "; ".join(f"{f['code']} at {f['state']}/{f['path']}" for f in findings if f["verdict"] == "INCOMPATIBLE"))
     print(f"   v2 (job {v2_job}) is still {client.job_state(v2_job)}, its state untouched; nothing was stopped")
+    print(f"   the run's folder: {run_dir}\n   its report: {run_dir / 'preflight' / 'check-report.md'}")
 
     step("Left running")
     print(f"   cluster: {cluster.rest_url}; v2 RUNNING as job {v2_job}")
