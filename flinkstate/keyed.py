@@ -612,10 +612,19 @@ class KeyedStateStream:
     def raw_entries(self, data: bytes, key_group: int, block_offset: int
                     ) -> Iterator[tuple[int, int, int, int, int]]:
         """:func:`iter_raw_entries` over one of this stream's blocks (``data`` as :meth:`read_block` returns it, which
-        started at ``block_offset``): state ids checked against this stream's header, and a malformed block
-        reported in one line naming the file, the offset, the operator and the key group."""
+        started at ``block_offset``): state ids checked against this stream's header, every key's key-group prefix
+        against ``key_group`` (as the decoding reader does: a block found at another key group's offset is refused,
+        not copied), and a malformed block reported in one line naming the file, the offset, the operator and the
+        key group."""
+        two_byte_prefix = self.prefix_bytes == 2
         try:
-            yield from iter_raw_entries(data, len(self.header().states))
+            for entry in iter_raw_entries(data, len(self.header().states)):
+                ks = entry[1]
+                group = ((data[ks] & 0x7F) << 8 | data[ks + 1]) if two_byte_prefix else data[ks] & 0x7F
+                if group != key_group:
+                    raise SavepointFormatError(f"entry of key group {group} in the block of key group {key_group}",
+                                               offset=ks)
+                yield entry
         except SavepointFormatError as exc:
             raise self._block_error(exc.what, exc.offset, key_group, block_offset, None) from None
 

@@ -371,9 +371,9 @@ class _MetadataParser:
             size = r.i64()
             if size < 0:  # reads and copies are bounded by this size: it must be a real one
                 raise r.error(f"file state handle with negative size {size}", start + 1)
-            return FileStateHandle(size, r.utf())
+            return FileStateHandle(size, self._path(start + 9))
         if code == RELATIVE_STREAM:
-            relative = r.utf()
+            relative = self._path(start + 1)
             size_at = r.pos
             size = r.i64()
             if size < 0:
@@ -382,6 +382,17 @@ class _MetadataParser:
         if code == KEY_GROUPS:
             raise r.error("a key-groups handle where a stream handle was expected is not supported", start)
         raise self._unsupported(code, start, "stream state")
+
+    def _path(self, at: int) -> str:
+        """A file handle's path. Modified UTF-8 can hold lone surrogates, which no file name can: such a path is
+        corruption, refused here rather than failing later inside the file system call."""
+        path = self.r.utf()
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            raise self.r.error(f"file state handle path {path.encode('utf-8', 'backslashreplace').decode()!r} is "
+                               f"not a valid file name (a lone UTF-16 surrogate)", at) from None
+        return path
 
     def key_group_offsets(self) -> KeyGroupRangeOffsets:
         r = self.r
