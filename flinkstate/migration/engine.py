@@ -335,6 +335,32 @@ class SubtaskResult:
     dead_letters: list[dict[str, Any]]
 
 
+def migrate_entry(rewrite: StateRewrite, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The declared migration of one entry tuple (the reader's shape, its key already rewritten if the key changes):
+    the new entry, or None when a function dropped it. Raises what a transform raises. The engine writes what this
+    returns, and the verifier compares the written entries with it."""
+    if rewrite.kind == TIMERS:
+        return entry
+    if rewrite.kind == "MAP":
+        key, ns, user_key, value = entry
+        if rewrite.user_key_transform is not None:
+            user_key = rewrite.user_key_transform(user_key)
+        if rewrite.transform is not None and value is not None:
+            value = rewrite.transform(value)
+            if value is DROP:
+                return None
+        return key, ns, user_key, value
+    key, ns, value = entry
+    if rewrite.transform is not None:
+        if rewrite.kind == "LIST":
+            value = [v for v in map(rewrite.transform, value) if v is not DROP]
+        else:
+            value = rewrite.transform(value)
+            if value is DROP:
+                return None
+    return key, ns, value
+
+
 class _Rekeyed(Exception):
     """Internal: an entry's new key group is outside this subtask (rekey mode)."""
 
@@ -476,28 +502,7 @@ class _SubtaskMigrator:
         self.counts[rewrite.new_name].dead_lettered += 1
 
     def _convert(self, codec: StateCodec, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        """The new entry tuple (same shape as the reader's), or None to drop it."""
-        r = codec.rewrite
-        if r.kind == TIMERS:
-            return entry
-        if r.kind == "MAP":
-            key, ns, user_key, value = entry
-            if r.user_key_transform is not None:
-                user_key = r.user_key_transform(user_key)
-            if r.transform is not None and value is not None:
-                value = r.transform(value)
-                if value is DROP:
-                    return None
-            return key, ns, user_key, value
-        key, ns, value = entry
-        if r.transform is not None:
-            if r.kind == "LIST":
-                value = [v for v in map(r.transform, value) if v is not DROP]
-            else:
-                value = r.transform(value)
-                if value is DROP:
-                    return None
-        return key, ns, value
+        return migrate_entry(codec.rewrite, entry)
 
     def _encode(self, codec: StateCodec, entry: tuple[Any, ...], key_group: int, raw_key: bytes | None
                 ) -> tuple[bytes, bytes] | None:

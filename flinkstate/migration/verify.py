@@ -34,9 +34,9 @@ from typing import Any
 from flinkstate.binary import assign_key_group
 from flinkstate.errors import FlinkStateError
 from flinkstate.jsonify import to_json
-from flinkstate.keyed import TIMERS, StreamSource, iter_raw_entries, raw_key
+from flinkstate.keyed import StreamSource, iter_raw_entries, raw_key
 from flinkstate.metadata import KeyGroupsStateHandle, OperatorState, StreamStateHandle
-from flinkstate.migration.engine import DROP, MigrationPlan, OperatorPlan, StateCodec, StateRewrite
+from flinkstate.migration.engine import MigrationPlan, OperatorPlan, StateCodec, StateRewrite, migrate_entry
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.registry import snapshot_bytes
 
@@ -320,33 +320,14 @@ def _verify_state(source: Savepoint, op: OperatorState, output: Savepoint, new_o
 
 
 def _expected(op_plan: OperatorPlan, rewrite: StateRewrite, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The entry the declared migration makes of a source entry (None: dropped by a function). Raises what the
-    transform raises (the entry is dead-lettered or the migration fails)."""
+    """The entry the declared migration makes of a source entry (None: dropped, or an emptied list, which is not
+    stored). Raises what the transform raises (the entry is dead-lettered or the migration fails)."""
     if op_plan.key_transform is not None:
         entry = (op_plan.key_transform(entry[0]), *entry[1:])
-    if rewrite.kind == TIMERS:
-        return entry
-    if rewrite.kind == "MAP":
-        key, ns, user_key, value = entry
-        if rewrite.user_key_transform is not None:
-            user_key = rewrite.user_key_transform(user_key)
-        if rewrite.transform is not None and value is not None:
-            value = rewrite.transform(value)
-            if value is DROP:
-                return None
-        return key, ns, user_key, value
-    key, ns, value = entry
-    if rewrite.transform is not None:
-        if rewrite.kind == "LIST":
-            value = [v for v in map(rewrite.transform, value) if v is not DROP]
-            if not value:
-                return None  # an empty list is not stored
-        else:
-            value = rewrite.transform(value)
-            if value is DROP:
-                return None
-    return key, ns, value
-
+    new = migrate_entry(rewrite, entry)
+    if new is not None and rewrite.kind == "LIST" and not new[2]:
+        return None
+    return new
 
 def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: OperatorPlan, rewrite: StateRewrite,
                           where: str) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
