@@ -517,10 +517,15 @@ def write_file(uri: str | os.PathLike[str], data: bytes) -> str:
         s3_client().put_object(Bucket=bucket, Key=key, Body=data)
         return f"s3://{bucket}/{key}"
     path = Path(_local_path(text) if text.startswith("file:") else text)
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.inprogress")
-    partial.write_bytes(data)
-    os.replace(partial, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(data)
+        os.replace(partial, path)
+    except OSError as exc:
+        if partial.is_file():
+            partial.unlink()
+        raise StorageError(f"{text}: cannot write: {exc.strerror or exc}") from None
     return str(path)
 
 

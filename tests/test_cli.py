@@ -47,3 +47,15 @@ def test_version_names_the_supported_formats():
 def test_help_has_examples():
     result = subprocess.run([sys.executable, "-m", "flinkstate", "--help"], capture_output=True, text=True)
     assert "Examples:" in result.stdout and "flinkstate check SAVEPOINT --schema v2.yaml --dry-run" in result.stdout
+
+
+def test_check_report_to_a_file(tmp_path, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    # A savepoint that cannot be opened still fails in one line; a report path that cannot be written too.
+    from flinkstate.storage import StorageError, write_file
+
+    target = tmp_path / "reports" / "check.md"
+    assert write_file(target, b"# report\n") == str(target) and target.read_bytes() == b"# report\n"
+    (tmp_path / "dir.md").mkdir()
+    with pytest.raises(StorageError, match=r"dir\.md: cannot write"):
+        write_file(tmp_path / "dir.md", b"x")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

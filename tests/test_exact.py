@@ -331,3 +331,13 @@ def test_the_report_never_contradicts_itself(source: Path, capsys: pytest.Captur
     assert report.startswith("# Compatibility check: migration required and possible")
     assert "verdict: **INCOMPATIBLE** (what Flink does with the savepoint as it is); the declared migrations make " \
            "it restorable" in report
+
+
+def test_check_writes_its_report_to_a_file(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    manifests = Path(__file__).resolve().parents[1] / "examples" / "sample-job" / "manifests"
+    out = tmp_path / "reports" / "check.json"
+    assert main(["check", str(source), "--schema", str(manifests / "v2.yaml"), "--format", "json", "-o",
+                 str(out)]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == "" and "report written to" in captured.err
+    assert yaml.safe_load(out.read_text())["outcome"] == "migrate"

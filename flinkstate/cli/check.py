@@ -8,10 +8,11 @@ Exit status: 0 restorable as is or reconfigured; 3 migration required and possib
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from flinkstate.cli.migrate import add_allow_code_argument
-from flinkstate.errors import FlinkStateError
+from flinkstate.errors import FlinkStateError, printable
 from flinkstate.migration.transforms import CodePolicy, load_function
 from flinkstate.report import Report
 from flinkstate.resolution import BACKENDS, MigrationPlanner, check
@@ -28,6 +29,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--previous", metavar="MANIFEST",
                         help="the manifest of the version that wrote the savepoint (knows Row field names)")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="report format")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="write the report to FILE (local or s3://) instead of stdout; the exit status is the same")
     parser.add_argument("--backend", choices=BACKENDS,
                         help="the new job's state backend (default: the stricter rule of both)")
     parser.add_argument("--allow-non-restored-state", action="store_true",
@@ -63,8 +66,14 @@ def _run(args: argparse.Namespace) -> int:
         report.dry_run = dry_run_section(report, args.savepoint, args.schema, args.previous,
                                          examples=args.examples, max_dead_letters=args.max_dead_letters,
                                          allow_code=policy)
-    print(report.render_json() if args.format == "json" else report.render_markdown(), end="\n"
-          if args.format == "json" else "")
+    text = report.render_json() + "\n" if args.format == "json" else report.render_markdown()
+    if args.output:
+        from flinkstate.storage import write_file
+
+        write_file(args.output, text.encode("utf-8"))
+        print(f"flinkstate: report written to {printable(args.output)} ({report.outcome})", file=sys.stderr)
+    else:
+        print(text, end="")
     return report.exit_code
 
 
