@@ -313,7 +313,9 @@ class LocalFlinkCluster:
         last_error = "no answer yet"
         while time.monotonic() < deadline:
             state = self.state()
-            if state and not all(self._owned_alive(pid) for pid in state.pids.values()):
+            # Only whether they live: a pid written a moment ago may not have exec'd java yet (its command line is
+            # still the start script's, without our conf folder), which the ownership check would call dead.
+            if state and not all(_pid_alive(pid) for pid in state.pids.values()):
                 raise FlinkStateError(f"a Flink process in {self.work_dir} died while starting; see {self.log_dir}"
                                       + self._log_tail())
             try:
