@@ -52,3 +52,14 @@ def test_dump_shows_progress_on_a_terminal_only(flink_savepoints: dict[str, Path
     assert quiet_err == "" and quiet_out == piped_out
     _, forced_err = _dump(savepoint, "--progress", terminal=False)
     assert "key groups" in forced_err
+
+
+def test_migrate_shows_progress_when_asked(flink_savepoints: dict[str, Path], tmp_path: Path):
+    manifest = ROOT / "examples" / "sample-job" / "manifests" / "v2.yaml"
+    argv = [FLINKSTATE, "--progress", "migrate", str(flink_savepoints["heap-p2"]), "--schema", str(manifest),
+            "--output", str(tmp_path / "out")]
+    result = subprocess.run(argv, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "keyed streams" in result.stderr and "verify stats" in result.stderr
+    quiet = subprocess.run([*argv[:1], *argv[2:-1], str(tmp_path / "quiet")], capture_output=True, text=True)
+    assert quiet.returncode == 0 and quiet.stderr == ""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,6 +33,7 @@ from flinkstate.keyed import (
     TIMERS,
     VALUE_SERIALIZER,
     KeyedBackendHeader,
+    KeyedStateStream,
     KeyLayout,
     StateMetaInfo,
     make_entry_decoder,
@@ -212,6 +214,9 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
                    code: CodePolicy) -> OperatorPlan:
     label = f"operator {target.uid}"
     header = source.keyed_header(op)
+    streams = source.keyed_streams(op)
+    # Where the savepoint's serializer snapshots were read: a plan that cannot be made names that file.
+    where = f"{streams[0][1].source.path}: " if streams else ""
     new_ref = target.ref
     new_id = new_ref.operator_id
     if new_ref.uid is None:
@@ -243,7 +248,7 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
                 raise MigrationPlanError(f"the key type changed from {header.key_serializer.type_name()} to "
                                          f"{new_key.type_name()}: declare key: {{convert: ...}}")
         except MigrationPlanError as exc:
-            raise MigrationError(f"{label}: key: {exc}") from None
+            raise MigrationError(f"{where}{label}: key: {exc}") from None
     rewrites: list[StateRewrite | None] = []
     new_states: list[StateMetaInfo] = []
     for meta in header.states:
@@ -259,7 +264,7 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
             except CodeNotAllowed as exc:
                 raise CodeRefused(f"{label}, state {meta.name}: {exc}") from None
             except MigrationPlanError as exc:
-                raise MigrationError(f"{label}, state {meta.name}: {exc}") from None
+                raise MigrationError(f"{where}{label}, state {meta.name}: {exc}") from None
         rewrites.append(StateRewrite(meta.name, new_name, len(new_states), meta.kind, value_t, user_key_t,
                                      bool(t and t.migration.dead_letter), reencode))
         new_states.append(_new_meta(meta, new_name, t.value if t else None, t.user_key if t else None, new_key))
@@ -501,6 +506,20 @@ class _SubtaskMigrator:
             self.dead_letters.append(record)
         self.counts[rewrite.new_name].dead_lettered += 1
 
+    def _decode(self, codec: StateCodec, data: bytes, span: tuple[int, int, int, int], key_group: int,
+                stream: KeyedStateStream | None = None) -> tuple[Any, ...]:
+        """One stored entry, decoded with the old serializers. Bytes that do not decode are a format error naming
+        the file, the operator, the state and the key group: never a failed conversion (no dead letter hides it)."""
+        try:
+            return codec.decode(data, *span)
+        except SavepointFormatError as exc:
+            what = exc.what
+        except (struct.error, IndexError, ValueError, UnicodeDecodeError, KeyError, OverflowError) as exc:
+            what = f"undecodable entry ({type(exc).__name__}: {exc})"
+        source = (stream or self.stream).source.path
+        raise SavepointFormatError(f"{self.label}, state {codec.rewrite.old_name}, key group {key_group}: {what}",
+                                   source) from None
+
     def _convert(self, codec: StateCodec, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
         return migrate_entry(codec.rewrite, entry)
 
@@ -549,9 +568,8 @@ class _SubtaskMigrator:
             else:
                 codec = codecs[state_id]
                 assert codec is not None
-                entry = None
+                entry = self._decode(codec, data, (ks, ke, vs, ve), key_group)
                 try:
-                    entry = codec.decode(data, ks, ke, vs, ve)
                     new_entry = self._convert(codec, entry)
                     if new_entry is None:
                         continue
@@ -596,7 +614,7 @@ class _SubtaskMigrator:
                     codec = self.codecs[state_id]
                     if rewrite is None or codec is None:
                         continue
-                    entry = codec.decode(data, ks, ke, vs, ve)
+                    entry = self._decode(codec, data, (ks, ke, vs, ve), key_group, stream)
                     count = self.counts[rewrite.new_name]
                     dead_letter = rewrite.dead_letter or plan.key_dead_letter
                     try:
@@ -854,7 +872,10 @@ UnitRunner = Callable[[Savepoint, MigrationPlan, list[tuple[str, int]], Savepoin
 
 def run_units_locally(source: Savepoint, plan: MigrationPlan, units: list[tuple[str, int]],
                       output: SavepointOutput) -> list[SubtaskResult]:
-    return [migrate_subtask(source, plan, op_id, subtask, output) for op_id, subtask in units]
+    from flinkstate.progress import track
+
+    return [migrate_subtask(source, plan, op_id, subtask, output)
+            for op_id, subtask in track(units, total=len(units), description="migrate", unit="keyed streams")]
 
 
 def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: SavepointOutput, *,

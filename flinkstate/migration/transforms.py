@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from flinkstate.errors import FlinkStateError
+from flinkstate.errors import FlinkStateError, printable
 from flinkstate.migration.spec import FieldRule
 from flinkstate.serializers.avro import AvroSnapshot
-from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.base import TypeSerializerSnapshot, UnknownSnapshot
 from flinkstate.serializers.pojo import PojoSnapshot
 from flinkstate.serializers.primitives import SimpleSnapshot
 from flinkstate.serializers.registry import snapshot_bytes
@@ -269,6 +269,11 @@ def build_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, *,
             raise MigrationPlanError(f"{exc}{where}") from None
     if not rules and (_same(old, new) or _same_pojo_values(old, new)):
         return None
+    for snapshot, side in ((old, "savepoint's"), (new, "manifest's")):
+        if isinstance(snapshot, UnknownSnapshot):
+            raise MigrationPlanError(f"the {side} serializer snapshot class {printable(snapshot.class_name)} is "
+                                     f"unknown (not a serializer this tool reads, or a corrupted name){where}: its "
+                                     f"values cannot be migrated")
     if isinstance(new, PojoSnapshot) and isinstance(old, PojoSnapshot):
         return _record_transform([f.name for f in old.fields], [f.snapshot for f in old.fields],
                                  [f.name for f in new.fields], [f.snapshot for f in new.fields],

@@ -32,11 +32,12 @@ from decimal import Decimal
 from typing import Any
 
 from flinkstate.binary import assign_key_group
-from flinkstate.errors import FlinkStateError
+from flinkstate.errors import FlinkStateError, printable
 from flinkstate.jsonify import to_json
-from flinkstate.keyed import StreamSource, iter_raw_entries, raw_key
+from flinkstate.keyed import StreamSource, raw_key
 from flinkstate.metadata import KeyGroupsStateHandle, OperatorState, StreamStateHandle
 from flinkstate.migration.engine import MigrationPlan, OperatorPlan, StateCodec, StateRewrite, migrate_entry
+from flinkstate.progress import track
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.registry import snapshot_bytes
 
@@ -119,6 +120,13 @@ def _show(entry: Any) -> str:
 def verify_migration(source: Savepoint, output: Savepoint, plan: MigrationPlan) -> VerificationReport:
     """Compares ``output`` with ``source`` as :mod:`this module <flinkstate.migration.verify>` describes; ``plan``
     supplies what the manifest declares (new ids, renames, drops, transforms), not what a run did."""
+    try:
+        return _verify(source, output, plan)
+    except VerificationError as exc:  # say which savepoints were compared
+        raise VerificationError(f"{output.location.uri} against its source {source.location.uri}: {exc}") from None
+
+
+def _verify(source: Savepoint, output: Savepoint, plan: MigrationPlan) -> VerificationReport:
     report = VerificationReport()
     _verify_metadata(source, output, plan, report)
     for op in source.operators:
@@ -127,7 +135,9 @@ def verify_migration(source: Savepoint, output: Savepoint, plan: MigrationPlan) 
             continue
         new_op = output.operator(op_plan.new_operator_id)
         verified = 0
-        for rewrite in op_plan.rewrites:
+        label = printable(op_plan.new_uid or op_plan.new_operator_id)
+        for rewrite in track(op_plan.rewrites, total=len(op_plan.rewrites), description=f"verify {label}",
+                             unit="states"):
             if rewrite is not None:
                 state = _verify_state(source, op, output, new_op, op_plan, rewrite)
                 report.states.append(state)
@@ -250,13 +260,18 @@ def _same_keyed(source: Savepoint, a: KeyGroupsStateHandle | None, output: Savep
 # -- keyed state -------------------------------------------------------------------------------------------------------
 
 
-def _raw_entries_by_group(savepoint: Savepoint, op: OperatorState, state_id: int | None
+def _raw_entries_by_group(savepoint: Savepoint, op: OperatorState, state_name: str | None
                           ) -> Iterator[tuple[int, list[tuple[bytes, bytes]]]]:
-    """(key group, [(key bytes, value bytes)]) of one state (None: all), in key-group order, without decoding."""
+    """(key group, [(key bytes, value bytes)]) of one state (None: all), in key-group order, without decoding.
+    Each stream's blocks use its own header's state ids; a malformed block is an error naming its file."""
     for _, stream in savepoint.keyed_streams(op):
+        state_id = stream.header().state_index(state_name) if state_name is not None else None
+        if state_name is not None and state_id is None:
+            continue  # this subtask never registered the state
         for key_group, start, end in stream.blocks:
             data = stream.read_block(key_group, start, end)
-            pairs = [(raw_key(data, ks, ke), data[vs:ve]) for sid, ks, ke, vs, ve in iter_raw_entries(data)
+            pairs = [(raw_key(data, ks, ke), data[vs:ve])
+                     for sid, ks, ke, vs, ve in stream.raw_entries(data, key_group, start)
                      if state_id is None or sid == state_id]
             if pairs:
                 yield key_group, pairs
@@ -299,13 +314,12 @@ def _verify_state(source: Savepoint, op: OperatorState, output: Savepoint, new_o
         raise VerificationError(f"{where}: the written serializer snapshots or options are not the declared ones")
     if snapshot_bytes(header.key_serializer) != snapshot_bytes(op_plan.new_header.key_serializer):
         raise VerificationError(f"{label}: the written key serializer is not the declared one")
-    old_id = op_plan.rewrites.index(rewrite)
     kept = not rewrite.touches_values and op_plan.key_transform is None and \
         snapshot_bytes(op_plan.old_header.key_serializer) == snapshot_bytes(header.key_serializer)
     result = StateVerification(label.removeprefix("operator "), rewrite.new_name, "bytes" if kept else "values")
     if kept:
-        pairs = _merge(_raw_entries_by_group(source, op, old_id), _raw_entries_by_group(output, new_op,
-                                                                                       rewrite.new_id))
+        pairs = _merge(_raw_entries_by_group(source, op, rewrite.old_name),
+                       _raw_entries_by_group(output, new_op, rewrite.new_name))
         for kg, src_items, out_items in pairs:
             if Counter(src_items) != Counter(out_items):
                 missing = Counter(src_items) - Counter(out_items)
@@ -349,7 +363,7 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
         for kg, start, end in stream.blocks:
             data = stream.read_block(kg, start, end, rewrite.old_name)
             entries = []
-            for sid, ks, ke, vs, ve in iter_raw_entries(data):
+            for sid, ks, ke, vs, ve in stream.raw_entries(data, kg, start):
                 if sid != old_id:
                     continue
                 try:
