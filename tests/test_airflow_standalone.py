@@ -233,7 +233,8 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
 
         posted = [m for m in webhook.received[received_before:] if m["path"] == "/hooks/standalone"]
         assert len(posted) == 1, posted
-        assert posted[0]["text"].startswith(f"Flink upgrade of keyed-stats succeeded: job {new_job} runs the new")
+        assert posted[0]["text"].startswith("Flink upgrade of keyed-stats succeeded: RUNNING now: the new version")
+        assert f"as job {new_job}" in posted[0]["text"]
     except BaseException:
         print_tail(log_path)
         raise
