@@ -13,11 +13,8 @@ import dataclasses
 import os
 import re
 import shutil
-import signal
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -41,6 +38,7 @@ from flinkstate.metadata import (
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage import HandleRefused
 from flinkstate.writer import WriteError, write_metadata
+from tests.support.deadline import deadline
 
 SOURCE = "heap-p2"  # parallelism 2: an operator-state file handle (sequence-source) and two keyed-state files (stats)
 CANARY = b"CANARY-7f3a9c-must-never-be-read\n"
@@ -49,21 +47,6 @@ COMMANDS = ("describe", "dump", "schema", "check", "migrate")
 # ------------------------------------------------------------------------------------------------------------------
 # Helpers
 # ------------------------------------------------------------------------------------------------------------------
-
-
-@contextmanager
-def deadline(seconds: int) -> Iterator[None]:
-    """A FIFO that is opened for reading blocks forever: fail the test instead of hanging it."""
-    def expire(*_: Any) -> None:
-        raise TimeoutError(f"still running after {seconds}s (blocked on a FIFO or device?)")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @dataclasses.dataclass

@@ -40,7 +40,6 @@ import io
 import os
 import random
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -57,6 +56,7 @@ from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.verify import verify_migration
 from flinkstate.savepoint import Savepoint
 from tests.support import edge_job, sample_job
+from tests.support.deadline import Hang, deadline
 
 pytestmark = pytest.mark.flink
 
@@ -195,24 +195,6 @@ def draw_mutants(source: str, savepoint: Path, count: int, seed: int = SEED) -> 
 # ------------------------------------------------------------------------------------------------------------------
 # Watching a run: deadline and files opened
 # ------------------------------------------------------------------------------------------------------------------
-
-
-class Hang(BaseException):  # a BaseException, so that the CLI's last guard cannot swallow it
-    """A run outlived its deadline."""
-
-
-@contextlib.contextmanager
-def deadline(seconds: int) -> Iterator[None]:
-    def expire(*_: Any) -> None:
-        raise Hang(f"still running after {seconds}s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 _opened: list[str] | None = None
