@@ -16,7 +16,6 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from flinkstate.engine import LocalFlinkCluster
 from flinkstate.engine.rest import FlinkRestClient
 from flinkstate.keyed import iter_raw_entries, raw_key
 from flinkstate.savepoint import Savepoint
-from tests.support.sample_job import expected_count, key_index, read_audit, wait_for_all_keys
+from tests.support.sample_job import SampleJobRun, expected_count, key_index
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_DIR = ROOT / "examples" / "edge-job"
@@ -178,22 +177,11 @@ def check_audit_record(record: dict[str, Any], restored_version: str = "v1", *,
 # -- running the job ----------------------------------------------------------------------------------------------
 
 
-@dataclass
-class EdgeJobRun:
-    """One submitted run of the edge job."""
-
-    client: FlinkRestClient
-    job_id: str
-    version: str
-    audit_dir: Path
-    keys: int
-    program_args: list[str] = field(default_factory=list)
-
-    def audit(self) -> list[dict[str, Any]]:
-        return read_audit(self.audit_dir, self.version)
+class EdgeJobRun(SampleJobRun):
+    """One submitted run of the edge job: the sample job's run, with more time to see every key (more state)."""
 
     def wait_for_keys(self, timeout: float = 90.0) -> list[dict[str, Any]]:
-        return wait_for_all_keys(self.audit, self.keys, self.audit_dir, timeout)
+        return super().wait_for_keys(timeout)
 
 
 def submit(client: FlinkRestClient, version: str, audit_dir: Path, *, keys: int = 20, rate: float = 200,
