@@ -72,6 +72,9 @@ with DAG(
         "gate_timeout": Param(300, type="integer", minimum=10, description="health gate: seconds"),
         "min_running_seconds": Param(30, type="integer", minimum=0,
                                      description="health gate: seconds RUNNING with all tasks up, without a break"),
+        "rollback_timeout": Param(300, type="integer", minimum=10,
+                                  description="rollback: seconds for the old version to run again before the run "
+                                              "reports production DOWN"),
         "current": Param(None, type=["null", "object"],
                          description="the running version (jar, manifest, entry_class, program_args, parallelism), "
                                      "when the deployment registry has no record of it"),
@@ -198,7 +201,8 @@ with DAG(
         client = FlinkHook().get_conn() if plan else None
         ok, alert = upgrade.conclude(plan, client, deployment=(params or {}).get("job_name") or
                                      (params or {}).get("job_id") or "?", failures=[failure] if failure else [],
-                                     logs=task_log_folder(ti))
+                                     logs=task_log_folder(ti),
+                                     timeout=float((params or {}).get("rollback_timeout") or 300))
         if alert:
             send_alert(alert)
         if not ok:

@@ -15,6 +15,7 @@ Layout beside the savepoints (``savepoint_base`` is a local folder or ``s3://buc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -421,6 +422,13 @@ def restore_old(client: FlinkRestClient, journal: UpgradeJournal, actor: str, *,
         return Recovery(ROLLED_BACK, "; ".join(steps), journal.data["running"])
     except (FlinkStateError, OSError) as exc:
         why = f"rollback failed: {exc}"
+        # A rollback job that could not run (say, waiting for slots no TaskManager offers) is cancelled, so that it
+        # cannot come up later beside the restore a person starts from the alert.
+        stuck = data.get("rollback_job_id")
+        with contextlib.suppress(FlinkStateError, OSError):
+            if stuck and _state(client, stuck) not in (None, *TERMINAL_STATES):
+                client.cancel(stuck, timeout=min(timeout, 60))
+                steps.append(f"cancelled the rollback job {stuck}, which did not run")
         if reason:
             why = f"{reason}; {why}"
         journal.data["failures"].append(why)
@@ -469,6 +477,9 @@ def recover(client: FlinkRestClient, journal: UpgradeJournal, actor: str, *, tim
     - the restore path was verified (VERIFIED, or later with a new job): finishes the upgrade;
     - anything else after the stop: restores the old version from the stop savepoint.
     """
+    if journal.finished and journal.data.get("outcome") == DOWN:
+        # Production is down since a rollback failed (e.g. no TaskManager to run it): try the rollback again.
+        return restore_old(client, journal, actor, timeout=timeout)
     if journal.finished:
         running = journal.data.get("running")
         return Recovery(str(journal.data["outcome"]), "already finished", running)
@@ -524,8 +535,12 @@ def dead_runs(savepoint_base: str, *, grace: float = DEFAULT_GRACE, stale_after:
 def recovery_alert(journal: UpgradeJournal, died_in: str, result: Recovery, actor: str) -> str:
     """The one alert for a run recovered by the watchdog (or the CLI): what died, what was done, what runs now."""
     data = journal.data
-    head = (f"Flink upgrade of {data['deployment']}: run {data['run_id']} DIED in phase {died_in} (its process is "
-            f"gone, so it could not finish or alert). The {actor} acted: {result.outcome}: {result.account}.")
+    if died_in == DONE:  # a run that ended with production DOWN (its rollback failed): the rollback was retried
+        head = (f"Flink upgrade of {data['deployment']}: run {data['run_id']} had left production DOWN (its rollback "
+                f"failed). The {actor} retried the rollback: {result.outcome}: {result.account}.")
+    else:
+        head = (f"Flink upgrade of {data['deployment']}: run {data['run_id']} DIED in phase {died_in} (its process "
+                f"is gone, so it could not finish or alert). The {actor} acted: {result.outcome}: {result.account}.")
     failures = f" Failures recorded before: {'; '.join(data['failures'])}." if data.get("failures") else ""
     return (f"{head}{failures} {describe_outcome(journal)}.\nRun record: {data['run_dir']}/run.json; journal: "
             f"{journal.uri}.")
@@ -536,9 +551,10 @@ def sweep(savepoint_base: str, client: FlinkRestClient, actor: str, *, grace: fl
           timeout: float = 300) -> list[tuple[UpgradeJournal, Recovery, str]]:
     """Recovers every dead run's journal under ``savepoint_base`` (``force``: every unfinished one, alive owner or
     not: for a person who knows the run is gone). Returns (journal, what was done, the alert) per run."""
-    if force:
+    if force:  # also the runs that ended with production DOWN: the alert's command retries their rollback
         journals = [j for j in UpgradeJournal.all(savepoint_base)
-                    if not j.finished and (not deployment or j.data["deployment"] == deployment)]
+                    if (not j.finished or j.data.get("outcome") == DOWN)
+                    and (not deployment or j.data["deployment"] == deployment)]
     else:
         journals = dead_runs(savepoint_base, grace=grace, stale_after=stale_after, deployment=deployment)
     done = []

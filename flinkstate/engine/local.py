@@ -307,6 +307,25 @@ class LocalFlinkCluster:
             raise
         return self
 
+    def start_taskmanager(self) -> int:
+        """Starts one more TaskManager in this running cluster (e.g. to replace one that died) and returns its pid.
+        It registers with the JobManager on its own; ``stop()`` stops it with the rest."""
+        state = self.state()
+        if state is None:
+            raise FlinkStateError(f"no Flink cluster was started in {self.work_dir}")
+        flink_home = Path(state.flink_home)
+        before = set(self._read_pids().values())
+        result = subprocess.run(["bash", str(flink_home / "bin" / "taskmanager.sh"), "start"],
+                                env=self._env(flink_home), capture_output=True, text=True, check=False)
+        pids = self._read_pids()
+        started = [pid for pid in pids.values() if pid not in before]
+        if result.returncode != 0 or not started:
+            raise FlinkStateError(f"taskmanager.sh start failed in {self.work_dir}: "
+                                  f"{(result.stderr or result.stdout).strip()[-500:]}")
+        state.pids = pids
+        self.state_file.write_text(json.dumps(asdict(state), indent=2))
+        return started[0]
+
     def _wait_ready(self, timeout: float) -> None:
         client = FlinkRestClient(self.rest_url, timeout=5)
         deadline = time.monotonic() + timeout
