@@ -23,7 +23,7 @@ from airflow.sdk import DAG, Param, task
 from flinkstate_airflow import upgrade
 from flinkstate_airflow.hooks import FlinkHook, spark_master
 from flinkstate_airflow.notifiers import send_alert, task_log_folder
-from flinkstate_airflow.operators import FlinkSavepointOperator, FlinkSubmitJarOperator
+from flinkstate_airflow.operators import FlinkSavepointOperator, FlinkSubmitJarOperator, TaskRefused
 from flinkstate_airflow.sensors import FlinkHealthGateSensor
 
 SPARK = upgrade.spark_settings()
@@ -95,8 +95,8 @@ with DAG(
     @task
     def preflight_checks(plan: dict) -> None:
         problems = upgrade.preflight_checks(plan, FlinkHook().get_conn(), spark_master(SPARK["conn_id"]))
-        if problems:
-            raise upgrade.UpgradeError(f"checks before the stop failed: {'; '.join(problems)}")
+        if problems:  # an expected refusal: one log line, no traceback
+            raise TaskRefused(f"checks before the stop failed: {'; '.join(problems)}")
 
     checks = preflight_checks(plan)
 
@@ -169,12 +169,16 @@ with DAG(
         return f"{plan['run_dir']}/migrated/savepoint"
 
     @task(trigger_rule="none_failed_min_one_success")
-    def restore_path(as_is: str | None = None, migrated: str | None = None) -> str:
-        return as_is or migrated or ""
+    def restore_path(ti=None) -> str:  # Airflow injects the task instance
+        # One branch ran, the other was skipped and pushed nothing. Pulled by task ids, not taken as arguments: an
+        # argument is fetched as one XCom, and Airflow logs each one missing as an error ("XCom not found") on an
+        # upgrade that went well; a pull by task ids lists what exists (None for the skipped branch).
+        found = ti.xcom_pull(task_ids=["restore_path_as_is", "restore_path_migrated"])
+        return next((path for path in found if path), "")
 
     as_is_path = restore_path_as_is(stopped_for_restore)
     migrated_path = restore_path_migrated(plan)
-    chosen = restore_path(as_is_path, migrated_path)
+    chosen = restore_path()
 
     submit_new = FlinkSubmitJarOperator(
         task_id="submit_new", jar=plan_value("new", "jar"),
@@ -194,7 +198,8 @@ with DAG(
     def record(plan: dict, new_job_id: str, restored_from: str, gate_result: dict | None = None) -> None:
         upgrade.record_upgrade(plan, new_job_id, restored_from, gate_result)
 
-    @task(trigger_rule="all_done")
+    # retries=0: the run's end is decided once (its alert is sent once).
+    @task(trigger_rule="all_done", retries=0)
     def conclude(params: dict | None = None, ti=None) -> None:  # Airflow injects the task instance
         plan = ti.xcom_pull(task_ids="resolve")
         failure = ti.xcom_pull(task_ids="resolve", key="failure")
@@ -205,8 +210,8 @@ with DAG(
                                      timeout=float((params or {}).get("rollback_timeout") or 300))
         if alert:
             send_alert(alert)
-        if not ok:
-            raise upgrade.UpgradeError(alert.splitlines()[0] if alert else "the upgrade did not complete")
+        if not ok:  # the run fails on purpose, its alert sent: the headline in one log line, not a traceback
+            raise TaskRefused(alert.splitlines()[0] if alert else "the upgrade did not complete")
 
     plan >> checks >> preflight >> check >> branch
     incompatible, checked_only = alert_incompatible(plan), check_only_done(plan)

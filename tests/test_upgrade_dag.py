@@ -23,7 +23,7 @@ from tests.support import sample_job
 from tests.support.airflow_env import ROOT, load_dag, set_connection
 from tests.support.sample_job import ENTRY_CLASS, expected_count
 
-pytestmark = pytest.mark.flink
+pytestmark = [pytest.mark.flink, pytest.mark.airflow, pytest.mark.spark]  # the DAG runs spark-submit
 
 MANIFESTS = ROOT / "examples" / "sample-job" / "manifests"
 KEYS = 8
@@ -373,3 +373,55 @@ def test_flink_unreachable_changes_nothing_and_says_why(env: dict[str, Any], upg
                      f"the Flink REST API at http://127.0.0.1:{port}: connection refused or reset. Nothing was "
                      f"stopped; the running job was not touched. Logs: {texts[0].split('Logs: ')[1]}"], texts
     assert env["client"].job_state(entry["job_id"]) == "RUNNING" and _registry(env)["keyed-stats-v1"] == entry
+
+
+def _airflow_dags_test(conf: dict[str, Any]) -> str:
+    """One run with ``airflow dags test`` (as ``make demo`` runs it): Airflow's whole log of the run, as a user
+    reads it."""
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
+    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "dags", "test", "flink_state_upgrade",
+                             "-c", json.dumps(conf)], env=env, capture_output=True, text=True, timeout=900)
+    return result.stdout + result.stderr
+
+
+def test_the_logs_of_an_upgrade_and_of_a_refusal_are_clean(env: dict[str, Any]):
+    # A deployment of its own (job v1 under another name), so that the runs above are not disturbed.
+    client, work = env["client"], env["work"]
+    job = sample_job.submit(client, "v1", work / "logs-audit-v1", keys=KEYS, rate=100, parallelism=2)
+    job.wait_for_keys()
+    name = "keyed-stats-logs"
+    try:
+        current = _version("v1", "v1.yaml", work / "logs-audit-v1")
+        upgraded = _airflow_dags_test(_conf(env, _version("v2", "v2.yaml", work / "logs-audit-v2"), job_name=name,
+                                            job_id=job.job_id, current=current))
+        assert name in (_registry(env) if (env["base"] / "deployments.json").exists() else {}), upgraded[-5000:]
+        deployed = _registry(env)[name]
+        assert deployed["version"]["jar"].endswith("sample-job-v2.jar"), upgraded[-3000:]
+        assert client.job_state(deployed["job_id"]) == "RUNNING"
+        # Through the migration branch, so restore_path_as_is was skipped: nothing pulls what it never pushed.
+        run_dir = _run_dir(env, name, None)
+        assert json.loads((run_dir / "run.json").read_text())["outcome"] == "upgraded"
+        assert (run_dir / "migrated" / "savepoint" / "_metadata").is_file() and not (run_dir / "as-is").exists()
+        assert "XCom not found" not in upgraded and "[error" not in upgraded, upgraded[-3000:]
+        assert "Traceback" not in upgraded
+
+        refused = _airflow_dags_test(_conf(env, _version("v3", "v3.yaml", work / "logs-audit-v3"), job_name=name,
+                                           job_id=deployed["job_id"]))
+        run_dir = _run_dir(env, name, None)
+        assert json.loads((run_dir / "run.json").read_text())["outcome"] == "refused", refused[-3000:]
+        assert client.job_state(deployed["job_id"]) == "RUNNING"
+        # The reason in one line (the task's end), no traceback anywhere; the alert itself is logged as sent.
+        assert "Traceback" not in refused, refused[-5000:]
+        headline = (f"Flink upgrade of {name} REFUSED: the new version cannot restore the state; nothing was "
+                    f"stopped. RUNNING now: the old version (sample-job-v2.jar) as job {deployed['job_id']}.")
+        ended = [line for line in refused.splitlines() if "Task exited" in line]
+        assert len(ended) == 1 and f"exit_code='{headline}'" in ended[0], ended or refused[-5000:]
+        assert "XCom not found" not in refused
+    finally:  # this deployment's jobs end here (v1, or the v2 that replaced it)
+        registry = env["base"] / "deployments.json"
+        ours = {job.job_id, json.loads(registry.read_text()).get(name, {}).get("job_id") if registry.exists() else None}
+        for listed in client.list_jobs():
+            if listed["state"] == "RUNNING" and listed["jid"] in ours:
+                client.cancel(listed["jid"])

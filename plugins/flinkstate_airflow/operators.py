@@ -12,6 +12,20 @@ from airflow.sdk import BaseOperator
 from flinkstate_airflow.hooks import FlinkHook
 
 
+class TaskRefused(SystemExit):
+    """Fails a task on purpose, with one log line saying why. Airflow 3 logs every other exception a task raises
+    with its traceback (AirflowFailException too); a ``SystemExit`` it logs as one line (``Task exited
+    exit_code='<the message>'``) and otherwise treats like any failure: failure callbacks get it as the exception,
+    retries apply. For expected outcomes (an upgrade refused, a run failed after its alert), not for bugs."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class _FlinkOperator(BaseOperator):
     def __init__(self, *, flink_conn_id: str = FlinkHook.default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
