@@ -1,5 +1,5 @@
 # The two commands a new user needs: `make demo` and `make test`. Both set up what they need first.
-.PHONY: setup demo test lint cluster-start cluster-stop cluster-status constraints clean
+.PHONY: setup demo test unit lint typecheck cluster-start cluster-stop cluster-status constraints clean
 
 setup:
 	@scripts/setup.sh
@@ -10,8 +10,19 @@ demo: setup
 test: setup
 	.venv/bin/pytest $(PYTEST_ARGS)
 
+# The quick loop: every test that needs no Flink cluster, Spark or Airflow (markers: tests/conftest.py), under a
+# minute on 2 cores. `make test` runs these too.
+UNIT_MARKERS = not flink and not spark and not airflow
+unit: setup
+	.venv/bin/pytest -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
+
+# ruff, then mypy (strict for flinkstate; configured in pyproject.toml).
 lint: setup
 	.venv/bin/ruff check .
+	.venv/bin/mypy
+
+typecheck: setup
+	.venv/bin/mypy
 
 # The demo's cluster (the demo leaves it running; these manage it by hand).
 CLUSTER_DIR ?= .work/demo/cluster

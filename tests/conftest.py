@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,63 @@ import pytest
 
 from flinkstate.engine import LocalFlinkCluster
 from tests.support import sample_job
+
+#: Session fixtures -> the marker of what they start. A test using one of them, directly or through another fixture,
+#: is marked at collection, so `make unit` (-m "not flink and not spark and not airflow") never starts any of them.
+FIXTURE_MARKERS: dict[str, str] = {
+    "flink_cluster": "flink",
+    "flink_matrix_savepoints": "flink",
+    "s3_endpoint": "s3",
+    "airflow_home": "airflow",
+    "webhook": "airflow",
+}
+#: Names whose use in a test's code (or in a helper function of its module that it calls) starts something without a
+#: fixture. Module fixtures that start something and Airflow modules carry a module `pytestmark` instead;
+#: tests/test_markers.py checks that every module that needs one has it.
+CODE_MARKERS: dict[str, str] = {
+    "LocalFlinkCluster": "flink",
+    "spark_submit": "spark",
+    "SPARK_SUBMIT": "spark",
+    "SparkSession": "spark",
+    "load_dag": "airflow",
+    "configure_airflow": "airflow",
+    "set_connection": "airflow",
+}
+
+
+def _names_used(code: types.CodeType, module: types.ModuleType, seen: set[types.CodeType]) -> set[str]:
+    """Global and attribute names a code object uses, with those of the same module's functions it calls."""
+    if code in seen:
+        return set()
+    seen.add(code)
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):  # nested functions, lambdas, comprehensions
+            names |= _names_used(const, module, seen)
+    for name in list(names):
+        helper = getattr(module, name, None)
+        if isinstance(helper, types.FunctionType) and helper.__module__ == module.__name__:
+            names |= _names_used(helper.__code__, module, seen)
+    return names
+
+
+def markers_for(item: pytest.Item) -> set[str]:
+    """The markers a test needs from the fixtures it uses (their closure) and the names its code uses."""
+    needed = {marker for fixture, marker in FIXTURE_MARKERS.items() if fixture in getattr(item, "fixturenames", ())}
+    function = getattr(item, "function", None)
+    module = getattr(item, "module", None)
+    if isinstance(function, types.FunctionType) and module is not None:
+        used = _names_used(function.__code__, module, set())
+        needed |= {marker for name, marker in CODE_MARKERS.items() if name in used}
+    return needed
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in sorted(markers_for(item)):
+            if item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+
 
 #: name -> (state backend, snapshot compression, parallelism); the savepoints every reader test runs against.
 SAVEPOINT_VARIANTS: dict[str, tuple[str, bool, int]] = {
