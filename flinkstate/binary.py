@@ -93,7 +93,7 @@ def decode_sv(buf: bytes, off: int) -> tuple[str | None, int]:
     if b < 0x80:
         n = b - 1
     else:
-        n, off = _leb128_tail(buf, off, b & 0x7F)
+        n, off = leb128_tail(buf, off, b & 0x7F)
         n -= 1
     if n < 0:
         return None, off
@@ -110,7 +110,9 @@ def decode_sv_body(buf: bytes, off: int, n: int) -> tuple[str, int]:
     return _decode_sv_units(buf, off, n)
 
 
-def _leb128_tail(buf: bytes, off: int, value: int) -> tuple[int, int]:
+def leb128_tail(buf: bytes, off: int, value: int) -> tuple[int, int]:
+    """The rest of an unsigned LEB128 varint whose first byte (``value``: its low 7 bits) had the continuation bit
+    set: ``(number, offset after it)``. The fast paths read the one-byte case inline and call this for the rest."""
     shift = 7
     while True:
         b = buf[off]
@@ -127,7 +129,7 @@ def _decode_sv_units(buf: bytes, off: int, n: int) -> tuple[str, int]:
         b = buf[off]
         off += 1
         if b >= 0x80:
-            b, off = _leb128_tail(buf, off, b & 0x7F)
+            b, off = leb128_tail(buf, off, b & 0x7F)
         units.append(b)
     return _from_utf16_units(units), off
 
@@ -159,7 +161,7 @@ def encode_leb128(value: int) -> bytes:
 
 def decode_leb128(buf: bytes, off: int) -> tuple[int, int]:
     b = buf[off]
-    return (b, off + 1) if b < 0x80 else _leb128_tail(buf, off + 1, b & 0x7F)
+    return (b, off + 1) if b < 0x80 else leb128_tail(buf, off + 1, b & 0x7F)
 
 
 def encode_varint_le(value: int) -> bytes:

@@ -15,10 +15,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from flinkstate.serializers.base import TypeSerializerSnapshot
+
+class NamedType(Protocol):
+    """What a rule needs of a serializer snapshot to name a type change (``TypeSerializerSnapshot`` is one): a
+    protocol, so that this module stays below the serializer families instead of importing them back."""
+
+    def type_name(self) -> str: ...
 
 
 class Verdict(enum.IntEnum):
@@ -130,17 +134,12 @@ def relabel_type_change(result: Compatibility, path: str, code: str) -> Compatib
     return result
 
 
-def type_changed(new: TypeSerializerSnapshot, old: TypeSerializerSnapshot, path: str,
+def type_changed(new: NamedType, old: NamedType, path: str,
                  code: str = "TYPE_CHANGED") -> Compatibility:
     """The common first check of every family: an old snapshot of another serializer is incompatible."""
     return Compatibility.of(Finding(code, path, f"type changed from {old.type_name()} to {new.type_name()}",
                                     INCOMPATIBLE, old.type_name(), new.type_name()))
 
 
-def resolve(new: TypeSerializerSnapshot, old: TypeSerializerSnapshot, path: str = "") -> Compatibility:
-    """Resolves ``new`` against ``old`` with the new snapshot's family rule."""
-    return new.resolve_compatibility(old, path)
-
-
-__all__ = ["AFTER_MIGRATION", "AS_IS", "INCOMPATIBLE", "RECONFIGURED", "Compatibility", "Finding", "Verdict",
-           "join", "relabel_type_change", "resolve", "type_changed", "worst"]
+__all__ = ["AFTER_MIGRATION", "AS_IS", "INCOMPATIBLE", "RECONFIGURED", "Compatibility", "Finding", "NamedType",
+           "Verdict", "join", "relabel_type_change", "type_changed", "worst"]

@@ -12,6 +12,10 @@ class EnvironmentProblem(FlinkStateError):
     """The machine lacks something flinkstate needs (Java, a Flink distribution)."""
 
 
+class WriteError(FlinkStateError):
+    """A savepoint could not be written."""
+
+
 def printable(text: object) -> str:
     """``text`` as one printable line: control characters (newlines, ANSI escapes, ...) and other unprintable code
     points become backslash escapes. Names read from savepoints and manifests (uids, state and class names) pass

@@ -36,8 +36,9 @@ import yaml
 
 from flinkstate.binary import operator_id_from_uid
 from flinkstate.errors import FlinkStateError, printable
+from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
+from flinkstate.format.metadata import has_state
 from flinkstate.identity import OperatorRef
-from flinkstate.keyed import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.collections import ListSnapshot, MapSnapshot
@@ -157,8 +158,6 @@ class Manifest:
 def manifest_from_savepoint(savepoint: Savepoint, job: str | None = None) -> Manifest:
     """The manifest describing ``savepoint`` (``flinkstate schema``): every operator that holds state, and every
     keyed state with its types. Row field names are not stored in savepoints: they come out as f0, f1, ..."""
-    from flinkstate.resolution import has_state
-
     operators: dict[str, OperatorSchema] = {}
     for op in savepoint.operators:
         if not has_state(op):

@@ -89,8 +89,6 @@ class Report:
             return "restore"
         outcome = "migrate" if self.migration_possible else "incompatible"
         if self.dry_run is not None:
-            from flinkstate.migration.dry_run import outcome_after_dry_run
-
             outcome = outcome_after_dry_run(outcome, self.dry_run)
         return outcome
 
@@ -159,8 +157,6 @@ class Report:
                          + (f" [{'; '.join(flags)}]" if flags else ""))
         text = "\n".join(lines) + "\n"
         if self.dry_run is not None:
-            from flinkstate.migration.dry_run import render_dry_run
-
             text += render_dry_run(self.dry_run, self.dry_run_runner)
         elif self.outcome == "migrate":
             text += ("\nThe migration was planned from the serializer snapshots only; run the check with "
@@ -207,4 +203,40 @@ def escape_markdown(text: str) -> str:
     return text.replace("|", "\\|").replace("`", "'")
 
 
-__all__ = ["EXIT_INCOMPATIBLE", "EXIT_MIGRATION", "EXIT_OK", "REPORT_VERSION", "Report", "StateRow", "escape_markdown"]
+# -- the dry run's section (its figures come from flinkstate.migration.dry_run.summarize) ----------------
+
+
+def outcome_after_dry_run(outcome: str, section: dict[str, Any]) -> str:
+    """A migration that would fail (an entry under the ``fail`` policy, or more dead letters than allowed) is not
+    possible: ``migrate`` becomes ``incompatible``."""
+    if outcome == "migrate" and (section.get("plan_error") or (section.get("ran") and (
+            section.get("failed_under_fail_policy") or section.get("too_many_dead_letters")))):
+        return "incompatible"
+    return outcome
+
+
+def render_dry_run(section: dict[str, Any], runner: str = "one process") -> str:
+    """The Markdown section appended to the check report."""
+    if not section.get("ran"):
+        return f"\n## Dry run\n\nNot run: {section['reason']}.\n"
+    lines = ["", "## Dry run", "",
+             f"{section['entries']} entries decoded and migrated in memory ({section['tasks']} tasks, {runner}) in "
+             f"{section['seconds']} s; {section['failures']} failed.", ""]
+    if section.get("failed_under_fail_policy"):
+        lines += ["**The migration would fail**: entries fail in a state whose policy is `fail`.", ""]
+    if section.get("too_many_dead_letters"):
+        lines += [f"**The migration would fail**: {section['dead_letters']} entries would be dead-lettered, more "
+                  f"than the limit of {section['max_dead_letters']} (`--max-dead-letters`).", ""]
+    lines += ["| state | read | converted | failed |", "|---|---|---|---|"]
+    lines += [f"| {escape_markdown(name)} | {c['read']} | {c['converted']} | {c['failed']} |"
+              for name, c in section["states"].items()]
+    if section["examples"]:
+        lines += ["", "Failing entries (first few):", ""]
+        lines += [f"- `{escape_markdown(e['operator'])}/{escape_markdown(e['state'])}` key "
+                  f"`{escape_markdown(json.dumps(e['key']))}` ({e.get('on_error')}): {escape_markdown(e['error'])}"
+                  for e in section["examples"]]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["EXIT_INCOMPATIBLE", "EXIT_MIGRATION", "EXIT_OK", "REPORT_VERSION", "Report", "StateRow", "escape_markdown",
+           "outcome_after_dry_run", "render_dry_run"]

@@ -36,10 +36,10 @@ from flinkstate.compatibility import (
     Compatibility,
     Finding,
 )
+from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
+from flinkstate.format.metadata import OperatorState, has_state
 from flinkstate.identity import OperatorRef
-from flinkstate.keyed import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.manifest import Manifest, OperatorSchema, StateSchema, load_manifest
-from flinkstate.metadata import OperatorState
 from flinkstate.report import Report, StateRow
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
@@ -105,13 +105,6 @@ def _with_declared_value(finding: Finding, migration: Any) -> Finding:
     if isinstance(rule, dict) and "default" in rule:
         return finding.at(message=f"field {field} added; the declared migration sets it to {rule['default']!r}")
     return finding
-
-
-def has_state(op: OperatorState) -> bool:
-    """Whether Flink would refuse to skip this operator without allowNonRestoredState."""
-    return op.coordinator_state is not None or any(
-        s.managed_keyed_state or s.raw_keyed_state or s.managed_operator_state or s.raw_operator_state
-        or s.input_channel_state or s.result_subpartition_state for s in op.subtasks.values())
 
 
 def operator_label(op: OperatorState) -> str:
@@ -364,4 +357,4 @@ def _new_types(state: StateSchema) -> dict[str, str]:
     return types
 
 
-__all__ = ["BACKENDS", "MigrationPlanner", "check", "has_state", "operator_label"]
+__all__ = ["BACKENDS", "MigrationPlanner", "check", "operator_label"]

@@ -18,18 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from flinkstate.binary import KeyGroupRange
+from flinkstate.format.handles import FileStateHandle, RelativeFileStateHandle
+from flinkstate.format.keyed_header import KeyedBackendHeader, StateMetaInfo, state_meta_bytes
+from flinkstate.format.keyed_stream import KeyedStateStream
+from flinkstate.format.metadata import CheckpointMetadata, OperatorState, read_metadata
 from flinkstate.format_errors import SavepointFormatError, StateNotFound
 from flinkstate.identity import OperatorRef
-from flinkstate.keyed import KeyedBackendHeader, KeyedStateStream, StateMetaInfo, state_meta_bytes
-from flinkstate.metadata import (
-    CheckpointMetadata,
-    FileStateHandle,
-    OperatorState,
-    RelativeFileStateHandle,
-    read_metadata,
-)
 from flinkstate.serializers.registry import snapshot_bytes
-from flinkstate.storage import METADATA_FILE, SavepointLocation, StorageError, open_location
+from flinkstate.storage.locations import METADATA_FILE, SavepointLocation, StorageError
+from flinkstate.storage.uri import open_location
 
 
 @dataclass(frozen=True)

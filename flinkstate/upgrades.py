@@ -27,7 +27,8 @@ from urllib.parse import urlparse
 
 from flinkstate.engine.rest import TERMINAL_STATES, FlinkJobFailed, FlinkRestClient, FlinkRestError
 from flinkstate.errors import FlinkStateError
-from flinkstate.storage import exists, read_file, s3_client, split_s3_uri, write_file
+from flinkstate.storage.s3 import s3_client, split_s3_uri
+from flinkstate.storage.uri import exists, read_file, write_file
 
 REGISTRY_FILE = "deployments.json"
 JOURNAL_DIR = "journal"

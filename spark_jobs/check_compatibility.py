@@ -38,7 +38,7 @@ from flinkstate.migration.transforms import CodePolicy
 from flinkstate.migration.verify import verify_migration
 from flinkstate.resolution import BACKENDS, check
 from flinkstate.savepoint import Savepoint
-from flinkstate.storage import write_file
+from flinkstate.storage.uri import write_file
 from spark_jobs.common import collect_guarded, guarded, run_main, spark_session
 
 REPORT_JSON = "check-report.json"

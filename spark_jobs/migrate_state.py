@@ -27,7 +27,7 @@ from flinkstate.migration.engine import MigrationPlan, SubtaskResult, migrate_su
 from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.transforms import CodePolicy
 from flinkstate.savepoint import Savepoint
-from flinkstate.writer import SavepointOutput
+from flinkstate.storage.outputs import SavepointOutput
 from spark_jobs.common import collect_guarded, guarded, run_main, spark_session
 
 

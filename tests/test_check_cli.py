@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from flinkstate.cli import main
-from flinkstate.keyed import StateMetaInfo
+from flinkstate.format.keyed_header import StateMetaInfo
 from flinkstate.manifest import ManifestError, StateSchema, load_manifest
 from flinkstate.resolution import check
 from flinkstate.savepoint import Savepoint

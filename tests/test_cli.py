@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from flinkstate import storage
 from flinkstate.cli import build_parser, main
+from flinkstate.storage import settings
 
 
 @pytest.mark.parametrize("argv", [
@@ -32,10 +32,10 @@ def test_the_endpoint_given_after_the_command_is_used(capsys: pytest.CaptureFixt
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
     assert main(["describe", "s3://bucket/prefix", "--s3-endpoint-url", "http://127.0.0.1:9", "--s3-region",
                  "us-east-1"]) == 1
-    assert storage.s3_options.endpoint_url == "http://127.0.0.1:9"
+    assert settings.s3_options.endpoint_url == "http://127.0.0.1:9"
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    storage.s3_options = storage.S3Options(None, None, None)
+    settings.s3_options = settings.S3Options(None, None, None)
 
 
 def test_version_names_the_supported_formats():
@@ -51,7 +51,8 @@ def test_help_has_examples():
 
 def test_check_report_to_a_file(tmp_path, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
     # A savepoint that cannot be opened still fails in one line; a report path that cannot be written too.
-    from flinkstate.storage import StorageError, write_file
+    from flinkstate.storage.locations import StorageError
+    from flinkstate.storage.uri import write_file
 
     target = tmp_path / "reports" / "check.md"
     assert write_file(target, b"# report\n") == str(target) and target.read_bytes() == b"# report\n"

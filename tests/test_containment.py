@@ -18,26 +18,21 @@ from pathlib import Path
 
 import pytest
 
-from flinkstate import storage
-from flinkstate.checkpoint_properties import (
+from flinkstate.cli import main
+from flinkstate.errors import WriteError
+from flinkstate.format.checkpoint_properties import (
     CheckpointProperties,
     CheckpointType,
     SavepointType,
     parse_trailer,
     serialize_properties,
 )
-from flinkstate.cli import main
+from flinkstate.format.handles import FileStateHandle, RelativeFileStateHandle, StreamStateHandle
+from flinkstate.format.metadata import CheckpointMetadata, read_metadata, write_metadata
 from flinkstate.format_errors import SavepointFormatError
-from flinkstate.metadata import (
-    CheckpointMetadata,
-    FileStateHandle,
-    RelativeFileStateHandle,
-    StreamStateHandle,
-    read_metadata,
-)
 from flinkstate.savepoint import Savepoint
-from flinkstate.storage import HandleRefused
-from flinkstate.writer import WriteError, write_metadata
+from flinkstate.storage import settings
+from flinkstate.storage.locations import HandleRefused
 from tests.support.deadline import deadline
 
 SOURCE = "heap-p2"  # parallelism 2: an operator-state file handle (sequence-source) and two keyed-state files (stats)
@@ -264,7 +259,7 @@ def test_opt_in_reads_a_legacy_absolute_handle_but_nothing_else(
     assert main(["--allow-external-handles", "dump", str(case.savepoint), "--operator", "stats",
                  "--state", "count"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(expected)
-    storage.handle_policy = storage.HandlePolicy()  # main() set it for the process: back to the default
+    settings.handle_policy = settings.HandlePolicy()  # main() set it for the process: back to the default
 
     # The opt-in admits files elsewhere, still only regular ones and never '..' in a relative handle.
     rewrite_handle(case.savepoint, KEYED_STATE, lambda h: FileStateHandle(1 << 20, "/dev/zero"))
@@ -507,7 +502,7 @@ def containment_bucket(s3_endpoint: str) -> str:
 ])
 def test_every_command_refuses_a_handle_outside_the_s3_prefix(
         handle: str, containment_bucket: str, case: Case, capsys: pytest.CaptureFixture[str]) -> None:
-    from flinkstate.storage import copy_savepoint
+    from flinkstate.storage.uri import copy_savepoint
 
     rewrite_handle(case.savepoint, KEYED_STATE, lambda h: FileStateHandle(len(CANARY), handle))
     uri = f"s3://{containment_bucket}/job/{case.work.parent.name}/savepoint"

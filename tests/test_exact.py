@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from flinkstate.cli import main
-from flinkstate.keyed import iter_raw_entries
-from flinkstate.metadata import read_metadata
+from flinkstate.format.keyed_stream import iter_raw_entries
+from flinkstate.format.metadata import read_metadata, write_metadata
 from flinkstate.migration import MigrationError, OperatorTarget, StateTarget, migrate_savepoint, parse_migration
 from flinkstate.migration.engine import SubtaskResult, plan_migration, run_units_locally
 from flinkstate.migration.transforms import CodePolicy
@@ -22,7 +22,7 @@ from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.pojo import PojoSnapshot
 from flinkstate.serializers.primitives import simple
-from flinkstate.writer import open_output, write_metadata
+from flinkstate.storage.uri import open_output
 
 pytestmark = pytest.mark.flink
 

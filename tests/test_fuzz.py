@@ -51,14 +51,14 @@ from typing import Any
 import pytest
 
 from flinkstate.cli import main
-from flinkstate.metadata import KeyGroupsStateHandle, read_metadata
+from flinkstate.format.handles import KeyGroupsStateHandle
+from flinkstate.format.metadata import read_metadata
 from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.verify import verify_migration
 from flinkstate.savepoint import Savepoint
 from tests.support import edge_job, sample_job
 from tests.support.deadline import Hang, deadline
 
-pytestmark = pytest.mark.flink
 
 ROOT = Path(__file__).resolve().parent.parent
 FLINKSTATE = ROOT / ".venv" / "bin" / "flinkstate"

@@ -25,7 +25,7 @@ from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.pojo import PojoSnapshot
 from flinkstate.serializers.primitives import simple
 from flinkstate.serializers.registry import snapshot_bytes
-from flinkstate.writer import open_output
+from flinkstate.storage.uri import open_output
 from tests.support import sample_job
 from tests.support.sample_job import expected_count, expected_state, key_index
 

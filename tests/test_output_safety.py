@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from flinkstate.savepoint import Savepoint
-from flinkstate.writer import OWNER_MARKER, STAGED_METADATA, Owner
+from flinkstate.storage.outputs import OWNER_MARKER, STAGED_METADATA, Owner
 from tests.test_spark_jobs import MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]

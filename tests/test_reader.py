@@ -21,8 +21,8 @@ from flinkstate.binary import (
 )
 from flinkstate.cli import main
 from flinkstate.errors import FlinkStateError
+from flinkstate.format.keyed_stream import KeyedStateStream
 from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot
-from flinkstate.keyed import KeyedStateStream
 from flinkstate.savepoint import Savepoint
 from tests.support.sample_job import OPERATOR_UID, SOURCE_UID, counts_for_position, expected_state
 from tests.support.state_checks import EVENT_TIMERS, PROCESSING_TIMERS, assert_sample_state

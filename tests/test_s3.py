@@ -9,11 +9,12 @@ from pathlib import Path
 import boto3
 import pytest
 
-from flinkstate import storage
 from flinkstate.binary import KeyGroupRange, assign_key_group, java_string_hash
 from flinkstate.cli import main
 from flinkstate.savepoint import Savepoint
-from flinkstate.storage import StorageError, copy_savepoint, open_location
+from flinkstate.storage import settings
+from flinkstate.storage.locations import StorageError
+from flinkstate.storage.uri import copy_savepoint, open_location
 from tests.support.sample_job import OPERATOR_UID
 
 STATES = ("stats", "count", "recent", "buckets", "_timer_state/processing_user-timers")
@@ -92,7 +93,7 @@ def test_explicit_endpoint_option_wins_over_the_environment(
         assert error.startswith("flinkstate: error: s3://savepoints/job-a/savepoint-1/_metadata: S3 head_object")
         assert "\n" not in error
     finally:
-        storage.s3_options = storage.S3Options()
+        settings.s3_options = settings.S3Options()
 
 
 def test_copy_back_to_local_restores_byte_for_byte(s3_savepoint: str, flink_savepoints: dict[str, Path],

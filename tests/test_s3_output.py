@@ -15,8 +15,10 @@ import pytest
 
 from flinkstate.cli import main as flinkstate_main
 from flinkstate.engine import LocalFlinkCluster
-from flinkstate.storage import copy_savepoint
-from flinkstate.writer import OWNER_MARKER, STAGED_METADATA, Owner, S3SavepointOutput, WriteError, open_output
+from flinkstate.errors import WriteError
+from flinkstate.storage.outputs import OWNER_MARKER, STAGED_METADATA, Owner
+from flinkstate.storage.s3_output import S3SavepointOutput
+from flinkstate.storage.uri import copy_savepoint, open_output
 from tests.support import sample_job
 from tests.support.sample_job import check_audit_record, key_index
 from tests.test_spark_jobs import MANIFESTS, _manifest_with, spark_submit

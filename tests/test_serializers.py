@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from flinkstate.binary import I32, I64, INT_MIN, LONG_MIN, Reader, Writer, encode_sv
+from flinkstate.format.keyed_entries import KeyLayout
 from flinkstate.format_errors import UnknownSerializerSnapshot
-from flinkstate.keyed import KeyLayout
 from flinkstate.serializers import read_snapshot, snapshot_bytes
 from flinkstate.serializers.avro import AvroSnapshot
 from flinkstate.serializers.base import TypeSerializerSnapshot, UnknownSnapshot

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from flinkstate.engine import LocalFlinkCluster
-from flinkstate.keyed import KeyedBackendHeader
-from flinkstate.metadata import read_metadata
+from flinkstate.format.checkpoint_properties import JAVA_SERIALIZED_NULL
+from flinkstate.format.keyed_header import KeyedBackendHeader
+from flinkstate.format.keyed_stream import KeyedStreamWriter, encode_block
+from flinkstate.format.metadata import read_metadata, write_metadata
 from flinkstate.migration import OperatorTarget, migrate_savepoint
 from flinkstate.savepoint import Savepoint
-from flinkstate.writer import JAVA_SERIALIZED_NULL, KeyedStreamWriter, encode_block, open_output, write_metadata
+from flinkstate.storage.uri import open_output
 from tests.support import sample_job
 from tests.support.sample_job import check_audit_record
 
@@ -56,7 +58,7 @@ def test_block_encoding_round_trips_through_the_reader(tmp_path: Path, flink_sav
     header: KeyedBackendHeader = stream.header()
     key_group, start, end = stream.blocks[0]
     block = stream.read_block(key_group, start, end)
-    from flinkstate.keyed import iter_raw_entries, raw_key
+    from flinkstate.format.keyed_stream import iter_raw_entries, raw_key
 
     runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
     for state_id, ks, ke, vs, ve in iter_raw_entries(block):

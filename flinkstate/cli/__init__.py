@@ -13,8 +13,9 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from flinkstate import __version__, progress, storage
+from flinkstate import __version__, progress
 from flinkstate.errors import FlinkStateError, printable
+from flinkstate.storage import settings
 
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES = (
@@ -56,7 +57,7 @@ def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
 
 
 def version_text() -> str:
-    from flinkstate.metadata import SUPPORTED_VERSIONS
+    from flinkstate.format.metadata import SUPPORTED_VERSIONS
 
     return (f"flinkstate {__version__}\n"
             f"savepoints: _metadata versions {', '.join(map(str, sorted(SUPPORTED_VERSIONS)))} (Flink 1.11 to 2.3), "
@@ -93,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    storage.s3_options = storage.S3Options(args.s3_endpoint_url, args.s3_region, args.s3_profile)
-    storage.handle_policy = storage.HandlePolicy(args.allow_external_handles)
+    settings.s3_options = settings.S3Options(args.s3_endpoint_url, args.s3_region, args.s3_profile)
+    settings.handle_policy = settings.HandlePolicy(args.allow_external_handles)
     progress.enabled = args.progress
     try:
         return int(args.handler(args) or EXIT_OK)

@@ -68,7 +68,7 @@ def _run(args: argparse.Namespace) -> int:
                                          allow_code=policy)
     text = report.render_json() + "\n" if args.format == "json" else report.render_markdown()
     if args.output:
-        from flinkstate.storage import write_file
+        from flinkstate.storage.uri import write_file
 
         write_file(args.output, text.encode("utf-8"))
         print(f"flinkstate: report written to {printable(args.output)} ({report.outcome})", file=sys.stderr)

@@ -7,7 +7,6 @@ than allowed (``max_dead_letters``, default 0): the migration would not get thro
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -91,39 +90,5 @@ def run_dry_run(source: Savepoint, plan: MigrationPlan, *, examples: int = 5, ma
                      max_dead_letters=max_dead_letters)
 
 
-def outcome_after_dry_run(outcome: str, section: dict[str, Any]) -> str:
-    """A migration that would fail (an entry under the ``fail`` policy, or more dead letters than allowed) is not
-    possible: ``migrate`` becomes ``incompatible``."""
-    if outcome == "migrate" and (section.get("plan_error") or (section.get("ran") and (
-            section.get("failed_under_fail_policy") or section.get("too_many_dead_letters")))):
-        return "incompatible"
-    return outcome
-
-
-def render_dry_run(section: dict[str, Any], runner: str = "one process") -> str:
-    """The Markdown section appended to the check report."""
-    from flinkstate.report import escape_markdown
-
-    if not section.get("ran"):
-        return f"\n## Dry run\n\nNot run: {section['reason']}.\n"
-    lines = ["", "## Dry run", "",
-             f"{section['entries']} entries decoded and migrated in memory ({section['tasks']} tasks, {runner}) in "
-             f"{section['seconds']} s; {section['failures']} failed.", ""]
-    if section.get("failed_under_fail_policy"):
-        lines += ["**The migration would fail**: entries fail in a state whose policy is `fail`.", ""]
-    if section.get("too_many_dead_letters"):
-        lines += [f"**The migration would fail**: {section['dead_letters']} entries would be dead-lettered, more "
-                  f"than the limit of {section['max_dead_letters']} (`--max-dead-letters`).", ""]
-    lines += ["| state | read | converted | failed |", "|---|---|---|---|"]
-    lines += [f"| {escape_markdown(name)} | {c['read']} | {c['converted']} | {c['failed']} |"
-              for name, c in section["states"].items()]
-    if section["examples"]:
-        lines += ["", "Failing entries (first few):", ""]
-        lines += [f"- `{escape_markdown(e['operator'])}/{escape_markdown(e['state'])}` key "
-                  f"`{escape_markdown(json.dumps(e['key']))}` ({e.get('on_error')}): {escape_markdown(e['error'])}"
-                  for e in section["examples"]]
-    return "\n".join(lines) + "\n"
-
-
-__all__ = ["DryRunUnit", "dry_run_units", "outcome_after_dry_run", "render_dry_run", "run_dry_run",
+__all__ = ["DryRunUnit", "dry_run_units", "run_dry_run",
            "run_dry_run_unit", "summarize"]

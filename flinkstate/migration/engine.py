@@ -26,20 +26,21 @@ from typing import Any
 
 from flinkstate.binary import KeyGroupRange, assign_key_group, encode_varint_le
 from flinkstate.errors import FlinkStateError
+from flinkstate.format.handles import KeyGroupsStateHandle
+from flinkstate.format.keyed_entries import KeyLayout, make_entry_decoder
+from flinkstate.format.keyed_header import TIMERS, VALUE_SERIALIZER, KeyedBackendHeader, StateMetaInfo
+from flinkstate.format.keyed_stream import (
+    KeyedStateStream,
+    KeyedStreamWriter,
+    encode_block,
+    keyed_stream_file_name,
+    raw_key,
+)
+from flinkstate.format.metadata import CheckpointMetadata, OperatorState, OperatorSubtaskState, write_metadata
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.identity import OperatorRef
 from flinkstate.jsonify import to_json
-from flinkstate.keyed import (
-    TIMERS,
-    VALUE_SERIALIZER,
-    KeyedBackendHeader,
-    KeyedStateStream,
-    KeyLayout,
-    StateMetaInfo,
-    make_entry_decoder,
-    raw_key,
-)
-from flinkstate.metadata import CheckpointMetadata, KeyGroupsStateHandle, OperatorState, OperatorSubtaskState
+from flinkstate.migration.assemble import CopiedFile, copy_stream_handle
 from flinkstate.migration.spec import NO_MIGRATION, StateMigration
 from flinkstate.migration.transforms import (
     CodeNotAllowed,
@@ -56,15 +57,7 @@ from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.timer import Timer
-from flinkstate.writer import (
-    CopiedFile,
-    KeyedStreamWriter,
-    SavepointOutput,
-    copy_stream_handle,
-    encode_block,
-    keyed_stream_file_name,
-    write_metadata,
-)
+from flinkstate.storage.outputs import SavepointOutput
 
 #: A user function returns this to drop an entry.
 DROP = object()

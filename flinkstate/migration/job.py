@@ -24,8 +24,7 @@ from flinkstate.migration.engine import (
 from flinkstate.migration.manifest_targets import check_against_manifest, targets_from_manifest
 from flinkstate.migration.transforms import CodePolicy
 from flinkstate.savepoint import Savepoint
-from flinkstate.storage import write_file
-from flinkstate.writer import open_output
+from flinkstate.storage.uri import open_output, write_file
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ migrated savepoint against the new manifest."""
 
 from __future__ import annotations
 
-from flinkstate.keyed import TIMERS, StateMetaInfo
+from flinkstate.format.keyed_header import TIMERS, StateMetaInfo
 from flinkstate.manifest import Manifest, OperatorSchema, StateSchema
 from flinkstate.migration.engine import MigrationError, OperatorTarget, StateTarget, plan_value_migration
 from flinkstate.migration.spec import parse_migration

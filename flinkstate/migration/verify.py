@@ -33,9 +33,10 @@ from typing import Any
 
 from flinkstate.binary import assign_key_group
 from flinkstate.errors import FlinkStateError, printable
+from flinkstate.format.handles import KeyGroupsStateHandle, StreamStateHandle
+from flinkstate.format.keyed_stream import StreamSource, raw_key
+from flinkstate.format.metadata import OperatorState
 from flinkstate.jsonify import to_json
-from flinkstate.keyed import StreamSource, raw_key
-from flinkstate.metadata import KeyGroupsStateHandle, OperatorState, StreamStateHandle
 from flinkstate.migration.engine import MigrationPlan, OperatorPlan, StateCodec, StateRewrite, migrate_entry
 from flinkstate.progress import track
 from flinkstate.savepoint import Savepoint

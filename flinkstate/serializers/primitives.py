@@ -32,7 +32,6 @@ from flinkstate.binary import (
     U16,
     Reader,
     Writer,
-    _leb128_tail,
     decode_sv,
     decode_sv_body,
     encode_leb128,
@@ -44,6 +43,7 @@ from flinkstate.binary import (
     java_int_hash,
     java_long_hash,
     java_string_hash,
+    leb128_tail,
     to_int32,
 )
 from flinkstate.format_errors import SavepointFormatError
@@ -114,7 +114,7 @@ def _encode_string(value: str | None, out: bytearray) -> None:
 def _decode_string_value(buf: bytes, off: int) -> tuple[str, int]:
     # StringValue.write: LEB128 length (no +1, never null) then the units, i.e. StringSerializer's form of len+1.
     b = buf[off]
-    n, off = (b, off + 1) if b < 0x80 else _leb128_tail(buf, off + 1, b & 0x7F)
+    n, off = (b, off + 1) if b < 0x80 else leb128_tail(buf, off + 1, b & 0x7F)
     return decode_sv_body(buf, off, n)
 
 
@@ -126,7 +126,7 @@ def _encode_string_value(value: str, out: bytearray) -> None:
 
 def _leb128_value(data: bytes) -> tuple[int, int]:
     b = data[0]
-    return (b, 1) if b < 0x80 else _leb128_tail(data, 1, b & 0x7F)
+    return (b, 1) if b < 0x80 else leb128_tail(data, 1, b & 0x7F)
 
 
 def _decode_nothing(buf: bytes, off: int) -> tuple[None, int]:

@@ -29,7 +29,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from flinkstate.engine.rest import FlinkRestClient, FlinkRestError
-from flinkstate.storage import exists, read_file, s3_client, split_s3_uri, write_file
+from flinkstate.storage.s3 import s3_client, split_s3_uri
+from flinkstate.storage.uri import exists, read_file, write_file
 from flinkstate.upgrades import (
     CHECKED,
     DOWN,

@@ -21,7 +21,7 @@ from typing import Any
 
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.engine.rest import FlinkRestClient
-from flinkstate.keyed import iter_raw_entries, raw_key
+from flinkstate.format.keyed_stream import iter_raw_entries, raw_key
 from flinkstate.savepoint import Savepoint
 from tests.support.sample_job import SampleJobRun, expected_count, key_index
 

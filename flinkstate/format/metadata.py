@@ -1,16 +1,38 @@
-"""The ``_metadata`` file of a savepoint (``Checkpoints.loadCheckpointMetadata`` / ``MetadataV2V3SerializerBase``).
+"""The ``_metadata`` file of a savepoint: its model, its reading and its writing.
 
-Reads versions 3 (Flink 1.11-1.15), 4 (1.16-1.20, adds the Java-serialized CheckpointProperties trailer),
-5 (2.0, adds operator name and uid) and 6 (2.1+, channel state handles V2). Native, incremental, changelog and
-file-merging handles are recognised and rejected by name: only canonical savepoints are supported.
+Layout (``MetadataV2V3SerializerBase`` and its V3 to V6 subclasses): magic, version, checkpoint id, master states,
+operator states (each: name and uid from V5, id, parallelism, max parallelism, coordinator state, then per subtask
+its operator-state, keyed-state and channel-state handles, see :mod:`flinkstate.format.handles`), and from V4 a
+Java-serialized ``CheckpointProperties`` trailer (:mod:`flinkstate.format.checkpoint_properties`).
+:func:`write_metadata` is the mirror of :func:`read_metadata`: re-writing what was read gives the same bytes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from flinkstate.binary import KeyGroupRange, Reader
-from flinkstate.checkpoint_properties import CheckpointProperties, parse_trailer, serialize_properties
+from flinkstate.binary import Reader, Writer
+from flinkstate.errors import FlinkStateError, WriteError
+from flinkstate.format.checkpoint_properties import (
+    JAVA_SERIALIZED_NULL,
+    CheckpointProperties,
+    parse_trailer,
+    serialize_properties,
+)
+from flinkstate.format.handles import (
+    ByteStreamStateHandle,
+    ChannelStateHandle,
+    FileStateHandle,
+    HandleReader,
+    KeyGroupsStateHandle,
+    OperatorStreamStateHandle,
+    RelativeFileStateHandle,
+    StreamStateHandle,
+    write_channel_handle,
+    write_keyed_state_handle,
+    write_operator_state_handle,
+    write_stream_handle,
+)
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
 
 MAGIC = 0x4960672D
@@ -18,117 +40,6 @@ MAGIC = 0x4960672D
 UPPER_BOUND_MAX_PARALLELISM = 1 << 15
 MASTER_STATE_MAGIC = 0xC96B1696 - (1 << 32)  # as a Java int
 SUPPORTED_VERSIONS = (3, 4, 5, 6)
-
-# Handle type codes (MetadataV2V3SerializerBase).
-NULL_HANDLE = 0
-BYTE_STREAM = 1
-FILE_STREAM = 2
-KEY_GROUPS = 3
-PARTITIONABLE_OPERATOR_STATE = 4
-RELATIVE_STREAM = 6
-SAVEPOINT_KEY_GROUPS = 7
-KEY_GROUPS_V2 = 12
-
-UNSUPPORTED_HANDLES = {
-    5: "INCREMENTAL_KEY_GROUPS (native RocksDB incremental)",
-    8: "CHANGELOG_HANDLE (changelog state backend)",
-    9: "CHANGELOG_BYTE_INCREMENT (changelog state backend)",
-    10: "CHANGELOG_FILE_INCREMENT (changelog state backend)",
-    11: "INCREMENTAL_KEY_GROUPS_V2 (native RocksDB savepoint or checkpoint)",
-    13: "CHANGELOG_FILE_INCREMENT_V2 (changelog state backend)",
-    14: "CHANGELOG_HANDLE_V2 (changelog state backend)",
-    15: "SEGMENT_FILE (file-merging checkpoint)",
-    16: "EMPTY_SEGMENT_FILE (file-merging checkpoint)",
-    17: "SEGMENT_PARTITIONABLE_OPERATOR_STATE (file-merging checkpoint)",
-}
-
-DISTRIBUTION_MODES = ("SPLIT_DISTRIBUTE", "UNION", "BROADCAST")
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Data model
-# --------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StreamStateHandle:
-    """Base of the stream handles: where one state stream's bytes are."""
-
-    size: int
-
-
-@dataclass(frozen=True)
-class ByteStreamStateHandle(StreamStateHandle):
-    """Inline bytes (code 1). ``name`` is informational (the would-be path, or the operator id)."""
-
-    name: str
-    data: bytes = field(repr=False)
-
-
-@dataclass(frozen=True)
-class FileStateHandle(StreamStateHandle):
-    """Absolute file path (code 2)."""
-
-    path: str
-
-
-@dataclass(frozen=True)
-class RelativeFileStateHandle(StreamStateHandle):
-    """File name relative to the savepoint directory (code 6)."""
-
-    relative_path: str
-
-
-@dataclass(frozen=True)
-class KeyGroupRangeOffsets:
-    """The offset of each key group's block in the stream; 0 means the key group holds no data."""
-
-    key_group_range: KeyGroupRange
-    offsets: tuple[int, ...]
-
-    def offset(self, key_group: int) -> int:
-        return self.offsets[key_group - self.key_group_range.start]
-
-
-@dataclass(frozen=True)
-class KeyGroupsStateHandle:
-    """Keyed state of one subtask: codes 7 (canonical savepoint), 3 (legacy) and 12 (full checkpoint)."""
-
-    code: int
-    offsets: KeyGroupRangeOffsets
-    delegate: StreamStateHandle | None
-    state_handle_id: str | None = None
-
-    @property
-    def key_group_range(self) -> KeyGroupRange:
-        return self.offsets.key_group_range
-
-
-@dataclass(frozen=True)
-class OperatorStateMeta:
-    mode: str
-    offsets: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class OperatorStreamStateHandle:
-    """Operator (non-keyed) state of one subtask (code 4): per state name, its mode and element offsets."""
-
-    states: dict[str, OperatorStateMeta]
-    delegate: StreamStateHandle | None
-
-
-@dataclass(frozen=True)
-class ChannelStateHandle:
-    """Unaligned-checkpoint channel state (never present in savepoints). ``merged`` handles keep their offsets
-    serialized."""
-
-    kind: str
-    subtask_index: int
-    info: tuple[int, int] | None
-    offsets: tuple[int, ...] | bytes
-    size: int
-    delegate: StreamStateHandle | None
 
 
 @dataclass
@@ -223,6 +134,13 @@ class CheckpointMetadata:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def has_state(op: OperatorState) -> bool:
+    """Whether Flink would refuse to skip this operator without allowNonRestoredState."""
+    return op.coordinator_state is not None or any(
+        s.managed_keyed_state or s.raw_keyed_state or s.managed_operator_state or s.raw_operator_state
+        or s.input_channel_state or s.result_subpartition_state for s in op.subtasks.values())
+
+
 def read_metadata(data: bytes, path: str | None = None) -> CheckpointMetadata:
     """Parses a whole ``_metadata`` file. Errors name ``path`` and the offset."""
     reader = Reader(data, 0, path)
@@ -239,19 +157,15 @@ def read_metadata(data: bytes, path: str | None = None) -> CheckpointMetadata:
     return _MetadataParser(reader, version).parse()
 
 
-class _MetadataParser:
-    def __init__(self, reader: Reader, version: int) -> None:
-        self.r = reader
-        self.version = version
-
+class _MetadataParser(HandleReader):
     def parse(self) -> CheckpointMetadata:
         r = self.r
         start = r.pos
         checkpoint_id = r.i64()
         if checkpoint_id < 0:
             raise r.error(f"negative checkpoint id {checkpoint_id}", start)
-        masters = [self.master_state() for _ in range(self._count("master states"))]
-        operators = [self.operator_state() for _ in range(self._count("operator states"))]
+        masters = [self.master_state() for _ in range(self.count("master states"))]
+        operators = [self.operator_state() for _ in range(self.count("operator states"))]
         trailer_at = r.pos
         trailer = r.rest()
         if self.version < 4:
@@ -262,13 +176,6 @@ class _MetadataParser:
             raise r.error("the CheckpointProperties trailer of _metadata version 4+ is missing", trailer_at)
         properties = parse_trailer(trailer, r.path, r.base + trailer_at)
         return CheckpointMetadata(self.version, checkpoint_id, masters, operators, properties, r.path)
-
-    def _count(self, what: str) -> int:
-        start = self.r.pos
-        count = self.r.i32()
-        if count < 0 or count > self.r.remaining():
-            raise self.r.error(f"implausible number of {what}: {count}", start)
-        return count
 
     def master_state(self) -> MasterState:
         r = self.r
@@ -346,108 +253,93 @@ class _MetadataParser:
             state.raw_operator_state = self.operator_state_handle()
         state.managed_keyed_state = self.keyed_state_handle()
         state.raw_keyed_state = self.keyed_state_handle()
-        state.input_channel_state = [self.channel_handle("input") for _ in range(self._count("channel handles"))]
+        state.input_channel_state = [self.channel_handle("input") for _ in range(self.count("channel handles"))]
         state.result_subpartition_state = [self.channel_handle("output")
-                                           for _ in range(self._count("channel handles"))]
+                                           for _ in range(self.count("channel handles"))]
         return state
 
-    def _unsupported(self, code: int, start: int, what: str) -> SavepointFormatError:
-        if code in UNSUPPORTED_HANDLES:
-            return UnsupportedFormat(f"{what} handle {UNSUPPORTED_HANDLES[code]} (code {code}) is not supported: "
-                                     f"only canonical savepoints can be read", self.r.path, start)
-        return self.r.error(f"unknown {what} handle type code {code}", start)
 
-    def stream_handle(self) -> StreamStateHandle | None:
-        r = self.r
-        start = r.pos
-        code = r.u8()
-        if code == NULL_HANDLE:
-            return None
-        if code == BYTE_STREAM:
-            name = r.utf()
-            data = r.bytes(self._count("inline state bytes"))
-            return ByteStreamStateHandle(len(data), name, data)
-        if code == FILE_STREAM:
-            size = r.i64()
-            if size < 0:  # reads and copies are bounded by this size: it must be a real one
-                raise r.error(f"file state handle with negative size {size}", start + 1)
-            return FileStateHandle(size, self._path(start + 9))
-        if code == RELATIVE_STREAM:
-            relative = self._path(start + 1)
-            size_at = r.pos
-            size = r.i64()
-            if size < 0:
-                raise r.error(f"file state handle {relative!r} with negative size {size}", size_at)
-            return RelativeFileStateHandle(size, relative)
-        if code == KEY_GROUPS:
-            raise r.error("a key-groups handle where a stream handle was expected is not supported", start)
-        raise self._unsupported(code, start, "stream state")
+# --------------------------------------------------------------------------------------------------------------------
+# _metadata
+# --------------------------------------------------------------------------------------------------------------------
 
-    def _path(self, at: int) -> str:
-        """A file handle's path. Modified UTF-8 can hold lone surrogates, which no file name can: such a path is
-        corruption, refused here rather than failing later inside the file system call."""
-        path = self.r.utf()
-        try:
-            path.encode("utf-8")
-        except UnicodeEncodeError:
-            raise self.r.error(f"file state handle path {path.encode('utf-8', 'backslashreplace').decode()!r} is "
-                               f"not a valid file name (a lone UTF-16 surrogate)", at) from None
-        return path
 
-    def key_group_offsets(self) -> KeyGroupRangeOffsets:
-        r = self.r
-        start_kg = r.i32()
-        count = r.i32()
-        if count < 0 or count * 8 > r.remaining():
-            raise r.error(f"implausible key-group count {count}", r.pos - 4)
-        offsets = tuple(r.i64() for _ in range(count))
-        return KeyGroupRangeOffsets(KeyGroupRange(start_kg, start_kg + count - 1), offsets)
+def write_metadata(metadata: CheckpointMetadata, version: int | None = None) -> bytes:
+    """``_metadata`` bytes of ``metadata`` in ``version`` (default: the version it was read as).
 
-    def keyed_state_handle(self) -> KeyGroupsStateHandle | None:
-        r = self.r
-        start = r.pos
-        code = r.u8()
-        if code == NULL_HANDLE:
-            return None
-        if code in (KEY_GROUPS, SAVEPOINT_KEY_GROUPS, KEY_GROUPS_V2):
-            offsets = self.key_group_offsets()
-            delegate = self.stream_handle()
-            handle_id = r.utf() if code == KEY_GROUPS_V2 else None
-            return KeyGroupsStateHandle(code, offsets, delegate, handle_id)
-        raise self._unsupported(code, start, "keyed state")
+    The V4+ trailer is the source's own CheckpointProperties when it has one (re-serialized: byte-identical for what
+    Flink wrote), otherwise a Java-serialized null (Flink accepts both; the properties only matter for shared-file
+    ownership, which savepoints do not have).
 
-    def operator_state_handle(self) -> OperatorStreamStateHandle:
-        r = self.r
-        start = r.pos
-        code = r.u8()
-        if code != PARTITIONABLE_OPERATOR_STATE:
-            raise self._unsupported(code, start, "operator state")
-        states = {}
-        for _ in range(self._count("operator states")):
-            name = r.utf()
-            mode_start = r.pos
-            mode = r.u8()
-            if mode >= len(DISTRIBUTION_MODES):
-                raise r.error(f"unknown operator state distribution mode {mode}", mode_start)
-            offsets = tuple(r.i64() for _ in range(self._count("operator state offsets")))
-            states[name] = OperatorStateMeta(DISTRIBUTION_MODES[mode], offsets)
-        return OperatorStreamStateHandle(states, self.stream_handle())
+    What is written is parsed back before it is returned, with every check the reader makes (Flink's ranges for
+    parallelism, max parallelism, subtask indexes and key groups, the trailer's shape): values Flink would refuse
+    are a :class:`WriteError`, never a file."""
+    version = metadata.version if version is None else version
+    if version not in SUPPORTED_VERSIONS:
+        raise WriteError(f"cannot write _metadata version {version} (supported: 3, 4, 5, 6)")
+    w = Writer()
+    w.i32(MAGIC)
+    w.i32(version)
+    w.i64(metadata.checkpoint_id)
+    w.i32(len(metadata.master_states))
+    for master in metadata.master_states:
+        body = Writer()
+        body.i32(master.version)
+        body.utf(master.name)
+        body.i32(len(master.payload))
+        body.bytes(master.payload)
+        data = body.getvalue()
+        w.i32(MASTER_STATE_MAGIC)
+        w.i32(len(data))
+        w.bytes(data)
+    w.i32(len(metadata.operators))
+    for op in metadata.operators:
+        _write_operator(w, op, version)
+    if version >= 4:
+        w.bytes(serialize_properties(metadata.properties) if metadata.properties is not None
+                else JAVA_SERIALIZED_NULL)
+    data = w.getvalue()
+    try:
+        read_metadata(data, "_metadata")
+    except FlinkStateError as exc:
+        raise WriteError(f"refusing to write _metadata that Flink would not restore: {exc}") from None
+    return data
 
-    def channel_handle(self, direction: str) -> ChannelStateHandle:
-        r = self.r
-        kind = direction
-        if self.version >= 6:  # ChannelStateHandleSerializerV2: a type byte first
-            start = r.pos
-            code = r.u8()
-            if code in (3, 4):
-                subtask, size = r.i32(), r.i64()
-                delegate = self.stream_handle()
-                offsets = r.bytes(self._count("channel offset bytes"))
-                return ChannelStateHandle(f"merged {direction}", subtask, None, offsets, size, delegate)
-            if code not in (1, 2):
-                raise r.error(f"unknown channel state handle type {code}", start)
-        subtask = r.i32()
-        info = (r.i32(), r.i32())
-        offsets = tuple(r.i64() for _ in range(self._count("channel offsets")))
-        size = r.i64()
-        return ChannelStateHandle(kind, subtask, info, offsets, size, self.stream_handle())
+
+def _write_operator(w: Writer, op: OperatorState, version: int) -> None:
+    if version >= 5:
+        w.utf(op.name or "")
+        w.utf(op.uid or "")
+    w.bytes(bytes.fromhex(op.operator_id))
+    w.i32(op.parallelism)
+    w.i32(op.max_parallelism)
+    write_stream_handle(w, op.coordinator_state)
+    if op.fully_finished:
+        w.i32(-1)
+        return
+    # Flink writes subtasks by index, finished ones as -(index + 1) without a body.
+    indices = sorted(set(op.subtasks) | op.finished_subtasks)
+    w.i32(len(indices))
+    for index in indices:
+        if index in op.finished_subtasks:
+            w.i32(-index - 1)
+            continue
+        w.i32(index)
+        _write_subtask(w, op.subtasks[index], version)
+
+
+def _write_subtask(w: Writer, state: OperatorSubtaskState, version: int) -> None:
+    for handle in (state.managed_operator_state, state.raw_operator_state):
+        w.i32(0 if handle is None else 1)
+        if handle is not None:
+            write_operator_state_handle(w, handle)
+    write_keyed_state_handle(w, state.managed_keyed_state)
+    write_keyed_state_handle(w, state.raw_keyed_state)
+    for channels in (state.input_channel_state, state.result_subpartition_state):
+        w.i32(len(channels))
+        for channel in channels:
+            write_channel_handle(w, channel, version)
+
+
+__all__ = ["MAGIC", "MASTER_STATE_MAGIC", "SUPPORTED_VERSIONS", "UPPER_BOUND_MAX_PARALLELISM", "CheckpointMetadata",
+           "MasterState", "OperatorState", "OperatorSubtaskState", "has_state", "read_metadata", "write_metadata"]

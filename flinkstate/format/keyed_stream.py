@@ -1,209 +1,54 @@
-"""The keyed-state stream of a canonical savepoint (one per operator subtask; ``FullSnapshotAsyncWriter``).
+"""The keyed-state stream of a canonical savepoint (one per operator subtask; ``FullSnapshotAsyncWriter``),
+read and written.
 
-Layout: a ``KeyedBackendSerializationProxy`` header (key serializer snapshot and the state meta infos), then one
-block per non-empty key group at the offsets the metadata handle records (each block optionally one Snappy-framed
-stream)::
+Layout: a ``KeyedBackendSerializationProxy`` header (:mod:`flinkstate.format.keyed_header`), then one block per
+non-empty key group at the offsets the metadata handle records (each block optionally one Snappy-framed stream)::
 
     u16 kvStateId
     repeat: i32 keyLen; key; i32 valueLen; value
             if key[0] & 0x80 (set on the last entry of a state's run): u16 next kvStateId, 0xFFFF = end of block
 
 Keys are composite: key-group prefix (1 byte if maxParallelism <= 128, else 2), key, namespace, an ambiguity suffix
-(varint-le lengths) only when key and namespace are both variable-length, and for MapState the user key.
+(varint-le lengths) only when key and namespace are both variable-length, and for MapState the user key
+(decoded by :mod:`flinkstate.format.keyed_entries`).
 
 Reading streams block by block: memory is bounded by one key-group block, and a key-group range only reads its
-own blocks.
+own blocks. :class:`KeyedStreamWriter` writes the header, then one block per non-empty key group in increasing
+order, and returns the :class:`KeyGroupsStateHandle` (code 7, relative file) that points at it. File names are
+derived from (operator id, subtask), never random, so two runs over the same input write identical directories.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
 
 import cramjam
 
-from flinkstate.binary import I32, U16, KeyGroupRange, Reader, Writer, varint_le_size
-from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot, UnsupportedFormat
-from flinkstate.metadata import (
+from flinkstate.binary import I32, U16, KeyGroupRange, Reader
+from flinkstate.errors import WriteError
+from flinkstate.format.handles import (
     SAVEPOINT_KEY_GROUPS,
     ByteStreamStateHandle,
     FileStateHandle,
+    KeyGroupRangeOffsets,
     KeyGroupsStateHandle,
     RelativeFileStateHandle,
     StreamStateHandle,
 )
-from flinkstate.serializers.base import TypeSerializerSnapshot
-from flinkstate.serializers.registry import read_snapshot, write_snapshot
-from flinkstate.storage import SavepointLocation
-
-KEYED_PROXY_VERSION = 6
-BACKEND_STATE_TYPES = ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE", "KEY_VALUE_V2")
-END_OF_KEY_GROUP_MARK = 0xFFFF
-FIRST_BIT_IN_BYTE_MASK = 0x80
-KEYED_STATE_TYPE = "KEYED_STATE_TYPE"
-VALUE_SERIALIZER = "VALUE_SERIALIZER"
-NAMESPACE_SERIALIZER = "NAMESPACE_SERIALIZER"
-USER_KEY_SERIALIZER = "USER_KEY_SERIALIZER"
-#: The kind reported for priority-queue (timer) states.
-TIMERS = "TIMERS"
+from flinkstate.format.keyed_entries import EntryDecoder, KeyLayout, make_entry_decoder
+from flinkstate.format.keyed_header import (
+    END_OF_KEY_GROUP_MARK,
+    FIRST_BIT_IN_BYTE_MASK,
+    KeyedBackendHeader,
+    StateMetaInfo,
+    read_keyed_header,
+)
+from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+from flinkstate.storage.locations import SavepointLocation
 
 _I32_PAIR = struct.Struct(">i")
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Header
-# --------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class StateMetaInfo:
-    """One registered state (``StateMetaInfoSnapshot``). Options and serializers keep their written order so the
-    header can be written back byte for byte."""
-
-    name: str
-    backend_type: str
-    options: list[tuple[str, str]]
-    serializers: list[tuple[str, TypeSerializerSnapshot]]
-
-    def option(self, key: str) -> str | None:
-        return next((v for k, v in self.options if k == key), None)
-
-    def serializer(self, key: str) -> TypeSerializerSnapshot | None:
-        return next((v for k, v in self.serializers if k == key), None)
-
-    @property
-    def kind(self) -> str:
-        """VALUE, LIST, MAP, REDUCING, AGGREGATING, ... for keyed state; TIMERS for priority queues."""
-        if self.backend_type == "PRIORITY_QUEUE":
-            return TIMERS
-        return self.option(KEYED_STATE_TYPE) or "UNKNOWN"
-
-    @property
-    def namespace_serializer(self) -> TypeSerializerSnapshot | None:
-        if self.backend_type == "PRIORITY_QUEUE":
-            timer = self.serializer(VALUE_SERIALIZER)
-            return timer.nested[1] if timer is not None and timer.nested else None
-        return self.serializer(NAMESPACE_SERIALIZER)
-
-    @property
-    def value_serializer(self) -> TypeSerializerSnapshot | None:
-        """The serializer of one stored value: the element for LIST, the user value for MAP (both meta versions);
-        the timer serializer for priority queues."""
-        value = self.serializer(VALUE_SERIALIZER)
-        if value is None or self.backend_type != "KEY_VALUE":
-            return value
-        if self.kind == "LIST":  # V1 meta: ListSerializer(element)
-            return value.nested[0]
-        if self.kind == "MAP":  # V1 meta: MapSerializer(userKey, userValue)
-            return value.nested[1]
-        return value
-
-    @property
-    def user_key_serializer(self) -> TypeSerializerSnapshot | None:
-        if self.kind != "MAP":
-            return None
-        if self.backend_type == "KEY_VALUE":
-            value = self.serializer(VALUE_SERIALIZER)
-            return value.nested[0] if value is not None else None
-        return self.serializer(USER_KEY_SERIALIZER)
-
-
-@dataclass
-class KeyedBackendHeader:
-    """``KeyedBackendSerializationProxy``. ``error`` is set when a state's snapshot could not be parsed: the states
-    before it are still listed, the rest of the header (and so the data) is unreadable."""
-
-    version: int
-    compressed: bool
-    key_serializer: TypeSerializerSnapshot | None
-    states: list[StateMetaInfo] = field(default_factory=list)
-    length: int = 0
-    error: SavepointFormatError | None = None
-
-    def state_index(self, name: str) -> int | None:
-        return next((i for i, s in enumerate(self.states) if s.name == name), None)
-
-    def write(self) -> bytes:
-        """The header bytes (as Flink writes them)."""
-        writer = Writer()
-        writer.i32(self.version)
-        writer.bool(self.compressed)
-        assert self.key_serializer is not None
-        write_snapshot(writer, self.key_serializer, top_level=True)
-        writer.i16(len(self.states))
-        for state in self.states:
-            write_state_meta_info(writer, state)
-        return writer.getvalue()
-
-
-def read_state_meta_info(reader: Reader) -> StateMetaInfo:
-    name = reader.utf()
-    start = reader.pos
-    type_index = reader.i32()
-    if not 0 <= type_index < len(BACKEND_STATE_TYPES):
-        raise reader.error(f"state {name}: unknown backend state type {type_index}", start)
-    options = [(reader.utf(), reader.utf()) for _ in range(_count(reader, "options"))]
-    meta = StateMetaInfo(name, BACKEND_STATE_TYPES[type_index], options, [])
-    for _ in range(_count(reader, "serializers")):
-        key = reader.utf()
-        try:
-            meta.serializers.append((key, read_snapshot(reader, top_level=True)))
-        except SavepointFormatError as exc:
-            raise exc.located(None, 0, f"state {name}, {key}") from None
-    return meta
-
-
-def write_state_meta_info(writer: Writer, meta: StateMetaInfo) -> None:
-    writer.utf(meta.name)
-    writer.i32(BACKEND_STATE_TYPES.index(meta.backend_type))
-    writer.i32(len(meta.options))
-    for key, value in meta.options:
-        writer.utf(key)
-        writer.utf(value)
-    writer.i32(len(meta.serializers))
-    for key, snapshot in meta.serializers:
-        writer.utf(key)
-        write_snapshot(writer, snapshot, top_level=True)
-
-
-def state_meta_bytes(meta: StateMetaInfo) -> bytes:
-    """A state's meta info as written: equal bytes, same state."""
-    writer = Writer()
-    write_state_meta_info(writer, meta)
-    return writer.getvalue()
-
-
-def _count(reader: Reader, what: str) -> int:
-    start = reader.pos
-    count = reader.i32()
-    if count < 0 or count > reader.remaining():
-        raise reader.error(f"implausible number of {what}: {count}", start)
-    return count
-
-
-def read_keyed_header(reader: Reader, tolerant: bool = False) -> KeyedBackendHeader:
-    """Parses the proxy. With ``tolerant``, an unknown serializer snapshot ends the state list with ``error`` set
-    instead of raising."""
-    start = reader.pos
-    version = reader.i32()
-    if version != KEYED_PROXY_VERSION:
-        raise UnsupportedFormat(f"keyed state proxy version {version} is not supported (only "
-                                f"{KEYED_PROXY_VERSION})", reader.path, reader.base + start)
-    compressed = reader.bool()
-    header = KeyedBackendHeader(version, compressed, None)
-    try:
-        header.key_serializer = read_snapshot(reader, top_level=True)
-        count = reader.i16()
-        for _ in range(count):
-            header.states.append(read_state_meta_info(reader))
-    except UnknownSerializerSnapshot as exc:
-        if not tolerant:
-            raise
-        header.error = exc
-    header.length = reader.pos
-    return header
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -239,155 +84,6 @@ class StreamSource:
             assert isinstance(self.handle, ByteStreamStateHandle)
             return self.handle.data[offset:offset + length]
         return self.location.read_range(self.name, offset, length)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Entry decoding
-# --------------------------------------------------------------------------------------------------------------------
-
-#: (block bytes, key start, key end, value start, value end) -> entry tuple
-EntryDecoder = Callable[[bytes, int, int, int, int], tuple[Any, ...]]
-
-
-@dataclass(frozen=True)
-class KeyLayout:
-    """How to decode the key and namespace at the front of a composite key."""
-
-    prefix_bytes: int
-    key: Callable[[bytes, int], tuple[Any, int]]
-    namespace: Callable[[bytes, int], tuple[Any, int]]
-    ambiguous: bool
-
-    def decoder(self) -> Callable[[bytes, int], tuple[Any, Any, int]]:
-        """``(buf, key start) -> (key, namespace, offset after them)``."""
-        prefix, key_dec, ns_dec = self.prefix_bytes, self.key, self.namespace
-        if not self.ambiguous:
-            def decode(buf: bytes, off: int) -> tuple[Any, Any, int]:
-                key, o = key_dec(buf, off + prefix)
-                namespace, o = ns_dec(buf, o)
-                return key, namespace, o
-
-            return decode
-
-        def decode_ambiguous(buf: bytes, off: int) -> tuple[Any, Any, int]:
-            # Both parts are variable-length, so each is followed by its length as varint-le: skip it.
-            start = off + prefix
-            key, o = key_dec(buf, start)
-            o += varint_le_size(o - start)
-            ns_start = o
-            namespace, o = ns_dec(buf, o)
-            return key, namespace, o + varint_le_size(o - ns_start)
-
-        return decode_ambiguous
-
-
-def _check_end(what: str, end: int, expected: int) -> None:
-    if end != expected:
-        raise SavepointFormatError(f"{what} decoded to {end - expected:+d} bytes beyond its length", offset=expected)
-
-
-def make_entry_decoder(state: StateMetaInfo, layout: KeyLayout) -> EntryDecoder:
-    """The per-entry decoder of one state; see :meth:`KeyedStateStream.iter_blocks` for the tuples."""
-    kind = state.kind
-    if kind == TIMERS:
-        return _timer_entry_decoder(state, layout.prefix_bytes)
-    key_ns = layout.decoder()
-    value_snapshot = state.value_serializer
-    if value_snapshot is None:
-        raise SavepointFormatError(f"state {state.name} has no value serializer")
-    if value_snapshot.needs_end:
-        # The value carries no length of its own (Kryo, or a POJO ending in a Kryo field): it is decoded only as a
-        # whole stored value, from its own slice. List elements of such a type cannot be delimited.
-        tail_dec = value_snapshot.tail_decoder()
-        type_name = value_snapshot.type_name()
-
-        def value_dec(buf: bytes, off: int) -> tuple[Any, int]:
-            raise UnsupportedFormat(f"{type_name} values inside {kind} state cannot be decoded (they carry no "
-                                    f"length)")
-
-        if kind not in ("LIST", "MAP"):
-            def decode_whole(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
-                key, namespace, _ = key_ns(buf, ks)
-                value, end = tail_dec(bytes(buf[vs:ve]), 0)
-                _check_end("value", end + vs, ve)
-                return key, namespace, value
-
-            return decode_whole
-        if kind == "MAP":
-            user_key = state.user_key_serializer
-            assert user_key is not None
-            return _map_entry_decoder(key_ns, user_key.decoder(), lambda buf, off: tail_dec(bytes(buf[off:]), 0),
-                                      whole_value=True)
-    else:
-        value_dec = value_snapshot.decoder()
-    if kind == "LIST":
-        return _list_entry_decoder(key_ns, value_dec)
-    if kind == "MAP":
-        user_key = state.user_key_serializer
-        assert user_key is not None
-        return _map_entry_decoder(key_ns, user_key.decoder(), value_dec)
-
-    def decode_value(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
-        key, namespace, _ = key_ns(buf, ks)
-        value, end = value_dec(buf, vs)
-        if end != ve:
-            _check_end("value", end, ve)
-        return key, namespace, value
-
-    return decode_value
-
-
-def _list_entry_decoder(key_ns: Callable[[bytes, int], tuple[Any, Any, int]],
-                        element: Callable[[bytes, int], tuple[Any, int]]) -> EntryDecoder:
-    def decode(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
-        key, namespace, _ = key_ns(buf, ks)
-        items = []
-        o = vs
-        while o < ve:
-            item, o = element(buf, o)
-            items.append(item)
-            if o < ve:
-                if buf[o] != 0x2C:  # ListDelimitedSerializer's ','
-                    raise SavepointFormatError(f"list element not followed by ',' (0x{buf[o]:02x})", offset=o)
-                o += 1
-        _check_end("list value", o, ve)
-        return key, namespace, items
-
-    return decode
-
-
-def _map_entry_decoder(key_ns: Callable[[bytes, int], tuple[Any, Any, int]],
-                       user_key_dec: Callable[[bytes, int], tuple[Any, int]],
-                       value_dec: Callable[[bytes, int], tuple[Any, int]], whole_value: bool = False) -> EntryDecoder:
-    def decode(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
-        key, namespace, o = key_ns(buf, ks)
-        user_key, o = user_key_dec(buf, o)
-        _check_end("map user key", o, ke)
-        if buf[vs]:  # isNull: older heap backends may still have written bytes after it; they are ignored
-            return key, namespace, user_key, None
-        if whole_value:  # a value without a length of its own: decoded from its slot alone
-            value, end = value_dec(bytes(buf[vs + 1:ve]), 0)
-            _check_end("map value", end + vs + 1, ve)
-            return key, namespace, user_key, value
-        value, end = value_dec(buf, vs + 1)
-        _check_end("map value", end, ve)
-        return key, namespace, user_key, value
-
-    return decode
-
-
-def _timer_entry_decoder(state: StateMetaInfo, prefix: int) -> EntryDecoder:
-    timer_snapshot = state.value_serializer
-    if timer_snapshot is None:
-        raise SavepointFormatError(f"timer state {state.name} has no serializer")
-    timer_dec = timer_snapshot.decoder()
-
-    def decode(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
-        timer, o = timer_dec(buf, ks + prefix)
-        _check_end("timer", o, ke)
-        return timer.key, timer.namespace, timer.timestamp
-
-    return decode
 
 
 def iter_raw_entries(data: bytes, state_count: int | None = None) -> Iterator[tuple[int, int, int, int, int]]:
@@ -682,3 +378,86 @@ class KeyedStateStream:
                 _check_state_id(state_id, state_count, pos - 2)
             elif pos >= size:
                 raise SavepointFormatError("block ends without an end-of-key-group mark", offset=pos)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Keyed-state stream
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def keyed_stream_file_name(operator_id: str, subtask: int) -> str:
+    """The deterministic name of a rewritten keyed-state file (Flink uses random UUIDs; any name works with
+    relative handles)."""
+    return f"keyed-{operator_id}-{subtask:05d}"
+
+
+def encode_block(runs: Iterable[tuple[int, list[tuple[bytes, bytes]]]]) -> bytes:
+    """One key group's block, uncompressed: per (state id, entries) run, the entries back to back with the
+    META-DATA-FOLLOWS flag on the last key and the next state id (0xFFFF after the last run) after it.
+    Keys are composite keys whose first byte has the flag bit clear."""
+    out = bytearray()
+    pack_i32, pack_u16 = I32.pack, U16.pack
+    for state_id, entries in runs:
+        if not entries:
+            continue
+        out += pack_u16(state_id)  # the block's first state id, or the one announced after a run's flagged entry
+        last = len(entries) - 1
+        for i, (key, value) in enumerate(entries):
+            out += pack_i32(len(key))
+            if i == last:
+                out.append(key[0] | FIRST_BIT_IN_BYTE_MASK)
+                out += key[1:]
+            else:
+                out += key
+            out += pack_i32(len(value))
+            out += value
+    if out:
+        out += pack_u16(END_OF_KEY_GROUP_MARK)
+    return bytes(out)
+
+
+class KeyedStreamWriter:
+    """Writes one subtask's keyed-state stream to ``sink``: call :meth:`write_block` for key groups in increasing
+    order, then :meth:`finish` for the handle. ``header.compressed`` decides whether blocks are snappy-framed."""
+
+    def __init__(self, sink: BinaryIO, header: KeyedBackendHeader, key_group_range: KeyGroupRange,
+                 relative_path: str) -> None:
+        self.sink = sink
+        self.compressed = header.compressed
+        self.range = key_group_range
+        self.relative_path = relative_path
+        self.offsets = [0] * len(key_group_range)
+        self.position = 0
+        self._last_key_group = key_group_range.start - 1
+        self._write(header.write())
+
+    def _write(self, data: bytes) -> None:
+        self.sink.write(data)
+        self.position += len(data)
+
+    def write_block(self, key_group: int, block: bytes) -> None:
+        """``block`` is the uncompressed block (see :func:`encode_block`); empty blocks are not written."""
+        if key_group not in self.range or key_group <= self._last_key_group:
+            raise WriteError(f"key group {key_group} written out of order or outside {self.range}")
+        self._last_key_group = key_group
+        if not block:
+            return
+        self.offsets[key_group - self.range.start] = self.position
+        self._write(bytes(cramjam.snappy.compress(block)) if self.compressed else block)
+
+    def write_raw_block(self, key_group: int, data: bytes) -> None:
+        """A block copied as stored (already compressed when the stream is)."""
+        if key_group not in self.range or key_group <= self._last_key_group:
+            raise WriteError(f"key group {key_group} written out of order or outside {self.range}")
+        self._last_key_group = key_group
+        self.offsets[key_group - self.range.start] = self.position
+        self._write(data)
+
+    def finish(self) -> KeyGroupsStateHandle:
+        offsets = KeyGroupRangeOffsets(self.range, tuple(self.offsets))
+        return KeyGroupsStateHandle(SAVEPOINT_KEY_GROUPS, offsets,
+                                    RelativeFileStateHandle(self.position, self.relative_path))
+
+
+__all__ = ["KeyedStateStream", "KeyedStreamWriter", "StreamSource", "encode_block", "iter_raw_entries",
+           "key_group_prefix_bytes", "keyed_stream_file_name", "raw_key"]
