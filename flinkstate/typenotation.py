@@ -20,7 +20,10 @@ Notation (YAML values):
   ``row_kind: false``), ``{enum: CLASS, constants: [...]}``, ``{avro: CLASS, schema: {...}}``,
   ``{kryo: CLASS}``, and the mapping forms of the generics, needed when an argument is structured:
   ``{list: T}``, ``{set: T}``, ``{map: {key: K, value: V}}``, ``{tuple: [T, ...]}``, ``{nullable: T, padding: N}``,
-  ``{ttl: T}``, ``{array: T, component_class: C}``.
+  ``{ttl: T}``, ``{array: T, component_class: C}``;
+* the Table runtime's serializers (RowData and what it nests): ``{table: TYPE, snapshot: BASE64}``, Flink SQL's type
+  (e.g. ``ROW<`id` BIGINT NOT NULL, `name` STRING>``) beside the snapshot's exact bytes, which hold Java-serialized
+  LogicalTypes this tool cannot build from the text (the two must agree).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from flinkstate.serializers.nullable import NullableSnapshot
 from flinkstate.serializers.pojo import OptionalMapEntry, PojoField, PojoSnapshot, java_string_sort_key
 from flinkstate.serializers.primitives import SIMPLE_TYPES, SimpleSnapshot
 from flinkstate.serializers.row import RowSnapshot
+from flinkstate.serializers.rowdata import TABLE_SNAPSHOTS
 from flinkstate.serializers.timer import TimerSnapshot
 from flinkstate.serializers.ttl import TtlSnapshot
 from flinkstate.serializers.tuple import TUPLE_PACKAGE, TupleSnapshot
@@ -205,12 +209,12 @@ def _boxed_array(component: TypeSerializerSnapshot, text: str) -> GenericArraySn
 
 
 _FORMS = ("pojo", "row", "enum", "avro", "kryo", "list", "set", "map", "tuple", "nullable", "ttl", "array",
-          "unknown")
+          "table", "unknown")
 _ALLOWED_KEYS = {
     "pojo": {"fields", "subclasses", "nonregistered_subclasses", "declaring_classes"}, "row": {"row_kind"},
     "enum": {"constants"},
     "avro": {"schema"}, "kryo": {"registrations", "default_serializers", "default_serializer_classes"},
-    "nullable": {"padding"}, "array": {"component_class"}, "unknown": {"version", "raw"},
+    "nullable": {"padding"}, "array": {"component_class"}, "unknown": {"version", "raw"}, "table": {"snapshot"},
 }
 
 
@@ -384,6 +388,8 @@ def _unknown_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
 
 def to_notation(snapshot: TypeSerializerSnapshot) -> Notation:
     """The notation of a snapshot: a string when it fits on one line, else a mapping."""
+    if isinstance(snapshot, TABLE_SNAPSHOTS):
+        return _table_notation(snapshot)
     if isinstance(snapshot, SimpleSnapshot):
         return snapshot.type_name()
     if isinstance(snapshot, (VoidNamespaceSnapshot, TimeWindowSnapshot, GlobalWindowSnapshot)):
@@ -474,6 +480,26 @@ def _kryo_notation(snapshot: KryoSnapshot) -> dict[str, Any]:
         if entries:
             result[key] = {e.name: base64.b64encode(e.value or b"").decode() for e in entries}
     return result
+
+
+def _table_notation(snapshot: TypeSerializerSnapshot) -> dict[str, Any]:
+    # The Table runtime's snapshots hold Java-serialized LogicalTypes, which this tool reads but cannot build from
+    # a type's text: the notation shows Flink SQL's type and carries the snapshot's exact bytes.
+    return {"table": snapshot.type_name(), "snapshot": base64.b64encode(registry.snapshot_bytes(snapshot)).decode()}
+
+
+def _table_form(notation: Mapping[str, Any]) -> TypeSerializerSnapshot:
+    text = _require(notation, "table", str, "must be the Table type's text")
+    try:
+        snapshot = snapshot_from_bytes(_b64(notation.get("snapshot", ""), "snapshot"))
+    except FlinkStateError as exc:
+        raise TypeNotationError(f"bad Table serializer snapshot ({exc})", "snapshot") from None
+    if not isinstance(snapshot, TABLE_SNAPSHOTS):
+        raise TypeNotationError(f"{snapshot.class_name} is no Table runtime serializer", "snapshot")
+    if snapshot.type_name() != text:
+        raise TypeNotationError(f"the type {text!r} is not the snapshot's {snapshot.type_name()!r} (a Table type is "
+                                f"changed by changing the SQL job, not its notation)", "table")
+    return snapshot
 
 
 def snapshot_from_bytes(data: bytes) -> TypeSerializerSnapshot:

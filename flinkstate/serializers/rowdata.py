@@ -435,3 +435,9 @@ class ExternalSnapshot(CompositeSnapshot):
 
     def hash_code(self, value: Any) -> int:
         return self.nested[0].hash_code(value)
+
+
+#: Every snapshot class of this module (their notation carries the snapshot's bytes: see flinkstate.typenotation).
+TABLE_SNAPSHOTS = (RowDataSnapshot, StringDataSnapshot, NullValueSnapshot, TableTimeWindowSnapshot, DecimalDataSnapshot,
+                   TimestampDataSnapshot, BinaryRowDataSnapshot, ArrayDataSnapshot, MapDataSnapshot,
+                   RawValueDataSnapshot, ExternalSnapshot)
