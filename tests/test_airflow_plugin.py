@@ -14,7 +14,7 @@ from tests.support import sample_job
 from tests.support.airflow_env import ROOT, load_dag, set_connection
 from tests.support.sample_job import check_audit_record
 
-pytestmark = pytest.mark.flink
+pytestmark = [pytest.mark.flink, pytest.mark.airflow]
 
 DAGS = ROOT / "tests" / "airflow_dags"
 

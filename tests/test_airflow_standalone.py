@@ -25,7 +25,7 @@ from flinkstate.savepoint import Savepoint
 from tests.support import sample_job
 from tests.support.airflow_env import ROOT
 
-pytestmark = pytest.mark.flink
+pytestmark = [pytest.mark.flink, pytest.mark.airflow, pytest.mark.spark]  # the DAG runs spark-submit
 
 DAG_ID = "flink_state_upgrade"
 MANIFESTS = ROOT / "examples" / "sample-job" / "manifests"

@@ -18,7 +18,7 @@ from flinkstate.engine import LocalFlinkCluster
 from tests.support import sample_job
 from tests.support.sample_job import ROOT, check_audit_record, key_index
 
-pytestmark = pytest.mark.flink
+pytestmark = [pytest.mark.flink, pytest.mark.spark]
 
 MANIFESTS = ROOT / "examples" / "sample-job" / "manifests"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
