@@ -13,7 +13,7 @@ flink_state_upgrade has ``max_active_runs=1``, so the triggered upgrades run one
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param, task
@@ -27,7 +27,7 @@ with DAG(
     dag_id="flink_scheduled_upgrades",
     description="Trigger flink_state_upgrade for each job whose release version differs, inside its window",
     schedule="*/15 * * * *",
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,  # a missed tick has nothing to catch up: the next one reads the release file again
     max_active_runs=1,
     params={"release_file": Param("", type="string", description="overrides the Variable flinkstate_release_file")},
@@ -40,7 +40,7 @@ with DAG(
         release = releases.load_release(releases.release_file_location((params or {}).get("release_file")))
         # Through the execution API: Airflow 3 tasks have no metadata-database access.
         active = ti.get_dr_count(dag_id=releases.UPGRADE_DAG_ID, states=["queued", "running"])
-        tick = releases.plan_tick(release, datetime.now(UTC), FlinkHook().get_conn(), active)
+        tick = releases.plan_tick(release, datetime.now(timezone.utc), FlinkHook().get_conn(), active)
         for job, reason in tick["skipped"].items():
             log.info("%s: skipped: %s", job, reason)
         for trigger in tick["triggers"]:

@@ -26,6 +26,9 @@ from flinkstate_airflow.notifiers import send_alert, task_log_folder
 from flinkstate_airflow.operators import FlinkSavepointOperator, FlinkSubmitJarOperator, TaskRefused
 from flinkstate_airflow.sensors import FlinkHealthGateSensor
 
+# A task called with an upstream task's output gets an XComArg, which Airflow resolves to the value at run time; its
+# type hints expect the value itself, hence `type: ignore[arg-type]` on those calls (and only there).
+
 SPARK = upgrade.spark_settings()
 
 
@@ -98,7 +101,7 @@ with DAG(
         if problems:  # an expected refusal: one log line, no traceback
             raise TaskRefused(f"checks before the stop failed: {'; '.join(problems)}")
 
-    checks = preflight_checks(plan)
+    checks = preflight_checks(plan)  # type: ignore[arg-type]
 
     preflight = FlinkSavepointOperator(
         task_id="preflight_savepoint", job_id=JOB_ID,
@@ -121,7 +124,7 @@ with DAG(
                                         "verdict": report["verdict"]})
         return upgrade.choose_branch(report, plan["mode"])
 
-    branch = choose_path(plan)
+    branch = choose_path(plan)  # type: ignore[arg-type]
 
     @task
     def check_only_done(plan: dict) -> None:
@@ -139,7 +142,7 @@ with DAG(
     def stop_for_migration(plan: dict) -> str:
         return upgrade.stop_old(plan, FlinkHook().get_conn(), "stop_for_migration")
 
-    stopped_for_restore, stopped_for_migration = stop_for_restore(plan), stop_for_migration(plan)
+    stopped_for_restore, stopped_for_migration = stop_for_restore(plan), stop_for_migration(plan)  # type: ignore[arg-type]
 
     @task
     def restore_path_as_is(stop_savepoint: str) -> str:
@@ -176,8 +179,8 @@ with DAG(
         found = ti.xcom_pull(task_ids=["restore_path_as_is", "restore_path_migrated"])
         return next((path for path in found if path), "")
 
-    as_is_path = restore_path_as_is(stopped_for_restore)
-    migrated_path = restore_path_migrated(plan)
+    as_is_path = restore_path_as_is(stopped_for_restore)  # type: ignore[arg-type]
+    migrated_path = restore_path_migrated(plan)  # type: ignore[arg-type]
     chosen = restore_path()
 
     submit_new = FlinkSubmitJarOperator(
@@ -214,11 +217,11 @@ with DAG(
             raise TaskRefused(alert.splitlines()[0] if alert else "the upgrade did not complete")
 
     plan >> checks >> preflight >> check >> branch
-    incompatible, checked_only = alert_incompatible(plan), check_only_done(plan)
+    incompatible, checked_only = alert_incompatible(plan), check_only_done(plan)  # type: ignore[arg-type]
     branch >> [stopped_for_restore, stopped_for_migration, incompatible, checked_only]
     stopped_for_migration >> migrate >> recheck >> migrated_path
     [as_is_path, migrated_path] >> chosen >> submit_new >> gate
-    recorded = record(plan, submit_new.output, chosen, gate.output)
+    recorded = record(plan, submit_new.output, chosen, gate.output)  # type: ignore[arg-type]
     gate >> recorded
     everything = [plan, checks, preflight, check, branch, stopped_for_restore, stopped_for_migration, migrate,
                   recheck, as_is_path, migrated_path, chosen, submit_new, gate, recorded, incompatible, checked_only]

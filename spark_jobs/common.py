@@ -30,10 +30,10 @@ def worker_error_message(exc: BaseException) -> str:
     text = str(exc)
     matches = [m for m in _WORKER_ERROR.finditer(text) if "py4j" not in m.group(1).lower()]
     flinkstate = [m for m in matches if f"flinkstate.{m.group(0)}" in text or "flinkstate." in m.group(0)]
-    chosen = (flinkstate or matches or [None])[-1]
-    if chosen is None:
+    candidates = flinkstate or matches
+    if not candidates:
         return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return chosen.group(2).strip()
+    return candidates[-1].group(2).strip()
 
 
 @dataclass(frozen=True)

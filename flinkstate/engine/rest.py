@@ -11,13 +11,15 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 
 from flinkstate.errors import FlinkStateError
 
 #: Job states after which a job never runs again.
+T = TypeVar("T")
+
 TERMINAL_STATES = frozenset({"FINISHED", "CANCELED", "FAILED", "SUSPENDED"})
 #: Job states of a job that is being scheduled, running or recovering.
 ACTIVE_STATES = frozenset({"INITIALIZING", "CREATED", "RUNNING", "RESTARTING", "FAILING", "CANCELLING", "RECONCILING"})
@@ -158,8 +160,24 @@ class FlinkRestClient:
             raise FlinkRestError(f"Flink REST {method} {path} answered with something that is not JSON",
                                  status=response.status_code, url=url, details=response.text) from None
 
+    def _object(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """A request whose answer must be a JSON object (every Flink REST answer read by key is one)."""
+        body = self._request(method, path, **kwargs)
+        if not isinstance(body, dict):
+            raise FlinkRestError(f"Flink REST {method} {path} answered {type(body).__name__}, not a JSON object",
+                                 url=f"{self.base_url}{path}", details=repr(body)[:2000])
+        return body
+
+    def _text(self, method: str, path: str, key: str, **kwargs: Any) -> str:
+        """One string field of a request's JSON object (a job id, a trigger id); an error naming it when absent."""
+        body = self._object(method, path, **kwargs)
+        if key not in body:
+            raise FlinkRestError(f"Flink REST {method} {path} answered without {key!r}", url=f"{self.base_url}{path}",
+                                 details=repr(body)[:2000])
+        return str(body[key])
+
     @staticmethod
-    def _poll(what: str, probe: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
+    def _poll(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
         """Calls ``probe`` until it returns something other than None, or raises FlinkTimeout."""
         deadline = time.monotonic() + timeout
         while True:
@@ -174,15 +192,15 @@ class FlinkRestClient:
 
     def overview(self) -> dict[str, Any]:
         """``GET /overview``: flink-version, taskmanagers, slots-total, slots-available, jobs-running, ..."""
-        return self._request("GET", "/overview")
+        return self._object("GET", "/overview")
 
     def config(self) -> dict[str, Any]:
         """``GET /config``: the cluster's flink-version, flink-revision, features."""
-        return self._request("GET", "/config")
+        return self._object("GET", "/config")
 
     def taskmanagers(self) -> list[dict[str, Any]]:
         """``GET /taskmanagers``: the registered TaskManagers (id, slotsNumber, freeSlots, timeSinceLastHeartbeat)."""
-        return list(self._request("GET", "/taskmanagers").get("taskmanagers", []))
+        return list(self._object("GET", "/taskmanagers").get("taskmanagers", []))
 
     # ------------------------------------------------------------------ jars
 
@@ -192,12 +210,12 @@ class FlinkRestClient:
         if not os.path.isfile(path):
             raise FlinkRestError(f"cannot upload {path}: no such file")
         with open(path, "rb") as handle:
-            body = self._request("POST", "/jars/upload",
-                                 files={"jarfile": (os.path.basename(path), handle, "application/x-java-archive")})
-        return os.path.basename(body["filename"])
+            filename = self._text("POST", "/jars/upload", "filename",
+                                  files={"jarfile": (os.path.basename(path), handle, "application/x-java-archive")})
+        return os.path.basename(filename)
 
     def list_jars(self) -> list[dict[str, Any]]:
-        return list(self._request("GET", "/jars").get("files", []))
+        return list(self._object("GET", "/jars").get("files", []))
 
     def delete_jar(self, jar_id: str) -> None:
         self._request("DELETE", f"/jars/{jar_id}")
@@ -227,7 +245,7 @@ class FlinkRestClient:
             body["savepointPath"] = savepoint_path
         if restore_mode:
             body["restoreMode"] = restore_mode
-        return self._request("POST", f"/jars/{jar_id}/run", json=body)["jobid"]
+        return self._text("POST", f"/jars/{jar_id}/run", "jobid", json=body)
 
     def submit_jar(self, jar_path: str | os.PathLike[str], **run_options: Any) -> str:
         """Uploads and runs a jar in one call (see :meth:`run_jar` for the options); returns the job id.
@@ -247,7 +265,7 @@ class FlinkRestClient:
 
     def list_jobs(self) -> list[dict[str, Any]]:
         """``GET /jobs/overview``: one dict per job with jid, name, state, start-time, ..."""
-        return list(self._request("GET", "/jobs/overview").get("jobs", []))
+        return list(self._object("GET", "/jobs/overview").get("jobs", []))
 
     def find_jobs(self, name: str, states: Iterable[str] | None = ACTIVE_STATES) -> list[dict[str, Any]]:
         """Jobs with exactly this name (newest first), limited to ``states`` (all states when None)."""
@@ -264,18 +282,18 @@ class FlinkRestClient:
             ids = ", ".join(j["jid"] for j in jobs)
             raise FlinkRestError(
                 f"{len(jobs)} running jobs are named {name!r} on {self.base_url} ({ids}): name one by id")
-        return jobs[0]["jid"]
+        return str(jobs[0]["jid"])
 
     def job(self, job_id: str) -> dict[str, Any]:
         """``GET /jobs/<id>``: name, state, vertices with their status, timestamps, ..."""
-        return self._request("GET", f"/jobs/{job_id}")
+        return self._object("GET", f"/jobs/{job_id}")
 
     def job_state(self, job_id: str) -> str:
         return str(self.job(job_id)["state"])
 
     def exceptions(self, job_id: str) -> list[JobException]:
         """The job's exception history, newest first (``GET /jobs/<id>/exceptions``)."""
-        body = self._request("GET", f"/jobs/{job_id}/exceptions")
+        body = self._object("GET", f"/jobs/{job_id}/exceptions")
         entries = (body.get("exceptionHistory") or {}).get("entries") or []
         result = [
             JobException(
@@ -293,7 +311,7 @@ class FlinkRestClient:
 
     def checkpoints(self, job_id: str) -> CheckpointStats:
         """Checkpoint statistics, including the path the job was restored from."""
-        return CheckpointStats.from_json(self._request("GET", f"/jobs/{job_id}/checkpoints"))
+        return CheckpointStats.from_json(self._object("GET", f"/jobs/{job_id}/checkpoints"))
 
     def num_restarts(self, job_id: str) -> int:
         """How often the job has restarted (the job metric ``numRestarts``)."""
@@ -359,18 +377,18 @@ class FlinkRestClient:
     def trigger_savepoint(self, job_id: str, target_directory: str, *, format_type: str = "CANONICAL") -> str:
         """Triggers a savepoint while the job keeps running; returns the trigger id to poll."""
         body = {"target-directory": target_directory, "cancel-job": False, "formatType": format_type}
-        return self._request("POST", f"/jobs/{job_id}/savepoints", json=body)["request-id"]
+        return self._text("POST", f"/jobs/{job_id}/savepoints", "request-id", json=body)
 
     def trigger_stop_with_savepoint(
         self, job_id: str, target_directory: str, *, drain: bool = False, format_type: str = "CANONICAL"
     ) -> str:
         """Stops the job with a final savepoint (``POST /jobs/<id>/stop``); returns the trigger id to poll."""
         body = {"targetDirectory": target_directory, "drain": drain, "formatType": format_type}
-        return self._request("POST", f"/jobs/{job_id}/stop", json=body)["request-id"]
+        return self._text("POST", f"/jobs/{job_id}/stop", "request-id", json=body)
 
     def savepoint_status(self, job_id: str, trigger_id: str) -> dict[str, Any]:
         """``GET /jobs/<id>/savepoints/<trigger>``: status.id IN_PROGRESS or COMPLETED, and the operation."""
-        return self._request("GET", f"/jobs/{job_id}/savepoints/{trigger_id}")
+        return self._object("GET", f"/jobs/{job_id}/savepoints/{trigger_id}")
 
     def wait_for_savepoint(self, job_id: str, trigger_id: str, *, timeout: float = 300.0) -> str:
         """Waits for a savepoint operation; returns the savepoint's location or raises SavepointFailed."""

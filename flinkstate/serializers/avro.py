@@ -106,7 +106,8 @@ class AvroCodecBuilder:
         kind = schema["type"]
         if kind in _PRIMITIVES:
             return _PRIMITIVES[kind][0]
-        return getattr(self, f"_{kind}_decoder")(schema)
+        decoder: Decoder = getattr(self, f"_{kind}_decoder")(schema)
+        return decoder
 
     @staticmethod
     def _lazy(make: Callable[[], Decoder]) -> Decoder:
@@ -123,7 +124,7 @@ class AvroCodecBuilder:
         decoders = [self.decoder(b) for b in branches]
 
         def decode(buf: bytes, off: int) -> tuple[Any, int]:
-            index = I32.unpack_from(buf, off)[0]
+            index: int = I32.unpack_from(buf, off)[0]
             if not 0 <= index < len(decoders):
                 raise SavepointFormatError(f"Avro union index {index} out of range", offset=off)
             return decoders[index](buf, off + 4)

@@ -39,7 +39,7 @@ class ListSnapshot(CompositeSnapshot):
         def decode(buf: bytes, off: int) -> tuple[list[Any], int]:
             n = _unpack_i32(buf, off)[0]
             off += 4
-            items = []
+            items: list[Any] = []
             append = items.append
             for _ in range(n):
                 item, off = elem(buf, off)
@@ -76,7 +76,7 @@ class MapSnapshot(CompositeSnapshot):
         def decode(buf: bytes, off: int) -> tuple[dict[Any, Any], int]:
             n = _unpack_i32(buf, off)[0]
             off += 4
-            result = {}
+            result: dict[Any, Any] = {}
             for _ in range(n):
                 key, off = key_dec(buf, off)
                 if buf[off]:
@@ -144,7 +144,7 @@ def _flagged_sequence_encoder(elem_enc: Encoder, present_flag: int) -> Encoder:
     return encode
 
 
-class StoredOrderSet(set):  # a real set: isinstance checks, equality and set algebra stay set's
+class StoredOrderSet(set[Any]):  # a real set: isinstance checks, equality and set algebra stay set's
     """A decoded Java Set: equal to the set of its elements, iterating in the order they were stored (Java's
     HashSet order, which Python's hash order would scramble). A set changed after decoding iterates in set order."""
 

@@ -223,7 +223,7 @@ class PojoSnapshot(TypeSerializerSnapshot):
             flags = buf[off]
             off += 1
             if flags == NO_SUBCLASS:  # the hot path: one dict, one null byte per field
-                obj = {}
+                obj: dict[str, Any] = {}
                 for name, dec in fields:
                     if buf[off]:
                         obj[name] = None

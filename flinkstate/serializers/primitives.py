@@ -245,7 +245,7 @@ def _coerce(value: Any, model: type, from_python: Callable[[Any], Any], python_t
     raise TypeError(f"expected a {model.__name__}, got {type(value).__name__}")
 
 
-def _epoch_millis_codec(model: type) -> tuple[Decoder, Encoder]:
+def _epoch_millis_codec(model: type[times.EpochMillis]) -> tuple[Decoder, Encoder]:
     """java.util.Date, java.sql.Date, java.sql.Time: ``i64 getTime()``, Long.MIN_VALUE for null."""
     make = times.unchecked_epoch_millis[model]
     unpack, pack = I64.unpack_from, I64.pack
@@ -487,7 +487,7 @@ def _char_array() -> tuple[Decoder, Encoder]:
 def _table() -> dict[str, SimpleType]:
     long_c, int_c, short_c, byte_c = (struct_codec(s) for s in (I64, I32, I16, I8))
     float_c, double_c = struct_codec(F32), struct_codec(F64)
-    numbers = {
+    numbers: dict[str, tuple[str, int, tuple[Decoder, Encoder], Callable[[Any], int]]] = {
         "Long": ("Long", 8, long_c, java_long_hash), "Int": ("Integer", 4, int_c, java_int_hash),
         "Short": ("Short", 2, short_c, java_int_hash), "Byte": ("Byte", 1, byte_c, java_int_hash),
         "Float": ("Float", 4, float_c, java_float_hash), "Double": ("Double", 8, double_c, java_double_hash),
@@ -510,8 +510,10 @@ def _table() -> dict[str, SimpleType]:
         "BigInteger", VARIABLE_LENGTH, decode_big_integer, encode_big_integer)
     table[f"{BASE}BigDecSerializer$BigDecSerializerSnapshot"] = SimpleType(
         "BigDecimal", VARIABLE_LENGTH, _decode_big_decimal, _encode_big_decimal)
-    for stem, name, model in (("Date", "Date", times.Date), ("SqlDate", "java.sql.Date", times.SqlDate),
-                              ("SqlTime", "java.sql.Time", times.SqlTime)):
+    epoch_millis: tuple[tuple[str, str, type[times.EpochMillis]], ...] = (
+        ("Date", "Date", times.Date), ("SqlDate", "java.sql.Date", times.SqlDate),
+        ("SqlTime", "java.sql.Time", times.SqlTime))
+    for stem, name, model in epoch_millis:
         table[f"{BASE}{stem}Serializer${stem}SerializerSnapshot"] = SimpleType(
             name, 8, *_epoch_millis_codec(model), _millis_hash)
     table[f"{BASE}SqlTimestampSerializer$SqlTimestampSerializerSnapshot"] = SimpleType(

@@ -21,7 +21,7 @@ FIRST_VERSION_WITH_ROW_KIND = 3
 ROW_KINDS = ("INSERT", "UPDATE_BEFORE", "UPDATE_AFTER", "DELETE")
 
 
-class KindedRow(tuple):
+class KindedRow(tuple[Any, ...]):
     """A Row whose RowKind (0..3, see ROW_KINDS) is not INSERT."""
 
     kind: int
@@ -72,7 +72,7 @@ class RowSnapshot(CompositeSnapshot):
         def decode(buf: bytes, off: int) -> tuple[Any, int]:
             mask = buf[off:off + mask_bytes]
             off += mask_bytes
-            values = []
+            values: list[Any] = []
             for dec, (index, bit) in fields:
                 if mask[index] & bit:
                     values.append(None)

@@ -403,7 +403,7 @@ def _make_two(cls: type, first: str, second: str) -> Any:
     set_a, set_b = _setters(cls, first, second)
 
     def make(a: int, b: int) -> Any:
-        obj = _new(cls)
+        obj: Any = _new(cls)
         set_a(obj, a)
         set_b(obj, b)
         return obj
@@ -415,7 +415,7 @@ def _make_one(cls: type) -> Any:
     (set_millis,) = _setters(cls, "millis")
 
     def make(millis: int) -> Any:
-        obj = _new(cls)
+        obj: Any = _new(cls)
         set_millis(obj, millis)
         return obj
 

@@ -172,7 +172,7 @@ def _parse_job(name: str, spec: Any, where: str) -> ReleaseJob:
         if key in spec:
             value = spec[key]
             # bool is an int in Python: a YAML 'true' must not pass as a count, nor 1 as a flag.
-            if type(value) is not kind or (kind is int and value < 0):
+            if type(value) is not kind or (isinstance(value, int) and value < 0):
                 raise ReleaseError(f"{where}.{key}: expected a{' non-negative' if kind is int else ''} "
                                    f"{kind.__name__}, got {value!r}")
             options[key] = value
@@ -273,6 +273,7 @@ def decide(release: Release, now: datetime, client: FlinkRestClient | None) -> l
     decisions = []
     for name, job in release.jobs.items():
         record = records.get(name)
+        running: JobVersion | None
         if record:
             running = JobVersion.from_dict(record["version"], f"{registry.uri}: {name}")
         else:

@@ -165,7 +165,7 @@ def _is_running(client: FlinkRestClient | None, job_id: str) -> bool:
 def write_run_record(plan: dict[str, Any], update: dict[str, Any]) -> None:
     """``run.json`` in the run's folder: the plan plus what happened so far."""
     uri = f"{plan['run_dir']}/run.json"
-    record = json.loads(read_file(uri)) if exists(uri) else {"plan": plan, "events": []}
+    record: dict[str, Any] = json.loads(read_file(uri)) if exists(uri) else {"plan": plan, "events": []}
     record["events"].append({"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **update})
     record.update({k: v for k, v in update.items() if k in ("outcome", "stage")})
     write_file(uri, (json.dumps(record, indent=2) + "\n").encode())
@@ -408,6 +408,8 @@ def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, dep
         failed = "; ".join(failures) or "resolve failed (see its log)"
         return False, (f"Flink upgrade of {deployment} FAILED before anything was changed: {failed}. Nothing was "
                        f"stopped; the running job was not touched. {where}")
+    if client is None:  # the DAG connects to Flink whenever resolve produced a plan
+        raise TypeError(f"conclude: the run of {deployment} has a plan but no Flink client")
     journal = journal_of(plan)
     if journal is None:
         return False, f"Flink upgrade of {deployment} FAILED: its journal {plan.get('journal')} is gone. {where}"
