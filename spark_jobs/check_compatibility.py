@@ -30,11 +30,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
 
 from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument
+from flinkstate.migration.code_policy import CodePolicy
 from flinkstate.migration.dry_run import DryRunUnit, run_dry_run, run_dry_run_unit
-from flinkstate.migration.engine import DryRunResult
 from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.manifest_targets import plan_state_migration
-from flinkstate.migration.transforms import CodePolicy
+from flinkstate.migration.rewrite import DryRunResult
 from flinkstate.migration.verify import verify_migration
 from flinkstate.resolution import BACKENDS, check
 from flinkstate.savepoint import Savepoint

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from flinkstate.migration.transforms import CodeNotAllowed, CodePolicy, load_function
+from flinkstate.migration.code_policy import CodeNotAllowed, CodePolicy, load_function
 from tests.test_spark_jobs import MANIFESTS, spark_submit
 
 ROOT = Path(__file__).resolve().parents[1]

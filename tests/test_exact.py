@@ -15,9 +15,11 @@ import yaml
 from flinkstate.cli import main
 from flinkstate.format.keyed_stream import iter_raw_entries
 from flinkstate.format.metadata import read_metadata, write_metadata
-from flinkstate.migration import MigrationError, OperatorTarget, StateTarget, migrate_savepoint, parse_migration
-from flinkstate.migration.engine import SubtaskResult, plan_migration, run_units_locally
-from flinkstate.migration.transforms import CodePolicy
+from flinkstate.migration.code_policy import CodePolicy
+from flinkstate.migration.plan import MigrationError, OperatorTarget, StateTarget, plan_migration
+from flinkstate.migration.rewrite import SubtaskResult
+from flinkstate.migration.runner import migrate_savepoint, run_units_locally
+from flinkstate.migration.spec import parse_migration
 from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.pojo import PojoSnapshot
@@ -121,7 +123,7 @@ def test_verifier_refuses_a_missing_entry(source: Path, tmp_path: Path):
 
 def drop_key_3(value: Any) -> Any:
     """Used by name by a migration above: drops the POJO of key-3."""
-    from flinkstate.migration import DROP
+    from flinkstate.migration.plan import DROP
 
     return DROP if value["key"] == "key-3" else value
 

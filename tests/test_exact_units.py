@@ -10,9 +10,10 @@ import pytest
 from flinkstate.binary import operator_id_from_uid
 from flinkstate.format_errors import UnsupportedFormat
 from flinkstate.identity import OperatorRef
-from flinkstate.migration.engine import plan_value_migration
+from flinkstate.migration.conversions import MigrationPlanError
+from flinkstate.migration.plan import plan_value_migration
 from flinkstate.migration.spec import NO_MIGRATION, parse_migration
-from flinkstate.migration.transforms import MigrationPlanError, build_transform
+from flinkstate.migration.transforms import build_transform
 from flinkstate.migration.verify import canonical
 from flinkstate.serializers.kryo import KryoSnapshot, OpaqueValue
 from flinkstate.serializers.pojo import OptionalMapEntry, PojoSnapshot
@@ -133,7 +134,7 @@ def test_a_boxed_field_says_so_with_its_java_class():
 
 
 def test_to_string_is_built_in_only_where_javas_text_is_reproduced_exactly():
-    from flinkstate.migration.transforms import conversion
+    from flinkstate.migration.conversions import conversion
 
     assert conversion("to-string", simple("Double"), simple("String"))(1e7) == "1.0E7"
     assert conversion("to-string", simple("BigDec"), simple("String"))(Decimal("1E+3")) == "1E+3"

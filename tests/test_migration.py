@@ -12,15 +12,10 @@ import pytest
 
 from flinkstate.binary import operator_id_from_uid
 from flinkstate.engine import LocalFlinkCluster
-from flinkstate.migration import (
-    MigrationError,
-    MigrationSpecError,
-    OperatorTarget,
-    StateTarget,
-    migrate_savepoint,
-    parse_migration,
-)
-from flinkstate.migration.transforms import CodePolicy
+from flinkstate.migration.code_policy import CodePolicy
+from flinkstate.migration.plan import MigrationError, OperatorTarget, StateTarget
+from flinkstate.migration.runner import migrate_savepoint
+from flinkstate.migration.spec import MigrationSpecError, parse_migration
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.pojo import PojoSnapshot
 from flinkstate.serializers.primitives import simple
@@ -236,7 +231,7 @@ def test_dead_letter_policy(flink_cluster: LocalFlinkCluster, flink_savepoints: 
 
 
 def test_builtin_conversions_follow_java():
-    from flinkstate.migration.transforms import (
+    from flinkstate.migration.conversions import (
         ConversionError,
         MigrationPlanError,
         conversion,

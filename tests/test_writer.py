@@ -14,7 +14,8 @@ from flinkstate.format.checkpoint_properties import JAVA_SERIALIZED_NULL
 from flinkstate.format.keyed_header import KeyedBackendHeader
 from flinkstate.format.keyed_stream import KeyedStreamWriter, encode_block
 from flinkstate.format.metadata import read_metadata, write_metadata
-from flinkstate.migration import OperatorTarget, migrate_savepoint
+from flinkstate.migration.plan import OperatorTarget
+from flinkstate.migration.runner import migrate_savepoint
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.uri import open_output
 from tests.support import sample_job

@@ -13,7 +13,7 @@ from typing import Any
 
 from flinkstate.cli.migrate import add_allow_code_argument
 from flinkstate.errors import FlinkStateError, printable
-from flinkstate.migration.transforms import CodePolicy, load_function
+from flinkstate.migration.code_policy import CodePolicy, load_function
 from flinkstate.report import Report
 from flinkstate.resolution import BACKENDS, MigrationPlanner, check
 
@@ -82,8 +82,8 @@ def dry_run_section(report: Report, savepoint: str, schema: str, previous: str |
     """The dry run of the migration ``flinkstate migrate`` would run, in this process (the report's section). A
     migration function the code policy does not allow is an error (exit 1), not a verdict: nothing was judged."""
     from flinkstate.migration.dry_run import run_dry_run
-    from flinkstate.migration.engine import CodeRefused
     from flinkstate.migration.job import MigrationJob
+    from flinkstate.migration.plan import CodeRefused
     from flinkstate.savepoint import Savepoint
 
     if report.outcome != "migrate":

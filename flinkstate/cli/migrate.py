@@ -7,9 +7,9 @@ import argparse
 import json
 from typing import Any
 
-from flinkstate.migration.engine import MigrationReport
+from flinkstate.migration.code_policy import ALLOW_CODE_ENV, CodePolicy
 from flinkstate.migration.job import MigrationJob
-from flinkstate.migration.transforms import ALLOW_CODE_ENV, CodePolicy
+from flinkstate.migration.runner import MigrationReport
 
 ALLOW_CODE_HELP = (f"a manifest is data; its migration functions (function: MODULE:FUNC) are Python code, imported "
                    f"only when allowed: --allow-code MODULES (comma-separated trusted modules and their submodules) "

@@ -1,26 +1,6 @@
-"""State migration: the ``migration:`` spec, value transforms, the planner and the per-stream migrator."""
-
-from flinkstate.migration.engine import (
-    DROP,
-    MigrationError,
-    MigrationPlan,
-    MigrationReport,
-    OperatorTarget,
-    StateTarget,
-    SubtaskResult,
-    assemble_metadata,
-    migrate_savepoint,
-    migrate_subtask,
-    plan_migration,
-    plan_value_migration,
-    verify_output,
-)
-from flinkstate.migration.spec import FieldRule, MigrationSpecError, StateMigration, parse_migration
-from flinkstate.migration.transforms import ConversionError, MigrationPlanError, build_transform
-
-__all__ = [
-    "DROP", "ConversionError", "FieldRule", "MigrationError", "MigrationPlan", "MigrationPlanError",
-    "MigrationReport", "MigrationSpecError", "OperatorTarget", "StateMigration", "StateTarget", "SubtaskResult",
-    "assemble_metadata", "build_transform", "migrate_savepoint", "migrate_subtask", "parse_migration",
-    "plan_migration", "plan_value_migration", "verify_output",
-]
+"""State migration, as plan -> rewrite -> assemble -> verify, one module each: :mod:`.plan` (targets and the plan),
+:mod:`.rewrite` (one subtask's keyed stream, and the dry run), :mod:`.assemble` (the new ``_metadata``),
+:mod:`.verify` (the independent re-read, shared with the pipeline's re-check), :mod:`.runner` (all of it in one
+process). The declared migration: :mod:`.spec` (the manifest's ``migration:``), :mod:`.manifest_targets` (targets
+from a manifest), :mod:`.transforms`, :mod:`.conversions` and :mod:`.code_policy` (value transforms). Jobs built on
+them: :mod:`.job` (``flinkstate migrate`` and the Spark job), :mod:`.dry_run`."""

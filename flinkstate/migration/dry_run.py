@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from flinkstate.binary import KeyGroupRange
-from flinkstate.migration.engine import DryRunResult, MigrationPlan, StateCount, dry_run_subtask, split_key_groups
+from flinkstate.migration.plan import MigrationPlan, split_key_groups
+from flinkstate.migration.rewrite import DryRunResult, StateCount, dry_run_subtask
 from flinkstate.savepoint import Savepoint
 
 #: (source operator id, subtask, first key group, last key group): one dry-run task.

@@ -11,18 +11,10 @@ from pathlib import Path
 
 from flinkstate.errors import FlinkStateError
 from flinkstate.manifest import Manifest, load_manifest
-from flinkstate.migration.engine import (
-    MigrationError,
-    MigrationPlan,
-    MigrationReport,
-    OperatorTarget,
-    UnitRunner,
-    migrate_savepoint,
-    plan_migration,
-    run_units_locally,
-)
+from flinkstate.migration.code_policy import CodePolicy
 from flinkstate.migration.manifest_targets import check_against_manifest, targets_from_manifest
-from flinkstate.migration.transforms import CodePolicy
+from flinkstate.migration.plan import MigrationError, MigrationPlan, OperatorTarget, plan_migration
+from flinkstate.migration.runner import MigrationReport, UnitRunner, migrate_savepoint, run_units_locally
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.uri import open_output, write_file
 
@@ -81,7 +73,6 @@ class MigrationJob:
             _check_local_folder(Path(*output[1:]).parent, f"--output {self.output}")
         if report[0] == "file":
             _check_local_folder(Path(*report[1:]), f"--report {self.report_path}")
-
 
     def run(self, run_units: UnitRunner = run_units_locally) -> MigrationReport:
         """Migrates, verifies (the new savepoint against the manifest), publishes, and writes the report."""

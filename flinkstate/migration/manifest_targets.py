@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flinkstate.format.keyed_header import TIMERS, StateMetaInfo
 from flinkstate.manifest import Manifest, OperatorSchema, StateSchema
-from flinkstate.migration.engine import MigrationError, OperatorTarget, StateTarget, plan_value_migration
+from flinkstate.migration.plan import MigrationError, OperatorTarget, StateTarget, plan_value_migration
 from flinkstate.migration.spec import parse_migration
 from flinkstate.migration.transforms import RowNames
 from flinkstate.savepoint import Savepoint

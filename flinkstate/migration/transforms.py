@@ -10,18 +10,17 @@ Values are in the reader's Python representation: POJO → dict, Row/Tuple → t
 
 from __future__ import annotations
 
-import importlib
-import math
-import os
-import re
-import struct
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
-from flinkstate.errors import FlinkStateError, printable
+from flinkstate.errors import printable
+from flinkstate.migration.conversions import (
+    PRIMITIVE_NAMES,
+    ConversionError,
+    MigrationPlanError,
+    Transform,
+    conversion,
+    identity,
+)
 from flinkstate.migration.spec import FieldRule
 from flinkstate.serializers.avro import AvroSnapshot
 from flinkstate.serializers.base import TypeSerializerSnapshot, UnknownSnapshot
@@ -30,195 +29,9 @@ from flinkstate.serializers.primitives import SimpleSnapshot
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.row import KindedRow, RowSnapshot
 
-Transform = Callable[[Any], Any]
 #: Row field names by field path ("" = the value itself): (old names, new names). Row snapshots store no names, so
 #: they come from the manifests.
 RowNames = dict[str, tuple[list[str], list[str]]]
-
-
-class MigrationPlanError(FlinkStateError):
-    """The declared migration cannot turn the old type into the new one."""
-
-
-class ConversionError(ValueError):
-    """One value could not be converted (the error policy decides what happens)."""
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Built-in conversions between simple types
-# --------------------------------------------------------------------------------------------------------------------
-
-_INTEGRAL_BITS = {"Byte": 8, "Short": 16, "Integer": 32, "Long": 64}
-_FLOATING = ("Float", "Double")
-#: Java's widening primitive conversions (JLS 5.1.2), by the reader's type names.
-_WIDENING = {
-    "Byte": {"Short", "Integer", "Long", "Float", "Double"},
-    "Short": {"Integer", "Long", "Float", "Double"},
-    "Character": {"Integer", "Long", "Float", "Double"},
-    "Integer": {"Long", "Float", "Double"},
-    "Long": {"Float", "Double"},
-    "Float": {"Double"},
-}
-_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
-#: The types whose Java ``toString`` the built-in to-string reproduces exactly (Double/Float with Java's digit
-#: rules, BigDecimal with the same scientific notation as Python's Decimal).
-_JAVA_TO_STRING = {"Byte", "Short", "Integer", "Long", "Float", "Double", "Boolean", "Character", "String",
-                   "BigInteger", "BigDecimal"}
-_PRIMITIVE_NAMES = {"Long": "long", "Integer": "int", "Short": "short", "Byte": "byte", "Float": "float",
-                    "Double": "double", "Boolean": "boolean", "Character": "char"}
-_F32 = struct.Struct(">f")
-
-
-def java_double_to_string(value: float) -> str:
-    """``Double.toString``: shortest round-trip digits, plain in [1e-3, 1e7), else ``d.dddE±n``."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return _java_decimal_text(repr(value), value)
-
-
-def java_float_to_string(value: float) -> str:
-    """``Float.toString``: the shortest decimal that reads back as the same 32-bit float."""
-    if math.isnan(value) or math.isinf(value):
-        return java_double_to_string(value)
-    target = _F32.pack(value)
-    for precision in range(1, 10):
-        text = f"{value:.{precision}g}"
-        if _F32.pack(float(text)) == target:
-            return _java_decimal_text(text, value)
-    return _java_decimal_text(repr(value), value)
-
-
-def _java_decimal_text(shortest: str, value: float) -> str:
-    if value == 0:
-        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
-    sign, digits, exponent = Decimal(shortest).normalize().as_tuple()
-    text = "".join(map(str, digits))
-    point = len(text) + int(exponent)  # position of the decimal point within the digits
-    prefix = "-" if sign else ""
-    if 1e-3 <= abs(value) < 1e7:
-        if point <= 0:
-            return f"{prefix}0.{'0' * -point}{text}"
-        if point >= len(text):
-            return f"{prefix}{text}{'0' * (point - len(text))}.0"
-        return f"{prefix}{text[:point]}.{text[point:]}"
-    mantissa = f"{text[0]}.{text[1:] or '0'}"
-    return f"{prefix}{mantissa}E{point - 1}"
-
-
-def _to_string(type_name: str) -> Transform:
-    if type_name == "Double":
-        return lambda v: None if v is None else java_double_to_string(v)
-    if type_name == "Float":
-        return lambda v: None if v is None else java_float_to_string(v)
-    if type_name == "Boolean":
-        return lambda v: None if v is None else ("true" if v else "false")
-    return lambda v: None if v is None else str(v)
-
-
-def _parse_integral(bits: int) -> Transform:
-    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-
-    def parse(value: Any) -> int | None:
-        if value is None:
-            return None
-        if isinstance(value, str):
-            if not _JAVA_INTEGER.fullmatch(value):
-                raise ConversionError(f"not an integer: {value!r}")
-            number = int(value)
-        elif isinstance(value, float):
-            if not value.is_integer():
-                raise ConversionError(f"not an integer: {value!r}")
-            number = int(value)
-        else:
-            number = int(value)
-        if not low <= number <= high:
-            raise ConversionError(f"{number} is out of range for a {bits}-bit integer")
-        return number
-
-    return parse
-
-
-def _parse_floating(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        text = value.strip()  # Double.parseDouble trims whitespace, but knows no '_' separators
-        try:
-            if "_" in text:
-                raise ValueError(text)
-            return float(text)
-        except ValueError:
-            raise ConversionError(f"not a number: {value!r}") from None
-    return float(value)
-
-
-def _parse_boolean(value: Any) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
-    return str(value).lower() == "true"  # Boolean.parseBoolean
-
-
-def _to_target(new: str, old: str) -> Transform:
-    """String (or another simple type) to the new simple type ``new``."""
-    if new in _INTEGRAL_BITS:
-        return _parse_integral(_INTEGRAL_BITS[new])
-    if new in _FLOATING:
-        return _parse_floating
-    if new == "Boolean":
-        return _parse_boolean
-    if new == "String":
-        return _to_string(old)
-    raise MigrationPlanError(f"cannot convert {old} to {new}")
-
-
-def _widen(old: str, new: str) -> Transform:
-    if old == new:
-        return _identity
-    if new not in _WIDENING.get(old, ()):
-        raise MigrationPlanError(f"{old} -> {new} is not a widening conversion")
-    if old == "Character":
-        return lambda v: None if v is None else (float(ord(v)) if new in _FLOATING else ord(v))
-    if new in _FLOATING:
-        return lambda v: None if v is None else float(v)
-    return _identity
-
-
-_TARGETS = {"to-int": ("Integer", "Short", "Byte"), "to-long": ("Long",), "to-double": ("Double",),
-            "to-float": ("Float",), "to-boolean": ("Boolean",),
-            "to-number": ("Byte", "Short", "Integer", "Long", "Float", "Double")}
-
-
-def conversion(name: str, old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -> Transform:
-    """The built-in conversion ``name`` from ``old``'s type to ``new``'s (both simple types)."""
-    if not isinstance(old, SimpleSnapshot) or not isinstance(new, SimpleSnapshot):
-        raise MigrationPlanError(f"conversion {name} applies to simple types, not {old.type_name()} -> "
-                                 f"{new.type_name()}")
-    old_type, new_type = old.type_name(), new.type_name()
-    if name == "widen":
-        return _widen(old_type, new_type)
-    if name == "to-string":
-        if new_type != "String":
-            raise MigrationPlanError(f"to-string needs a String target, the new type is {new_type}")
-        if old_type not in _JAVA_TO_STRING:
-            raise MigrationPlanError(f"to-string from {old_type} is not built in: this tool reproduces Java's "
-                                     f"toString exactly only for {', '.join(sorted(_JAVA_TO_STRING))}; declare a "
-                                     f"function")
-        return _to_string(old_type)
-    if new_type not in _TARGETS[name]:
-        raise MigrationPlanError(f"{name} cannot produce {new_type}")
-    return _to_target(new_type, old_type)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Structural transforms
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def _identity(value: Any) -> Any:
-    return value
-
 
 def _constant(value: Any) -> Transform:
     return lambda _: value
@@ -299,8 +112,8 @@ def _positional_transform(new: TypeSerializerSnapshot, parts: list[Transform | N
     """Composite types whose nested serializers map by position: List, Map, Set, Nullable, Tuple, ..."""
     kind = type(new).__name__
     if all(p is None for p in parts):
-        return _identity  # the snapshot itself changed (outer payload) but the values stay as they are
-    funcs = [p or _identity for p in parts]
+        return identity  # the snapshot itself changed (outer payload) but the values stay as they are
+    funcs = [p or identity for p in parts]
     if kind in ("ListSnapshot", "SetSnapshot", "GenericArraySnapshot"):
         element = funcs[0]
         return lambda v: None if v is None else type(v)(element(x) for x in v)
@@ -345,7 +158,7 @@ def _record_transform(old_names: list[str], old_types: list[Any], new_names: lis
             known, default = implicit[position]
             if not known:
                 type_name = new_type.type_name() if new_type is not None else "?"
-                primitive = _PRIMITIVE_NAMES.get(type_name, type_name.lower())
+                primitive = PRIMITIVE_NAMES.get(type_name, type_name.lower())
                 raise MigrationPlanError(
                     f"field {_join(path, name)} is added with type {type_name}: Flink fills an added field with "
                     f"its Java default, which is {'false' if primitive == 'boolean' else '0'} for a primitive "
@@ -498,7 +311,7 @@ def _avro_resolver(writer: Any, reader: Any, named: dict[str, Any], rules: dict[
             return lambda v: v.decode("utf-8")
         if rk == "bytes":
             return lambda v: v.encode("utf-8")
-        return _identity
+        return identity
     if rk == "array":
         item = _avro_resolver(writer["items"], reader["items"], named, {}, path)
         return lambda v: [item(x) for x in v]
@@ -519,7 +332,7 @@ def _avro_resolver(writer: Any, reader: Any, named: dict[str, Any], rules: dict[
         return enum
     if rk == "fixed" and writer.get("size") != reader.get("size"):
         raise MigrationPlanError(f"Avro fixed size changed{where}")
-    return _identity
+    return identity
 
 
 def _avro_record(writer: dict[str, Any], reader: dict[str, Any], named: dict[str, Any],
@@ -559,116 +372,12 @@ def _avro_record(writer: dict[str, Any], reader: dict[str, Any], named: dict[str
     return record
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# User functions
-# --------------------------------------------------------------------------------------------------------------------
-
-
-#: The environment variable that allows code when no ``--allow-code`` is given: ``all`` or a comma-separated list of
-#: trusted modules (the same values as the flag).
-ALLOW_CODE_ENV = "FLINKSTATE_ALLOW_CODE"
-_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_HOW_TO_ALLOW = (f"it is code, run only when allowed: pass --allow-code MODULES (trusted modules, comma-separated), "
-                 f"--allow-code=all, or set {ALLOW_CODE_ENV}")
-
-
-class CodeNotAllowed(MigrationPlanError):
-    """A manifest (or ``--migration-planner``) names Python code that the code policy does not allow."""
-
-
-@dataclass(frozen=True)
-class CodePolicy:
-    """Which Python code a manifest may run. A manifest is data: its ``function: module:function`` is imported and
-    called only when this policy allows it. ``allow_all`` admits any module except the standard library and
-    builtins (``os:system``, ``builtins:exec``); ``modules`` admits exactly those modules and their submodules,
-    standard ones included when named. The default allows nothing. Frozen and plain: it is pickled to Spark tasks."""
-
-    allow_all: bool = False
-    modules: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, text: str | None, source: str = "--allow-code") -> CodePolicy:
-        """``all`` (or ``*``), a comma-separated module list, or empty/None (nothing)."""
-        value = (text or "").strip()
-        if not value:
-            return cls()
-        if value in ("all", "*"):
-            return cls(allow_all=True)
-        modules = tuple(m.strip() for m in value.split(",") if m.strip())
-        bad = [m for m in modules if not _MODULE_NAME.fullmatch(m)]
-        if bad:
-            raise FlinkStateError(f"{source}: {bad[0][:80]!r} is not a Python module name (expected 'all' or "
-                                  f"module names separated by commas, e.g. mypkg.fixes,other)")
-        return cls(modules=modules)
-
-    @classmethod
-    def resolve(cls, flag: str | None) -> CodePolicy:
-        """The policy of a command: ``--allow-code`` when given with a value, else ``$FLINKSTATE_ALLOW_CODE``."""
-        if flag and flag.strip():
-            return cls.parse(flag)
-        return cls.parse(os.environ.get(ALLOW_CODE_ENV), ALLOW_CODE_ENV)
-
-    @property
-    def allows_any(self) -> bool:
-        return self.allow_all or bool(self.modules)
-
-    def describe(self) -> str:
-        return "all modules but the standard library" if self.allow_all else (
-            ", ".join(self.modules) if self.modules else "none")
-
-    def _listed(self, module: str) -> bool:
-        return any(module == m or module.startswith(m + ".") for m in self.modules)
-
-    def allows_module(self, module: str) -> bool:
-        if self._listed(module):
-            return True
-        if not self.allow_all:
-            return False
-        top = module.partition(".")[0]
-        return top not in sys.stdlib_module_names and top not in sys.builtin_module_names and top != "__main__"
-
-    def check(self, reference: str, what: str = "migration function") -> tuple[str, list[str]]:
-        """(module, attribute path) of an allowed ``module:function``, or :class:`CodeNotAllowed`. Nothing is
-        imported here."""
-        module_name, _, attribute = reference.partition(":")
-        parts = attribute.split(".")
-        if not _MODULE_NAME.fullmatch(module_name) or not attribute or not all(p.isidentifier() for p in parts):
-            raise CodeNotAllowed(f"{what} {reference[:120]!r}: expected module:function")
-        if any(p.startswith("_") for p in parts):
-            raise CodeNotAllowed(f"{what} {reference}: private or special attributes (starting with '_') are never "
-                                 f"loaded")
-        if not self.allows_any:
-            raise CodeNotAllowed(f"{what} {reference}: {_HOW_TO_ALLOW}")
-        if not self.allows_module(module_name):
-            why = "a standard-library module, allowed only when listed by name" if self.allow_all else \
-                f"not among the allowed modules ({self.describe()})"
-            raise CodeNotAllowed(f"{what} {reference}: module {module_name} is {why}; {_HOW_TO_ALLOW}")
-        return module_name, parts
-
-
-def load_function(reference: str, policy: CodePolicy | None = None, what: str = "migration function") -> Transform:
-    """``module:function`` (``function`` possibly dotted, e.g. ``Class.method``) as a callable, if ``policy``
-    (default: nothing allowed) admits the module. The callable must be defined in an allowed module too: a name
-    that an allowed module merely imported (``mymod:system`` after ``from os import system``) is refused."""
-    module_name, parts = (policy or CodePolicy()).check(reference, what)
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in parts:
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise MigrationPlanError(f"cannot load {what} {reference}: {exc}") from None
-    if not callable(target):
-        raise MigrationPlanError(f"{what} {reference} is not callable")
-    defined_in = getattr(target, "__module__", None)
-    if not isinstance(defined_in, str) or not (policy or CodePolicy()).allows_module(defined_in):
-        raise CodeNotAllowed(f"{what} {reference}: the callable is defined in {defined_in or 'no module'}, which "
-                             f"is not allowed ({(policy or CodePolicy()).describe()})")
-    return target  # type: ignore[no-any-return]
-
-
 def chain(first: Transform | None, second: Transform | None) -> Transform | None:
     if first is None:
         return second
     if second is None:
         return first
     return lambda value: second(first(value))
+
+
+__all__ = ["RowNames", "avro_transform", "build_transform", "chain"]

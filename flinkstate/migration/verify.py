@@ -37,7 +37,8 @@ from flinkstate.format.handles import KeyGroupsStateHandle, StreamStateHandle
 from flinkstate.format.keyed_stream import StreamSource, raw_key
 from flinkstate.format.metadata import OperatorState
 from flinkstate.jsonify import to_json
-from flinkstate.migration.engine import MigrationPlan, OperatorPlan, StateCodec, StateRewrite, migrate_entry
+from flinkstate.migration.plan import MigrationPlan, OperatorPlan, StateRewrite
+from flinkstate.migration.rewrite import StateCodec, migrate_entry
 from flinkstate.progress import track
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.registry import snapshot_bytes
@@ -343,6 +344,7 @@ def _expected(op_plan: OperatorPlan, rewrite: StateRewrite, entry: tuple[Any, ..
     if new is not None and rewrite.kind == "LIST" and not new[2]:
         return None
     return new
+
 
 def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: OperatorPlan, rewrite: StateRewrite,
                           where: str) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:

@@ -1,0 +1,427 @@
+"""Rewriting one (operator, subtask) keyed stream, the parallel unit of a migration, and its in-memory twin,
+the dry run. Keyed streams are rewritten block by block in the source's order: entries of states that are not
+migrated keep their bytes, migrated states are decoded with the old snapshot's codec, transformed
+(:func:`migrate_entry`, the one rule the verifier also applies), and encoded with the new one (:class:`StateCodec`).
+When the key changes, entries move to the key group Flink hashes the new key to, which may belong to another
+subtask: then each subtask reads the operator's every stream and keeps its own key groups.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from flinkstate.binary import KeyGroupRange, assign_key_group, encode_varint_le
+from flinkstate.format.handles import KeyGroupsStateHandle
+from flinkstate.format.keyed_entries import KeyLayout, make_entry_decoder
+from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
+from flinkstate.format.keyed_stream import (
+    KeyedStateStream,
+    KeyedStreamWriter,
+    encode_block,
+    keyed_stream_file_name,
+    raw_key,
+)
+from flinkstate.format_errors import SavepointFormatError
+from flinkstate.jsonify import to_json
+from flinkstate.migration.plan import DROP, MigrationError, MigrationPlan, OperatorPlan, StateRewrite, localize
+from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.timer import Timer
+from flinkstate.storage.outputs import SavepointOutput
+
+# --------------------------------------------------------------------------------------------------------------------
+# One subtask
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StateCount:
+    read: int = 0
+    written: int = 0
+    dead_lettered: int = 0
+
+
+@dataclass
+class SubtaskResult:
+    operator_id: str  # the source operator id
+    subtask: int
+    handle: KeyGroupsStateHandle | None
+    counts: dict[str, StateCount]  # by new state name
+    dead_letters: list[dict[str, Any]]
+
+
+def migrate_entry(rewrite: StateRewrite, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The declared migration of one entry tuple (the reader's shape, its key already rewritten if the key changes):
+    the new entry, or None when a function dropped it. Raises what a transform raises. The engine writes what this
+    returns, and the verifier compares the written entries with it."""
+    if rewrite.kind == TIMERS:
+        return entry
+    if rewrite.kind == "MAP":
+        key, ns, user_key, value = entry
+        if rewrite.user_key_transform is not None:
+            user_key = rewrite.user_key_transform(user_key)
+        if rewrite.transform is not None and value is not None:
+            value = rewrite.transform(value)
+            if value is DROP:
+                return None
+        return key, ns, user_key, value
+    key, ns, value = entry
+    if rewrite.transform is not None:
+        if rewrite.kind == "LIST":
+            value = [v for v in map(rewrite.transform, value) if v is not DROP]
+        else:
+            value = rewrite.transform(value)
+            if value is DROP:
+                return None
+    return key, ns, value
+
+
+class _Rekeyed(Exception):
+    """Internal: an entry's new key group is outside this subtask (rekey mode)."""
+
+
+class StateCodec:
+    """Decode (old) and encode (new) of one state's entries: the reader's entry decoder and its mirror. With a plan
+    whose old and new headers are the same, it is the state's own codec (the verifier's round-trip check)."""
+
+    def __init__(self, plan: OperatorPlan, rewrite: StateRewrite, prefix_bytes: int) -> None:
+        assert plan.old_header is not None and plan.new_header is not None
+        old_meta = plan.old_header.states[plan.rewrites.index(rewrite)]
+        new_meta = plan.new_header.states[rewrite.new_id]
+        self.rewrite = rewrite
+        self.prefix_bytes = prefix_bytes
+        self.decode = make_entry_decoder(old_meta, _layout(plan.old_header, old_meta, prefix_bytes))
+        key_snap, ns_snap = plan.new_header.key_serializer, new_meta.namespace_serializer
+        assert key_snap is not None and ns_snap is not None
+        self.key_hash = key_snap.hash_code
+        key_enc, ns_enc = key_snap.encoder(), ns_snap.encoder()
+        ambiguous = key_snap.fixed_length < 0 and ns_snap.fixed_length < 0
+
+        def key_ns(key: Any, namespace: Any, out: bytearray) -> None:
+            start = len(out)
+            key_enc(key, out)
+            if ambiguous:
+                out += encode_varint_le(len(out) - start)
+            start = len(out)
+            ns_enc(namespace, out)
+            if ambiguous:
+                out += encode_varint_le(len(out) - start)
+
+        self.key_ns = key_ns
+        value = new_meta.value_serializer
+        assert value is not None
+        self.value_enc = value.encoder()
+        user_key = new_meta.user_key_serializer
+        self.user_key_enc = user_key.encoder() if user_key is not None else None
+
+    def prefix(self, key_group: int) -> bytes:
+        return key_group.to_bytes(self.prefix_bytes, "big")
+
+    def encode_entry(self, entry: tuple[Any, ...], key_group: int, raw_key: bytes | None = None
+                     ) -> tuple[bytes, bytes] | None:
+        """The stored (key, value) bytes of an entry tuple (the reader's shape); ``raw_key`` keeps a key's bytes.
+        None when nothing is stored (an empty list)."""
+        kind = self.rewrite.kind
+        if kind == TIMERS:
+            key, ns, timestamp = entry
+            out = bytearray(self.prefix(key_group))
+            self.value_enc(Timer(timestamp, key, ns), out)  # the timer serializer encodes the whole key
+            return bytes(out), b""
+        value = entry[3] if kind == "MAP" else entry[2]
+        value_bytes = self.encode_value(value)
+        if value_bytes is None:
+            return None
+        if raw_key is not None:
+            return raw_key, value_bytes
+        out = bytearray(self.prefix(key_group))
+        self.key_ns(entry[0], entry[1], out)
+        if kind == "MAP":
+            assert self.user_key_enc is not None
+            self.user_key_enc(entry[2], out)
+        return bytes(out), value_bytes
+
+    def encode_value(self, value: Any) -> bytes | None:
+        """The stored value bytes; None when nothing is stored (an empty list)."""
+        out = bytearray()
+        kind = self.rewrite.kind
+        if kind == "LIST":
+            if not value:
+                return None
+            enc = self.value_enc
+            for i, item in enumerate(value):
+                if i:
+                    out.append(0x2C)
+                enc(item, out)
+        elif kind == "MAP":
+            if value is None:
+                out.append(1)
+            else:
+                out.append(0)
+                self.value_enc(value, out)
+        elif kind == TIMERS:
+            return b""
+        else:
+            self.value_enc(value, out)
+        return bytes(out)
+
+
+def _layout(header: KeyedBackendHeader, meta: StateMetaInfo, prefix_bytes: int) -> KeyLayout:
+    key, namespace = header.key_serializer, meta.namespace_serializer
+    assert key is not None and namespace is not None
+    return KeyLayout(prefix_bytes, key.decoder(), namespace.decoder(),
+                     key.fixed_length < 0 and namespace.fixed_length < 0)
+
+
+class _SubtaskMigrator:
+    def __init__(self, source: Savepoint, plan: OperatorPlan, subtask: int) -> None:
+        self.source = source
+        self.subtask = subtask
+        self.streams = dict(source.keyed_streams(plan.source))
+        self.stream = self.streams[subtask]
+        # Each stream's blocks use its own header's state ids. In place, a subtask keeps its own state list; rekeyed,
+        # entries come from every stream, so the output lists every state and each stream's ids are mapped.
+        if plan.key_transform is None:
+            plan = localize(plan, self.stream.header())
+        assert plan.old_header is not None
+        union_index = {state.name: i for i, state in enumerate(plan.old_header.states)}
+        self.stream_ids = {index: [union_index[state.name] for state in stream.header().states]
+                           for index, stream in self.streams.items()} if plan.key_transform is not None else {}
+        self.plan = plan
+        self.prefix_bytes = self.stream.prefix_bytes
+        # Only states whose entries are decoded need codecs: a state kept as bytes may have none (Kryo, unknown).
+        self.codecs = [StateCodec(plan, r, self.prefix_bytes) if r is not None and (r.touches_values or
+                       plan.key_transform is not None) else None for r in plan.rewrites]
+        assert plan.new_header is not None
+        self.counts = {s.name: StateCount() for s in plan.new_header.states}
+        self.dead_letters: list[dict[str, Any]] = []
+        self.label = f"operator {plan.new_uid or plan.new_operator_id}"
+        #: Dry runs count every failure, whatever the error policy, and keep only the first few as examples.
+        self.collect_failures = False
+        self.max_examples: int | None = None
+
+    def _failed(self, rewrite: StateRewrite, entry: tuple[Any, ...] | None, key_group: int, exc: Exception,
+                dead_letter: bool) -> None:
+        key = entry[0] if entry else None
+        if not dead_letter and not self.collect_failures:
+            raise MigrationError(f"{self.label}, state {rewrite.old_name}, key {to_json(key)!r} (key group "
+                                 f"{key_group}): {type(exc).__name__}: {exc}") from exc
+        record = {"operator": self.plan.new_uid or self.plan.new_operator_id, "state": rewrite.old_name,
+                  "key_group": key_group, "key": to_json(key),
+                  "namespace": to_json(entry[1]) if entry else None, "error": f"{type(exc).__name__}: {exc}"}
+        if entry is not None and rewrite.kind == "MAP":
+            record["user_key"] = to_json(entry[2])
+        if self.collect_failures:
+            record["on_error"] = "dead-letter" if dead_letter else "fail"
+        if self.max_examples is None or len(self.dead_letters) < self.max_examples:
+            self.dead_letters.append(record)
+        self.counts[rewrite.new_name].dead_lettered += 1
+
+    def _decode(self, codec: StateCodec, data: bytes, span: tuple[int, int, int, int], key_group: int,
+                stream: KeyedStateStream | None = None) -> tuple[Any, ...]:
+        """One stored entry, decoded with the old serializers. Bytes that do not decode are a format error naming
+        the file, the operator, the state and the key group: never a failed conversion (no dead letter hides it)."""
+        try:
+            return codec.decode(data, *span)
+        except SavepointFormatError as exc:
+            what = exc.what
+        except (struct.error, IndexError, ValueError, UnicodeDecodeError, KeyError, OverflowError) as exc:
+            what = f"undecodable entry ({type(exc).__name__}: {exc})"
+        source = (stream or self.stream).source.path
+        raise SavepointFormatError(f"{self.label}, state {codec.rewrite.old_name}, key group {key_group}: {what}",
+                                   source) from None
+
+    def _convert(self, codec: StateCodec, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        return migrate_entry(codec.rewrite, entry)
+
+    def _encode(self, codec: StateCodec, entry: tuple[Any, ...], key_group: int, raw_key: bytes | None
+                ) -> tuple[bytes, bytes] | None:
+        return codec.encode_entry(entry, key_group, raw_key)
+
+    # -- the common case: keys stay where they are ---------------------------------------------------------------
+
+    def run_in_place(self, writer: KeyedStreamWriter) -> None:
+        stream, plan = self.stream, self.plan
+        recompress = plan.new_header.compressed != plan.old_header.compressed  # type: ignore[union-attr]
+        only_copies = not recompress and all(r is not None and not r.touches_values and r.new_id == i
+                                             for i, r in enumerate(plan.rewrites))
+        for key_group, start, end in stream.blocks:
+            if only_copies:
+                # No state of this operator changes its bytes: the stored block is copied as it is (only the
+                # header changed), but still scanned for the entry counts.
+                raw = stream.source.read(start, end - start)
+                self._count_block(stream.read_block(key_group, start, end), key_group, start)
+                writer.write_raw_block(key_group, raw)
+                continue
+            data = stream.read_block(key_group, start, end)
+            writer.write_block(key_group, encode_block(self._rewrite_block(data, key_group, start)))
+
+    def _count_block(self, data: bytes, key_group: int, block_offset: int) -> None:
+        for state_id, *_ in self.stream.raw_entries(data, key_group, block_offset):
+            rewrite = self.plan.rewrites[state_id]
+            assert rewrite is not None
+            count = self.counts[rewrite.new_name]
+            count.read += 1
+            count.written += 1
+
+    def _rewrite_block(self, data: bytes, key_group: int, block_offset: int
+                       ) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
+        runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
+        rewrites, codecs = self.plan.rewrites, self.codecs
+        for state_id, ks, ke, vs, ve in self.stream.raw_entries(data, key_group, block_offset):
+            rewrite = rewrites[state_id]
+            if rewrite is None:
+                continue
+            count = self.counts[rewrite.new_name]
+            count.read += 1
+            if not rewrite.touches_values:
+                pair = (raw_key(data, ks, ke), data[vs:ve])
+            else:
+                codec = codecs[state_id]
+                assert codec is not None
+                entry = self._decode(codec, data, (ks, ke, vs, ve), key_group)
+                try:
+                    new_entry = self._convert(codec, entry)
+                    if new_entry is None:
+                        continue
+                    # Keys keep their bytes unless a MapState user key was rewritten.
+                    kept_key = None if rewrite.user_key_transform is not None or rewrite.reencode \
+                        else raw_key(data, ks, ke)
+                    encoded = self._encode(codec, new_entry, key_group, kept_key)
+                except MigrationError:
+                    raise
+                except SavepointFormatError as exc:
+                    # Offsets in a decompressed block are not file offsets: name the block instead.
+                    raise SavepointFormatError(f"{self.label}, state {rewrite.old_name}, key group {key_group}: "
+                                               f"{exc.what}", self.stream.source.path) from None
+                except Exception as exc:  # conversions raise ConversionError, user functions anything
+                    self._failed(rewrite, entry, key_group, exc, rewrite.dead_letter)
+                    continue
+                if encoded is None:
+                    continue
+                pair = encoded
+            count.written += 1
+            if runs and runs[-1][0] == rewrite.new_id:
+                runs[-1][1].append(pair)
+            else:
+                runs.append((rewrite.new_id, [pair]))
+        return runs
+
+    # -- key changes: entries move between key groups (and subtasks) -------------------------------------------------
+
+    def run_rekeyed(self, writer: KeyedStreamWriter, key_group_range: KeyGroupRange,
+                    max_parallelism: int) -> None:
+        plan = self.plan
+        key_f = plan.key_transform
+        assert key_f is not None
+        buckets: dict[int, dict[int, list[tuple[bytes, bytes]]]] = {}
+        for index, stream in sorted(self.streams.items()):
+            ids = self.stream_ids[index]
+            for key_group, start, end in stream.blocks:
+                data = stream.read_block(key_group, start, end)
+                for local_id, ks, ke, vs, ve in stream.raw_entries(data, key_group, start):
+                    state_id = ids[local_id]
+                    rewrite = plan.rewrites[state_id]
+                    codec = self.codecs[state_id]
+                    if rewrite is None or codec is None:
+                        continue
+                    entry = self._decode(codec, data, (ks, ke, vs, ve), key_group, stream)
+                    count = self.counts[rewrite.new_name]
+                    dead_letter = rewrite.dead_letter or plan.key_dead_letter
+                    try:
+                        new_key = key_f(entry[0])
+                    except Exception as exc:
+                        if key_group in key_group_range:  # reported once: by the subtask owning the old key group
+                            count.read += 1
+                            self._failed(rewrite, entry, key_group, exc, dead_letter)
+                        continue
+                    new_group = assign_key_group(codec.key_hash(new_key), max_parallelism)
+                    if new_group not in key_group_range:
+                        continue  # another subtask's
+                    count.read += 1
+                    try:
+                        new_entry = self._convert(codec, (new_key, *entry[1:]))
+                        encoded = self._encode(codec, new_entry, new_group, None) if new_entry else None
+                    except MigrationError:
+                        raise
+                    except Exception as exc:  # a user function may raise anything
+                        self._failed(rewrite, entry, new_group, exc, dead_letter)
+                        continue
+                    if encoded is None:
+                        continue
+                    self.counts[rewrite.new_name].written += 1
+                    buckets.setdefault(new_group, {}).setdefault(rewrite.new_id, []).append(encoded)
+        for key_group in key_group_range:
+            runs = buckets.get(key_group)
+            if runs:
+                # RocksDB writes a key group's states by id and keys in byte order: do the same, deterministically.
+                writer.write_block(key_group, encode_block((sid, sorted(runs[sid])) for sid in sorted(runs)))
+
+
+def migrate_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, subtask: int,
+                    output: SavepointOutput) -> SubtaskResult:
+    """Rewrites the keyed stream of one (source operator id, subtask) into ``output``; the file name derives from
+    the new operator id and the subtask, so the result does not depend on who runs it."""
+    op_plan = plan.operators[operator_id]
+    assert op_plan.new_header is not None
+    op_plan_for_run = copy.copy(op_plan)
+    if plan.compressed is not None:
+        header = copy.copy(op_plan.new_header)
+        header.compressed = plan.compressed
+        op_plan_for_run.new_header = header
+    migrator = _SubtaskMigrator(source, op_plan_for_run, subtask)
+    header = migrator.plan.new_header
+    assert header is not None
+    name = keyed_stream_file_name(op_plan.new_operator_id, subtask)
+    kg_range = migrator.stream.key_group_range
+    with output.open(name) as sink:
+        writer = KeyedStreamWriter(sink, header, kg_range, name)
+        if op_plan.key_transform is not None:
+            migrator.run_rekeyed(writer, kg_range, op_plan.source.max_parallelism)
+        else:
+            migrator.run_in_place(writer)
+        handle = writer.finish()
+    return SubtaskResult(operator_id, subtask, handle, migrator.counts, migrator.dead_letters)
+
+
+@dataclass
+class DryRunResult:
+    """What migrating one (operator, subtask[, key-group range]) would do: per new state, entries read, converted
+    (``written``) and failed (``dead_lettered``), and the first failing entries as examples."""
+
+    operator_id: str
+    subtask: int
+    key_group_range: KeyGroupRange | None
+    counts: dict[str, StateCount]
+    examples: list[dict[str, Any]]
+
+    @property
+    def failed_under_fail_policy(self) -> bool:
+        return any(example.get("on_error") == "fail" for example in self.examples)
+
+
+def dry_run_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, subtask: int,
+                    key_group_range: KeyGroupRange | None = None, max_examples: int = 5) -> DryRunResult:
+    """Decodes every entry of one subtask's keyed stream (or of one key-group range of it) with the old serializers
+    and applies the planned migration in memory, encoding the new values and throwing them away. Nothing is
+    written. Every failure is counted whatever the state's error policy; the first ``max_examples`` are kept."""
+    op_plan = plan.operators[operator_id]
+    migrator = _SubtaskMigrator(source, op_plan, subtask)
+    migrator.collect_failures, migrator.max_examples = True, max_examples
+    if op_plan.key_transform is not None:
+        # New keys move between key groups: the whole operator is read by one task, as a real run does.
+        with open(os.devnull, "wb") as sink:
+            writer = KeyedStreamWriter(sink, migrator.plan.new_header, migrator.stream.key_group_range, os.devnull)
+            migrator.run_rekeyed(writer, migrator.stream.key_group_range, op_plan.source.max_parallelism)
+    else:
+        stream = migrator.stream
+        for key_group, start, end in stream.blocks:
+            if key_group_range is None or key_group in key_group_range:
+                migrator._rewrite_block(stream.read_block(key_group, start, end), key_group, start)
+    return DryRunResult(operator_id, subtask, key_group_range, migrator.counts, migrator.dead_letters)
+
+
+__all__ = ["DryRunResult", "StateCodec", "StateCount", "SubtaskResult", "dry_run_subtask", "migrate_entry",
+           "migrate_subtask"]
