@@ -30,7 +30,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from flinkstate.format_errors import UnsupportedFormat
 from flinkstate.serializers.logicaltypes import LogicalType
@@ -63,9 +63,9 @@ class RowDataValue(KindedRow):
     reserved: tuple[int, ...]
 
     def __new__(cls, values: Any, kind: int, reserved: tuple[int, ...] = ()) -> RowDataValue:
-        row = super().__new__(cls, values, kind)
+        row = cast(RowDataValue, super().__new__(cls, values, kind))
         row.reserved = reserved
-        return row  # type: ignore[return-value]
+        return row
 
 
 def check_supported(t: LogicalType, where: str) -> None:
@@ -113,7 +113,7 @@ def unscaled_of(value: Decimal, scale: int) -> int:
     sign, digits, exponent = value.as_tuple()
     if not isinstance(exponent, int):
         raise ValueError(f"{value} is not a finite decimal")
-    unscaled = int("".join(map(str, digits)) or "0")
+    unscaled: int = int("".join(map(str, digits)) or "0")
     shift = exponent + scale
     if shift >= 0:
         unscaled *= 10 ** shift

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import javaobj.v1 as javaobj  # type: ignore[import-untyped]
+from javaobj.v1.unmarshaller import JavaObjectUnmarshaller
 
 from flinkstate.binary import Reader
 
@@ -108,7 +108,9 @@ def read_java_object(reader: Reader, what: str) -> tuple[Any, bytes]:
         raise reader.error(f"{what}: not a Java serialization stream (magic {bytes(window[:4]).hex()})", start)
     stream = io.BytesIO(window)
     try:
-        parsed = javaobj.JavaObjectUnmarshaller(stream).readObject(ignore_remaining_data=True)
+        # javaobj's v1 API is untyped; readObject reads exactly one object and leaves the stream just past it
+        unmarshaller = JavaObjectUnmarshaller(stream)  # type: ignore[no-untyped-call]
+        parsed = unmarshaller.readObject(ignore_remaining_data=True)  # type: ignore[no-untyped-call]
     except RecursionError:
         raise reader.error(f"{what}: Java-serialized object nested too deeply", start) from None
     except Exception as exc:  # javaobj raises plain IOError/ValueError/KeyError/struct.error on bad input

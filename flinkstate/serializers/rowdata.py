@@ -267,7 +267,12 @@ class TimestampDataSnapshot(_IntParamsSnapshot):
     def make_decoder(self) -> Decoder:
         if self.params[0] <= 3:
             return lambda buf, off: (timestamp_value(_I64.unpack_from(buf, off)[0], 0, False), off + 8)
-        return lambda buf, off: (timestamp_value(*_I64_I32.unpack_from(buf, off), False), off + 12)
+
+        def decode(buf: bytes, off: int) -> tuple[Any, int]:
+            millis, nanos = _I64_I32.unpack_from(buf, off)
+            return timestamp_value(millis, nanos, False), off + 12
+
+        return decode
 
     def make_encoder(self) -> Encoder:
         compact = self.params[0] <= 3
