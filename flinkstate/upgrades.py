@@ -16,10 +16,12 @@ Layout beside the savepoints (``savepoint_base`` is a local folder or ``s3://buc
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,11 @@ AFTER_STOP = (STOPPED, MIGRATING, MIGRATED, VERIFIED, SUBMITTING, SUBMITTED, GAT
 
 class UpgradeError(FlinkStateError):
     """The upgrade cannot go on; the message says why, in one line."""
+
+
+class JournalConflict(UpgradeError):
+    """Another process wrote the journal since this one read it (a watchdog took the run over, or the run came back
+    while a watchdog acted): this process must not act on what it read."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,66 @@ def write_durably(uri: str, data: bytes) -> str:
     return str(path)
 
 
+def _read_versioned(uri: str) -> tuple[bytes, str] | None:
+    """A journal's bytes and its version token (S3: the object's ETag; local: the file's ``revision``), or None
+    when there is no journal."""
+    if urlparse(uri).scheme in ("s3", "s3a"):
+        bucket, key = split_s3_uri(uri)
+        client = s3_client()
+        try:
+            answer = client.get_object(Bucket=bucket, Key=key)
+        except client.exceptions.NoSuchKey:
+            return None
+        return answer["Body"].read(), str(answer["ETag"])
+    path = Path(local_path(uri))
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        revision = json.loads(data).get("revision", 0)
+    except (ValueError, AttributeError):
+        revision = "unreadable"
+    return data, f"revision {revision}"
+
+
+@contextlib.contextmanager
+def _local_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock beside a local journal for one read-compare-write (processes on this host)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def write_if_unchanged(uri: str, data: bytes, expected: str | None) -> str:
+    """Writes the journal only if nobody wrote it since ``expected`` (the token read; None: there must be no
+    journal yet), atomically: a local lock around read-compare-write, or S3's conditional PUT (``If-Match`` /
+    ``If-None-Match``). Returns the new token; raises :class:`JournalConflict` otherwise."""
+    if urlparse(uri).scheme in ("s3", "s3a"):
+        bucket, key = split_s3_uri(uri)
+        client = s3_client()
+        condition = {"IfMatch": expected} if expected else {"IfNoneMatch": "*"}
+        try:
+            answer = client.put_object(Bucket=bucket, Key=key, Body=data, **condition)
+        except client.exceptions.ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey", "412", "409"):
+                raise JournalConflict(f"{uri}: written by another process meanwhile") from None
+            raise
+        return str(answer["ETag"])
+    path = Path(local_path(uri))
+    with _local_lock(path):
+        current = _read_versioned(uri)
+        if (current[1] if current else None) != expected:
+            raise JournalConflict(f"{uri}: written by another process meanwhile")
+        write_durably(uri, data)
+    return f"revision {json.loads(data).get('revision', 0)}"
+
+
 def journal_uri(savepoint_base: str, deployment: str) -> str:
     return f"{savepoint_base.rstrip('/')}/{JOURNAL_DIR}/{safe_name(deployment)}.json"
 
@@ -174,8 +241,9 @@ def this_owner(actor: str) -> dict[str, Any]:
 class UpgradeJournal:
     """The journal of one deployment's last upgrade (a JSON document, rewritten whole at each step)."""
 
-    def __init__(self, uri: str, data: dict[str, Any]) -> None:
-        self.uri, self.data = uri, data
+    def __init__(self, uri: str, data: dict[str, Any], token: str | None = None) -> None:
+        #: ``token``: the version this process read (or last wrote); every save compares it with the stored one.
+        self.uri, self.data, self.token = uri, data, token
 
     # ------------------------------------------------------------------ files
 
@@ -190,19 +258,26 @@ class UpgradeJournal:
                 "flink_url": plan.get("flink_url"), "phase": PLANNED, "outcome": None, "stop_savepoint": None,
                 "migrated_savepoint": None, "restore_path": None, "new_job_id": None, "rollback_job_id": None,
                 "running": None, "gate": None, "failures": [], "alert_sent": False, "history": []}
-        journal = cls(uri, data)
+        previous = _read_versioned(uri)  # a finished journal is replaced, but only as it was read
+        journal = cls(uri, data, previous[1] if previous else None)
+        if previous:
+            with contextlib.suppress(ValueError, AttributeError):
+                data["revision"] = int(json.loads(previous[0]).get("revision", 0))
         journal.advance(PLANNED, actor)
         return journal
 
     @classmethod
     def load(cls, uri: str) -> UpgradeJournal:
+        found = _read_versioned(uri)
+        if found is None:
+            raise UpgradeError(f"{uri}: no upgrade journal")
         try:
-            data = json.loads(read_file(uri))
+            data = json.loads(found[0])
         except ValueError as exc:
             raise UpgradeError(f"{uri}: not an upgrade journal ({exc})") from None
         if not isinstance(data, dict) or data.get("journal_version") != JOURNAL_VERSION:
             raise UpgradeError(f"{uri}: not an upgrade journal of version {JOURNAL_VERSION}")
-        return cls(uri, data)
+        return cls(uri, data, found[1])
 
     @classmethod
     def for_deployment(cls, savepoint_base: str, deployment: str) -> UpgradeJournal | None:
@@ -224,9 +299,15 @@ class UpgradeJournal:
         return [cls.load(uri) for uri in uris]
 
     def save(self) -> None:
-        self.data["updated_at"] = _now()
-        self.data["updated_epoch"] = time.time()
-        write_durably(self.uri, (json.dumps(self.data, indent=2) + "\n").encode())
+        """Writes the journal, durably, if nobody else wrote it since this process read it (else raises
+        :class:`JournalConflict` and keeps what it had: two actors never both act on one run)."""
+        revision = int(self.data.get("revision", 0))
+        self.data.update(updated_at=_now(), updated_epoch=time.time(), revision=revision + 1)
+        try:
+            self.token = write_if_unchanged(self.uri, (json.dumps(self.data, indent=2) + "\n").encode(), self.token)
+        except JournalConflict:
+            self.data["revision"] = revision
+            raise
 
     # ------------------------------------------------------------------ state
 
@@ -421,6 +502,8 @@ def restore_old(client: FlinkRestClient, journal: UpgradeJournal, actor: str, *,
         steps.append(f"restarted the old version ({old.jar}) as job {job_id} from {local_path(stop)}")
         journal.finish(ROLLED_BACK, actor, running={"version": "old", "job_id": job_id}, rollback_job_id=job_id)
         return Recovery(ROLLED_BACK, "; ".join(steps), journal.data["running"])
+    except JournalConflict:
+        raise  # another actor owns the run now: do nothing more (in particular, cancel nothing)
     except (FlinkStateError, OSError) as exc:
         why = f"rollback failed: {exc}"
         # A rollback job that could not run (say, waiting for slots no TaskManager offers) is cancelled, so that it
@@ -460,6 +543,8 @@ def finish_upgrade(client: FlinkRestClient, journal: UpgradeJournal, actor: str,
         if not same_path(client.checkpoints(job_id).restored_from, path):
             raise UpgradeError(f"job {job_id} did not restore from {path}")
         journal.advance(GATE_PASSED, actor)
+    except JournalConflict:
+        raise  # another actor owns the run now: do nothing more
     except FlinkStateError as exc:
         journal.data["failures"].append(f"finishing the upgrade failed: {exc}")
         return restore_old(client, journal, actor, timeout=timeout, reason=f"finishing the upgrade failed: {exc}")
@@ -478,6 +563,9 @@ def recover(client: FlinkRestClient, journal: UpgradeJournal, actor: str, *, tim
     - the restore path was verified (VERIFIED, or later with a new job): finishes the upgrade;
     - anything else after the stop: restores the old version from the stop savepoint.
     """
+    # Claim the run before asking Flink anything: a compare-and-swap write, so that when the run (or another
+    # watchdog) wrote the journal after it was read, this actor learns it here and does nothing.
+    journal.touch(actor)
     if journal.finished and journal.data.get("outcome") == DOWN:
         # Production is down since a rollback failed (e.g. no TaskManager to run it): try the rollback again.
         return restore_old(client, journal, actor, timeout=timeout)
@@ -561,9 +649,12 @@ def sweep(savepoint_base: str, client: FlinkRestClient, actor: str, *, grace: fl
     done = []
     for journal in journals:
         died_in = journal.phase
-        result = recover(client, journal, actor, timeout=timeout)
-        alert = recovery_alert(journal, died_in, result, actor)
-        journal.data["alert_sent"] = True
-        journal.save()
+        try:
+            result = recover(client, journal, actor, timeout=timeout)
+            alert = recovery_alert(journal, died_in, result, actor)
+            journal.data["alert_sent"] = True
+            journal.save()
+        except JournalConflict:
+            continue  # another actor (the run itself, or a second watchdog) wrote it meanwhile: theirs to finish
         done.append((journal, result, alert))
     return done

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.flink
 
 MANIFESTS = ROOT / "examples" / "sample-job" / "manifests"
 KEYS = 6
-DEPLOYMENT = "faults-v1"
+DEPLOYMENT = "keyed-stats-v1"  # the sample job's Flink job name: the first run finds the job by it
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -242,8 +242,8 @@ def test_taskmanager_lost_for_good_says_production_is_down_and_how_to_restore(en
     assert command, texts[0]
     cluster.start_taskmanager()
     argv = shlex.split(command.group(1))
-    result = subprocess.run([str(VENV_BIN / "flinkstate"), *argv[1:]], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "FLINKSTATE_FLINK_URL": cluster.rest_url})
+    result = subprocess.run([sys.executable, "-m", "flinkstate", *argv[1:]], capture_output=True, text=True,
+                            timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     _assert_old_version_restored(env, stop, before)
 

@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from flinkstate.engine.rest import savepoint_created_before_stop_failed
-from flinkstate.upgrades import UpgradeJournal, dead_runs, find_stop_savepoint, journal_uri
+from flinkstate.upgrades import JournalConflict, UpgradeJournal, dead_runs, find_stop_savepoint, journal_uri, recover
 
 
 def _plan(base: Path) -> dict:
@@ -27,7 +29,8 @@ def test_journal_phases_are_written_whole_and_read_back(tmp_path: Path):
     assert again is not None and again.phase == "stopped" and again.data["stop_savepoint"] == "/sp/savepoint-1"
     assert [s["phase"] for s in again.data["history"]] == ["planned", "stopping", "stopped"]
     assert journal_uri(str(tmp_path), "orders") == str(tmp_path / "journal" / "orders.json")
-    assert sorted(p.name for p in (tmp_path / "journal").iterdir()) == ["orders.json"]  # no temporary file left
+    # No temporary file left; the lock file of compare-and-swap writes stays (empty).
+    assert sorted(p.name for p in (tmp_path / "journal").iterdir()) == [".orders.json.lock", "orders.json"]
     # Our own live process owns it: not dead. A dead pid on this host: dead once quiet for the grace period.
     assert dead_runs(str(tmp_path), grace=0) == []
     child = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -65,3 +68,48 @@ def test_recover_cli_with_nothing_to_do(tmp_path: Path):
     out = subprocess.run([str(Path(sys.executable).parent / "flinkstate"), "upgrade", "recover", "--savepoint-base",
                           str(tmp_path)], capture_output=True, text=True, env=dict(os.environ), check=False)
     assert out.returncode == 0 and out.stdout == f"no dead upgrade runs under {tmp_path}\n", out
+
+
+def _conflict_between_two_readers(base: str) -> None:
+    """Two actors read the same journal (the run and a watchdog, say); the first to write wins, the second is told
+    so and writes nothing; a fresh read then writes again. The journal keeps the winner's phase."""
+    plan = {**_plan(Path("/unused")), "savepoint_base": base, "run_dir": f"{base}/orders/r1"}
+    UpgradeJournal.start(plan, "resolve").advance("stopping", "stop")
+    run, watchdog = (UpgradeJournal.for_deployment(base, "orders") for _ in range(2))
+    assert run is not None and watchdog is not None
+    watchdog.advance("rolling_back", "watchdog")
+    with pytest.raises(JournalConflict, match="written by another process meanwhile"):
+        run.advance("stopped", "stop", stop_savepoint="/sp/savepoint-1")
+    again = UpgradeJournal.for_deployment(base, "orders")
+    assert again is not None and again.phase == "rolling_back" and again.data["stop_savepoint"] is None
+    assert [s["phase"] for s in again.data["history"]] == ["planned", "stopping", "rolling_back"]
+    again.finish("rolled back", "watchdog", running=None)
+    # A new run replaces a finished journal, but only the one it read: a journal written meanwhile is not lost.
+    stale = UpgradeJournal.for_deployment(base, "orders")
+    assert stale is not None
+    UpgradeJournal.start({**plan, "run_id": "r2"}, "resolve")
+    with pytest.raises(JournalConflict):
+        stale.save()
+    assert UpgradeJournal.for_deployment(base, "orders").data["run_id"] == "r2"  # type: ignore[union-attr]
+
+
+def test_two_actors_never_both_write_a_local_journal(tmp_path: Path):
+    _conflict_between_two_readers(str(tmp_path))
+
+
+def test_two_actors_never_both_write_a_journal_on_s3(s3_endpoint: str):
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="journals")
+    _conflict_between_two_readers("s3://journals/upgrades")
+
+
+def test_sweep_leaves_a_journal_another_actor_took(tmp_path: Path):
+    """The watchdog's sweep skips a run whose journal was written after it read it (no action, no alert)."""
+    journal = UpgradeJournal.start(_plan(tmp_path), "resolve")
+    journal.advance("stopping", "stop")
+    taken = UpgradeJournal.for_deployment(str(tmp_path), "orders")
+    assert taken is not None
+    journal.advance("stopped", "stop", stop_savepoint="/sp/savepoint-1")  # the run lives on, after the read
+    with pytest.raises(JournalConflict):
+        recover(None, taken, "watchdog")  # type: ignore[arg-type]  # never reaches Flink: the claim fails first

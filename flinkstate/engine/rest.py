@@ -84,6 +84,8 @@ class CheckpointStats:
     restored_is_savepoint: bool | None
     latest_completed_id: int | None
     latest_completed_path: str | None
+    #: When the latest completed checkpoint was triggered, in the JobManager's clock (epoch ms).
+    latest_completed_trigger_ms: int | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> CheckpointStats:
@@ -100,6 +102,7 @@ class CheckpointStats:
             restored_is_savepoint=restored.get("is_savepoint") if restored else None,
             latest_completed_id=completed.get("id"),
             latest_completed_path=completed.get("external_path"),
+            latest_completed_trigger_ms=completed.get("trigger_timestamp"),
         )
 
 

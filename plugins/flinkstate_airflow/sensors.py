@@ -38,7 +38,9 @@ class FlinkHealthGateSensor(BaseSensorOperator):
     - it restored from ``expected_savepoint`` (Flink's checkpoint statistics say which; compared as paths);
     - it has been RUNNING with every task RUNNING, without a break, for ``min_running_seconds``;
     - at least ``min_checkpoints`` checkpoints completed after that restore (a restart would restore from a
-      checkpoint instead, and is caught first);
+      checkpoint instead, and is caught first), the latest of them triggered after the ``min_running_seconds``
+      were reached (in the JobManager's clock): every task acknowledged a barrier injected after the window, so a
+      TaskManager that died during it, which the JobManager notices only at its heartbeat timeout, cannot pass;
     - it restarted at most ``max_restarts`` times (a restore that fails makes Flink restart in a loop), and no
       TaskManager that was registered when the gate started has gone.
 
@@ -60,6 +62,7 @@ class FlinkHealthGateSensor(BaseSensorOperator):
         self.gate_timeout, self.min_running_seconds = gate_timeout, min_running_seconds
         self._started: float | None = None
         self._running_since: float | None = None
+        self._window_end_ms: int | None = None  # the JobManager's clock when min_running_seconds were reached
         self._taskmanagers: set[str] | None = None
 
     def poke(self, context: Any) -> PokeReturnValue:
@@ -92,13 +95,20 @@ class FlinkHealthGateSensor(BaseSensorOperator):
             all(v.get("status") == "RUNNING" for v in job["vertices"])
         self._running_since = (self._running_since or now) if tasks_running else None
         running_for = now - self._running_since if self._running_since is not None else 0.0
+        if not tasks_running:
+            self._window_end_ms = None
+        elif self._window_end_ms is None and running_for >= float(self.min_running_seconds):
+            self._window_end_ms = int(job.get("now") or time.time() * 1000)
+        confirmed = self._window_end_ms is not None and \
+            (stats.latest_completed_trigger_ms or 0) >= self._window_end_ms
         self.log.info("health gate: state %s, all tasks running for %.0f s (need %s), %d checkpoints completed "
-                      "after the restore (need %s), %d restarts, restored from %s", state, running_for,
-                      self.min_running_seconds, stats.completed, self.min_checkpoints, restarts, stats.restored_from)
-        done = tasks_running and running_for >= float(self.min_running_seconds) and \
-            stats.completed >= int(self.min_checkpoints)
+                      "after the restore (need %s, the latest triggered after that time: %s), %d restarts, restored "
+                      "from %s", state, running_for, self.min_running_seconds, stats.completed, self.min_checkpoints,
+                      "yes" if confirmed else "not yet", restarts, stats.restored_from)
+        done = tasks_running and confirmed and stats.completed >= int(self.min_checkpoints)
         result = {"passed": True, "checkpoints": stats.completed, "running_seconds": round(running_for, 1),
-                  "restarts": restarts, "restored_from": stats.restored_from, "taskmanagers": len(registered)}
+                  "restarts": restarts, "restored_from": stats.restored_from, "taskmanagers": len(registered),
+                  "confirmed_by_checkpoint": stats.latest_completed_id}
         return PokeReturnValue(is_done=done, xcom_value=result if done else None)
 
 
