@@ -324,6 +324,20 @@ def test_layout_matches_binary_row_writer() -> None:
     assert read(data) == (7, "ab", "abcdefghi", None) and read(data).kind == 2
 
 
+def test_null_with_reserved_space_round_trips() -> None:
+    """Generated projections write a null DECIMAL(p > 18) / TIMESTAMP(p > 3) with writeDecimal / writeTimestamp(pos,
+    null, p): null bit set, 16 / 8 zero bytes reserved in the var part, the slot pointing at them. Kept as such."""
+    read, write = row_codec([_t("DECIMAL", precision=20, scale=2), _t("TIMESTAMP_WITHOUT_TIME_ZONE", precision=6),
+                             _t("DECIMAL", precision=20, scale=2)])
+    data = write(RowDataValue([None, None, None], 0, (0, 1)))
+    assert data == bytes.fromhex("00" "07" "000000000000"  # fields 0, 1 and 2 null (bits 8, 9, 10)
+                                 "0000000020000000" "0000000030000000" "0000000000000000") + bytes(24)
+    back = read(data)
+    assert (back, back.reserved, write(back)) == ((None, None, None), (0, 1), data)
+    plain = write((None, None, None))
+    assert len(plain) == 32 and read(plain) == (None, None, None) and type(read(plain)) is tuple
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # 3. Compatibility, notation, refusal
 # --------------------------------------------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ class RowDataSnapshot(TypeSerializerSnapshot):
                  nested: list[TypeSerializerSnapshot], field_names: list[str] | None = None) -> None:
         super().__init__(class_name, version)
         self.types, self.raw_types, self._nested, self.field_names = types, raw_types, nested, field_names
+        self._row_writer: Any = None  # the BinaryRowData encoder, built once for hash_code (one call per key)
 
     @classmethod
     def read_payload(cls, class_name: str, version: int, reader: Reader) -> RowDataSnapshot:
@@ -145,8 +146,9 @@ class RowDataSnapshot(TypeSerializerSnapshot):
     def hash_code(self, value: Any) -> int:
         # BinaryRowData.hashCode: MurmurHashUtils.hashBytesByWords over the row's bytes (a multiple of 8), i.e.
         # murmur3 x86-32 with little-endian words, seed 42.
-        _, write = self._row_codec()
-        return int(mmh3.hash(write(value), MURMUR_SEED, signed=True))
+        if self._row_writer is None:
+            self._row_writer = self._row_codec()[1]
+        return int(mmh3.hash(self._row_writer(value), MURMUR_SEED, signed=True))
 
     def resolve_same_family(self, old: Any, path: str) -> Compatibility:
         if [t.identity for t in old.types] != [t.identity for t in self.types]:
