@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "flinkstate.cli.migrate",
     "flinkstate.cli.schema", "flinkstate.cli.check",
     "flinkstate.cli.upgrade",
+    "flinkstate.cli.completion",
 )
 
 EXIT_OK = 0
@@ -41,6 +42,10 @@ def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("-q", "--quiet", dest="progress", action="store_false",
                        help="no progress bars (they show only on a terminal anyway)", **default)
+    # Not in the group: -q may come before the command and -v after it (two parsers); main() refuses the pair.
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log what the command does on stderr: files opened, the plan per operator, how long "
+                             "each phase took (stdout is unchanged)", **default)
     shown.add_argument("--progress", dest="progress", action="store_true",
                        help="progress bars on stderr even when it is not a terminal", **default)
     if not suppress:
@@ -93,12 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from flinkstate.cli.completion import autocomplete
+    from flinkstate.cli.verbose import logging_to_stderr, phase
+
+    parser = build_parser()
+    autocomplete(parser)  # answers the shell's completion request and exits, when that is why we run
+    args = parser.parse_args(argv)
+    if args.verbose and args.progress is False:
+        parser.error("-q/--quiet and -v/--verbose contradict each other: give one")
     settings.s3_options = settings.S3Options(args.s3_endpoint_url, args.s3_region, args.s3_profile)
     settings.handle_policy = settings.HandlePolicy(args.allow_external_handles)
     progress.enabled = args.progress
     try:
-        return int(args.handler(args) or EXIT_OK)
+        with logging_to_stderr(args.verbose), phase(f"flinkstate {args.command}"):
+            return int(args.handler(args) or EXIT_OK)
     except FlinkStateError as exc:
         if args.debug:
             traceback.print_exc()

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from flinkstate.cli.migrate import add_allow_code_argument
+from flinkstate.cli.verbose import log, phase
 from flinkstate.errors import FlinkStateError, printable
 from flinkstate.migration.code_policy import CodePolicy, load_function
 from flinkstate.report import Report
@@ -60,12 +61,20 @@ def load_planner(spec: str, policy: CodePolicy | None = None) -> MigrationPlanne
 def _run(args: argparse.Namespace) -> int:
     policy = CodePolicy.resolve(args.allow_code)
     planner = load_planner(args.migration_planner, policy) if args.migration_planner else None
-    report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=planner,
-                   backend=args.backend, allow_non_restored_state=args.allow_non_restored_state)
+    with phase(f"check {args.savepoint} against {args.schema}"):
+        report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=planner,
+                       backend=args.backend, allow_non_restored_state=args.allow_non_restored_state)
+    for row in report.rows:
+        log.info("  %s/%s: %s, Flink %s, verdict %s%s", row.operator, row.state or "-", row.status,
+                 row.flink_verdict.name, row.verdict.name, f", migration {row.migration}" if row.migration else "")
+    log.info("outcome: %s (exit status %d)", report.outcome, report.exit_code)
     if args.dry_run:
-        report.dry_run = dry_run_section(report, args.savepoint, args.schema, args.previous,
-                                         examples=args.examples, max_dead_letters=args.max_dead_letters,
-                                         allow_code=policy)
+        with phase("dry run (decode and migrate every entry in memory)"):
+            report.dry_run = dry_run_section(report, args.savepoint, args.schema, args.previous,
+                                             examples=args.examples, max_dead_letters=args.max_dead_letters,
+                                             allow_code=policy)
+        counts = {k: v for k, v in report.dry_run.items() if not isinstance(v, (list, dict))}  # not the examples
+        log.info("dry run: %s; outcome now %s", counts, report.outcome)
     text = report.render_json() + "\n" if args.format == "json" else report.render_markdown()
     if args.output:
         from flinkstate.storage.uri import write_file

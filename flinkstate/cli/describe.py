@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from flinkstate.cli.verbose import phase, savepoint_opened
 from flinkstate.errors import printable
 from flinkstate.savepoint import Savepoint
 
@@ -25,7 +26,11 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    description = Savepoint.open(args.savepoint).describe()
+    with phase("read _metadata"):
+        savepoint = Savepoint.open(args.savepoint)
+    savepoint_opened(savepoint)
+    with phase("read each operator's keyed-state header"):
+        description = savepoint.describe()
     if args.json:
         print(json.dumps(description, indent=2))
     else:

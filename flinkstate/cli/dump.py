@@ -7,9 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
+from flinkstate.cli.verbose import log, phase, savepoint_opened
 from flinkstate.errors import printable
 from flinkstate.jsonify import to_json
 from flinkstate.progress import track
@@ -27,15 +29,30 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    savepoint = Savepoint.open(args.savepoint)
+    with phase("read _metadata"):
+        savepoint = Savepoint.open(args.savepoint)
     operator = savepoint.operator(args.operator)
-    is_map = savepoint.state_info(operator, args.state).kind == "MAP"
+    savepoint_opened(savepoint, operator)
+    kind = savepoint.state_info(operator, args.state).kind
+    is_map = kind == "MAP"
     write = sys.stdout.write
     # Strict JSON: to_json writes NaN and infinities as strings, so nothing here may produce a bare NaN.
     dumps = partial(json.dumps, allow_nan=False)
     blocks = sum(len(stream.blocks) for _, stream in savepoint.keyed_streams(operator))
+    log.info("dump %s of %s: %s state, %d key-group blocks", printable(args.state), savepoint.label(operator),
+             kind, blocks)
     groups = track(savepoint.iter_key_groups(operator, args.state), total=blocks,
                    description=f"dump {printable(args.state)}", unit="key groups")
+    with phase(f"dump {printable(args.state)}"):
+        written = _write_entries(groups, is_map, write, dumps)
+    log.info("%d entries written", written)
+    return 0
+
+
+def _write_entries(groups: Iterable[tuple[int, Iterable[tuple[Any, ...]]]], is_map: bool,
+                   write: Callable[[str], object], dumps: Callable[[Any], str]) -> int:
+    """Writes each entry as one JSON line; returns how many."""
+    written = 0
     for _, entries in groups:
         for entry in entries:
             if is_map:
@@ -46,4 +63,5 @@ def _run(args: argparse.Namespace) -> int:
                 key, namespace, value = entry
                 record = {"key": to_json(key), "namespace": to_json(namespace), "value": to_json(value)}
             write(dumps(record) + "\n")
-    return 0
+            written += 1
+    return written

@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+import logging
+import time
+from typing import TYPE_CHECKING, Any
 
+from flinkstate.cli.verbose import log, phase, savepoint_opened
 from flinkstate.migration.code_policy import ALLOW_CODE_ENV, CodePolicy
 from flinkstate.migration.job import MigrationJob
+from flinkstate.migration.plan import MigrationPlan
+from flinkstate.migration.rewrite import SubtaskResult, migrate_subtask
 from flinkstate.migration.runner import MigrationReport
+from flinkstate.progress import track
+
+if TYPE_CHECKING:
+    from flinkstate.savepoint import Savepoint
+    from flinkstate.storage.outputs import SavepointOutput
 
 ALLOW_CODE_HELP = (f"a manifest is data; its migration functions (function: MODULE:FUNC) are Python code, imported "
                    f"only when allowed: --allow-code MODULES (comma-separated trusted modules and their submodules) "
@@ -54,7 +64,11 @@ def _run(args: argparse.Namespace) -> int:
                        compression=None if args.compression is None else args.compression == "on",
                        report_dir=args.report, max_dead_letters=args.max_dead_letters,
                        allow_code=CodePolicy.resolve(args.allow_code))
-    report = job.run()
+    with phase(f"migrate {args.savepoint} to {args.output}"):
+        report = job.run(_logged_units) if log.isEnabledFor(logging.INFO) else job.run()
+    for step, seconds in report.seconds.items():
+        log.info("%s: %.3f s", step, seconds)
+    log.info("report written to %s", job.report_path)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -73,3 +87,40 @@ def render_text(report: MigrationReport, report_dir: str) -> str:
     lines.append(f"  report: {report_dir}/report.json ({len(report.dead_letters)} dead letters in "
                  f"dead-letters.jsonl)")
     return "\n".join(lines)
+
+
+def _logged_units(source: Savepoint, plan: MigrationPlan, units: list[tuple[str, int]],
+                  output: SavepointOutput) -> list[SubtaskResult]:
+    """With --verbose: the plan per operator, then each keyed stream as it is rewritten (the state file read, the
+    entries, the time), through the same :func:`migrate_subtask` the default runner calls."""
+    savepoint_opened(source)
+    for op_id, op_plan in sorted(plan.operators.items()):
+        target = op_plan.new_uid or op_plan.new_operator_id
+        streams = "rewrites its keyed streams" if op_plan.rewrites_stream else "keeps its keyed-state files as they are"
+        key = ", keys converted" if op_plan.key_transform is not None else ""
+        log.info("plan: %s -> %s (%s): %s%s", source.label(op_plan.source), target, op_id, streams, key)
+        for old_id, rewrite in enumerate(op_plan.rewrites):
+            if rewrite is None:
+                log.info("  state #%d: dropped", old_id)
+                continue
+            renamed = f" -> {rewrite.new_name}" if rewrite.new_name != rewrite.old_name else ""
+            how = ("values converted" if rewrite.transform is not None else
+                   "re-encoded" if rewrite.reencode else "bytes copied")
+            if rewrite.user_key_transform is not None:
+                how += ", user keys converted"
+            dead = ", failing entries dead-lettered" if rewrite.dead_letter else ""
+            log.info("  %s %s%s: %s%s", rewrite.kind, rewrite.old_name, renamed, how, dead)
+    log.info("%d keyed streams to rewrite", len(units))
+    results = []
+    for op_id, subtask in track(units, total=len(units), description="migrate", unit="keyed streams"):
+        start = time.perf_counter()
+        handle = plan.operators[op_id].source.subtasks[subtask].managed_keyed_state
+        size = getattr(getattr(handle, "delegate", handle), "size", "?")
+        result = migrate_subtask(source, plan, op_id, subtask, output)
+        read = sum(c.read for c in result.counts.values())
+        written = sum(c.written for c in result.counts.values())
+        log.info("  %s, subtask %d (%s bytes of keyed state): %d entries read, %d written in %.3f s",
+                 source.label(plan.operators[op_id].source), subtask, size, read, written,
+                 time.perf_counter() - start)
+        results.append(result)
+    return results

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from flinkstate.cli.verbose import phase, savepoint_opened
 from flinkstate.errors import FlinkStateError
 from flinkstate.manifest import manifest_from_savepoint
 from flinkstate.savepoint import Savepoint
@@ -24,7 +25,11 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    manifest = manifest_from_savepoint(Savepoint.open(args.savepoint), args.job)
+    with phase("read _metadata"):
+        savepoint = Savepoint.open(args.savepoint)
+    savepoint_opened(savepoint)
+    with phase("read the keyed-state headers into a manifest"):
+        manifest = manifest_from_savepoint(savepoint, args.job)
     text = (f"# State schema of {manifest.path}, written by 'flinkstate schema'.\n"
             "# Row field names are not stored in savepoints (f0, f1, ...): rename them to the job's names.\n"
             + manifest.dump())
