@@ -1,6 +1,135 @@
 """flinkstate: read, check and migrate Apache Flink savepoints from Python, and drive a local Flink.
 
-Pure Python: this package imports neither Airflow nor Spark, so that both can build on it.
+Pure Python: this package imports neither Airflow nor Spark, so that both can build on it. Everything a program
+needs is importable from here (the CLI, the Spark jobs and the Airflow plugin use nothing deeper)::
+
+    import flinkstate
+
+    sp = flinkstate.open_savepoint("/savepoints/savepoint-1a2b3c")       # a directory or s3://bucket/prefix
+    for op in sp.operators:                                              # OperatorState: uid, id, parallelism
+        for state in sp.keyed_states(op):                                # KeyedStateInfo: name, kind, types
+            for key, namespace, *value in sp.iter_entries(op, state.name):
+                ...
+    manifest = flinkstate.manifest_from_savepoint(sp)                    # the schema manifest (YAML: .dump())
+    report = flinkstate.check(sp, "new-version.yaml")                    # Report: .outcome, .render_markdown()
+    result = flinkstate.MigrationJob(savepoint=..., schema="new-version.yaml", output="/savepoints/migrated").run()
+
+Every error is a :class:`FlinkStateError` with a one-line message naming the file, operator and state.
 """
 
+from __future__ import annotations
+
 __version__ = "0.1.0"
+
+from flinkstate.compatibility import Finding, Verdict
+from flinkstate.engine.local import LocalFlinkCluster
+from flinkstate.engine.rest import (
+    FlinkJobFailed,
+    FlinkRestClient,
+    FlinkRestError,
+    FlinkTimeout,
+    FlinkUnreachable,
+    SavepointFailed,
+    client_for,
+)
+from flinkstate.errors import EnvironmentProblem, FlinkStateError, WriteError, printable
+from flinkstate.format.metadata import SUPPORTED_VERSIONS, OperatorState
+from flinkstate.format_errors import SavepointFormatError, StateNotFound, UnsupportedFormat
+from flinkstate.jsonify import to_json
+from flinkstate.manifest import Manifest, ManifestError, load_manifest, manifest_from_savepoint, parse_manifest
+from flinkstate.migration.code_policy import ALLOW_CODE_ENV, CodeNotAllowed, CodePolicy, load_function
+from flinkstate.migration.dry_run import DryRunUnit, run_dry_run, run_dry_run_unit
+from flinkstate.migration.job import MigrationJob
+from flinkstate.migration.manifest_targets import plan_state_migration
+from flinkstate.migration.plan import CodeRefused, MigrationError, MigrationPlan
+from flinkstate.migration.rewrite import DryRunResult, SubtaskResult, migrate_subtask
+from flinkstate.migration.runner import MigrationReport
+from flinkstate.migration.verify import VerificationError, verify_migration
+from flinkstate.report import Report
+from flinkstate.resolution import BACKENDS, MigrationPlanner, check
+from flinkstate.savepoint import KeyedStateInfo, Savepoint, open_savepoint
+from flinkstate.storage import settings as _settings
+from flinkstate.storage.locations import HandleRefused, StorageError
+from flinkstate.storage.outputs import SavepointOutput
+from flinkstate.storage.settings import S3Options
+from flinkstate.storage.uri import copy_savepoint, exists, open_output, read_file, write_file
+
+
+def configure(*, s3: S3Options | None = None, allow_external_handles: bool | None = None,
+              progress: bool | None = None) -> None:
+    """Process-wide settings (the CLI's global options set them once): how to reach S3 (``s3``), whether state
+    handles may name files outside the savepoint directory (``allow_external_handles``, for legacy savepoints with
+    absolute paths; off by default), and progress bars on stderr (``progress``: None follows the terminal). An
+    argument left out (None) keeps its current value, except ``progress``, which is always set."""
+    from flinkstate import progress as _progress
+
+    if s3 is not None:
+        _settings.s3_options = s3
+    if allow_external_handles is not None:
+        _settings.handle_policy = _settings.HandlePolicy(allow_external_handles)
+    _progress.enabled = progress
+
+
+__all__ = [
+    "ALLOW_CODE_ENV",
+    "BACKENDS",
+    "SUPPORTED_VERSIONS",
+    "CodeNotAllowed",
+    "CodePolicy",
+    "CodeRefused",
+    "DryRunResult",
+    "DryRunUnit",
+    "EnvironmentProblem",
+    "Finding",
+    "FlinkJobFailed",
+    "FlinkRestClient",
+    "FlinkRestError",
+    "FlinkStateError",
+    "FlinkTimeout",
+    "FlinkUnreachable",
+    "HandleRefused",
+    "KeyedStateInfo",
+    "LocalFlinkCluster",
+    "Manifest",
+    "ManifestError",
+    "MigrationError",
+    "MigrationJob",
+    "MigrationPlan",
+    "MigrationPlanner",
+    "MigrationReport",
+    "OperatorState",
+    "Report",
+    "S3Options",
+    "Savepoint",
+    "SavepointFailed",
+    "SavepointFormatError",
+    "SavepointOutput",
+    "StateNotFound",
+    "StorageError",
+    "SubtaskResult",
+    "UnsupportedFormat",
+    "Verdict",
+    "VerificationError",
+    "WriteError",
+    "__version__",
+    "check",
+    "client_for",
+    "configure",
+    "copy_savepoint",
+    "exists",
+    "load_function",
+    "load_manifest",
+    "manifest_from_savepoint",
+    "migrate_subtask",
+    "open_output",
+    "open_savepoint",
+    "parse_manifest",
+    "plan_state_migration",
+    "printable",
+    "read_file",
+    "run_dry_run",
+    "run_dry_run_unit",
+    "to_json",
+    "verify_migration",
+    "write_file",
+]
