@@ -29,16 +29,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
 
+from flinkstate import (
+    BACKENDS,
+    CodePolicy,
+    DryRunResult,
+    DryRunUnit,
+    MigrationJob,
+    Savepoint,
+    check,
+    plan_state_migration,
+    run_dry_run,
+    run_dry_run_unit,
+    verify_migration,
+    write_file,
+)
 from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument
-from flinkstate.migration.code_policy import CodePolicy
-from flinkstate.migration.dry_run import DryRunUnit, run_dry_run, run_dry_run_unit
-from flinkstate.migration.job import MigrationJob
-from flinkstate.migration.manifest_targets import plan_state_migration
-from flinkstate.migration.rewrite import DryRunResult
-from flinkstate.migration.verify import verify_migration
-from flinkstate.resolution import BACKENDS, check
-from flinkstate.savepoint import Savepoint
-from flinkstate.storage.uri import write_file
 from spark_jobs.common import collect_guarded, guarded, run_main, spark_session
 
 REPORT_JSON = "check-report.json"

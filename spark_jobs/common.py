@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flinkstate.errors import FlinkStateError, printable
+from flinkstate import FlinkStateError, printable
 
 #: The last line of a Python traceback raised by flinkstate inside a Spark task, e.g.
 #: ``flinkstate.migration.engine.MigrationError: operator stats, state stats: ...``.

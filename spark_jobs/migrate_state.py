@@ -22,13 +22,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
 
+from flinkstate import (
+    CodePolicy,
+    MigrationJob,
+    MigrationPlan,
+    Savepoint,
+    SavepointOutput,
+    SubtaskResult,
+    migrate_subtask,
+)
 from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument, render_text
-from flinkstate.migration.code_policy import CodePolicy
-from flinkstate.migration.job import MigrationJob
-from flinkstate.migration.plan import MigrationPlan
-from flinkstate.migration.rewrite import SubtaskResult, migrate_subtask
-from flinkstate.savepoint import Savepoint
-from flinkstate.storage.outputs import SavepointOutput
 from spark_jobs.common import collect_guarded, guarded, run_main, spark_session
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from flinkstate.engine.rest import FlinkRestClient
+from flinkstate import FlinkRestClient
 
 
 class FlinkHook(BaseHook):

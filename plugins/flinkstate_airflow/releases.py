@@ -35,9 +35,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from flinkstate.engine.rest import FlinkRestClient, FlinkRestError
-from flinkstate.errors import FlinkStateError
-from flinkstate.storage.uri import read_file
+from flinkstate import FlinkRestClient, FlinkRestError, FlinkStateError, read_file
 from flinkstate_airflow.upgrade import DeploymentRegistry, JobVersion, UpgradeError, safe_name
 
 #: The Airflow Variable (else environment variable) holding the release file's path or s3:// URI.
