@@ -12,6 +12,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from flinkstate import __version__, progress
 from flinkstate.errors import FlinkStateError, printable
@@ -37,7 +38,7 @@ EXIT_USAGE = 2
 def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     """The options every command takes, before or after the command's name. Given after it (``suppress``), they
     only set what was given, so the subcommand's parser never overwrites a value given before it."""
-    default: dict[str, object] = {"default": argparse.SUPPRESS} if suppress else {}
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if suppress else {}
     parser.add_argument("--debug", action="store_true", help="print the Python stack of an error as well", **default)
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("-q", "--quiet", dest="progress", action="store_false",
