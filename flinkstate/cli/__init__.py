@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  flinkstate schema SAVEPOINT -o v1.yaml          # then edit it into the next version's manifest\n"
                "  flinkstate check SAVEPOINT --schema v2.yaml --dry-run\n"
                "  flinkstate migrate SAVEPOINT --schema v2.yaml --output migrated/\n"
+               "  flinkstate -v describe SAVEPOINT                # -v: what it does, on stderr\n"
+               '  eval "$(flinkstate completion bash)"            # tab completion (zsh, fish too)\n'
                "The manifest format and the exit statuses are in the README (State schema manifests).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=version_text())
