@@ -25,7 +25,7 @@ class TimeWindow(NamedTuple):
     end: int
 
 
-class _EmptyPayloadSnapshot(TypeSerializerSnapshot):
+class EmptyPayloadSnapshot(TypeSerializerSnapshot):
     LENGTH: ClassVar[int] = 0
     NAME: ClassVar[str] = ""
 
@@ -58,7 +58,7 @@ def _encode_zero_byte(value: Any, out: bytearray) -> None:
 
 
 @register
-class VoidNamespaceSnapshot(_EmptyPayloadSnapshot):
+class VoidNamespaceSnapshot(EmptyPayloadSnapshot):
     CLASS_NAMES = ("org.apache.flink.runtime.state.VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot",)
     NAME = "VoidNamespace"
 
@@ -70,7 +70,7 @@ class VoidNamespaceSnapshot(_EmptyPayloadSnapshot):
 
 
 @register
-class GlobalWindowSnapshot(_EmptyPayloadSnapshot):
+class GlobalWindowSnapshot(EmptyPayloadSnapshot):
     CLASS_NAMES = (WINDOWS + "GlobalWindow$Serializer$GlobalWindowSerializerSnapshot",)
     NAME = "GlobalWindow"
     LENGTH = 1
@@ -86,7 +86,7 @@ class GlobalWindowSnapshot(_EmptyPayloadSnapshot):
 
 
 @register
-class TimeWindowSnapshot(_EmptyPayloadSnapshot):
+class TimeWindowSnapshot(EmptyPayloadSnapshot):
     CLASS_NAMES = (WINDOWS + "TimeWindow$Serializer$TimeWindowSerializerSnapshot",)
     NAME = "TimeWindow"
     LENGTH = 16

@@ -45,7 +45,7 @@ from flinkstate.serializers.binaryrow import (
 )
 from flinkstate.serializers.composite import CompositeSnapshot, read_nested_snapshots, write_nested_snapshots
 from flinkstate.serializers.logicaltypes import LogicalType, fingerprint, read_java_object, read_logical_type
-from flinkstate.serializers.namespaces import TimeWindowSnapshot, _EmptyPayloadSnapshot
+from flinkstate.serializers.namespaces import TimeWindowSnapshot, EmptyPayloadSnapshot
 from flinkstate.serializers.registry import register
 
 TYPEUTILS = "org.apache.flink.table.runtime.typeutils."
@@ -161,7 +161,7 @@ class RowDataSnapshot(TypeSerializerSnapshot):
 
 
 @register
-class StringDataSnapshot(_EmptyPayloadSnapshot):
+class StringDataSnapshot(EmptyPayloadSnapshot):
     CLASS_NAMES = (TYPEUTILS + "StringDataSerializer$StringDataSerializerSnapshot",)
     NAME = "STRING"
     LENGTH = -1
@@ -175,7 +175,7 @@ class StringDataSnapshot(_EmptyPayloadSnapshot):
 
 
 @register
-class NullValueSnapshot(_EmptyPayloadSnapshot):
+class NullValueSnapshot(EmptyPayloadSnapshot):
     """``org.apache.flink.table.dataview.NullSerializer``: the placeholder of a DataView in an accumulator."""
 
     CLASS_NAMES = ("org.apache.flink.table.dataview.NullSerializer$NullSerializerSnapshot",)
