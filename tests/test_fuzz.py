@@ -59,6 +59,8 @@ from flinkstate.savepoint import Savepoint
 from tests.support import edge_job, sample_job
 from tests.support.deadline import Hang, deadline
 
+pytestmark = pytest.mark.fuzz  # flink comes from the fixtures (conftest)
+
 ROOT = Path(__file__).resolve().parent.parent
 FLINKSTATE = ROOT / ".venv" / "bin" / "flinkstate"
 CORPUS = ROOT / "tests" / "corpus" / "savepoints" / "flink-tests" / "src" / "test" / "resources"
