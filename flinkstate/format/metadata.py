@@ -1,9 +1,15 @@
 """The ``_metadata`` file of a savepoint: its model, its reading and its writing.
 
-Layout (``MetadataV2V3SerializerBase`` and its V3 to V6 subclasses): magic, version, checkpoint id, master states,
+Layout (``MetadataV2V3SerializerBase`` and its V2 to V6 subclasses): magic, version, checkpoint id, master states,
 operator states (each: name and uid from V5, id, parallelism, max parallelism, coordinator state, then per subtask
 its operator-state, keyed-state and channel-state handles, see :mod:`flinkstate.format.handles`), and from V4 a
 Java-serialized ``CheckpointProperties`` trailer (:mod:`flinkstate.format.checkpoint_properties`).
+
+Version 2 (Flink 1.3 to 1.10, ``SavepointV2Serializer`` / ``MetadataV2Serializer``) differs in the operator: after the
+max parallelism an unused i32 (the "chain length", always 1), no coordinator state, and each subtask starts with two
+unused fields (i64 "duration", always -1, and i32 number of legacy states, which must be 0) and has no channel state.
+Flink 2.x still restores version 2 (``MetadataSerializers`` registers ``MetadataV2Serializer``) but no longer writes it:
+this module writes version 2 only to give back the bytes it read (the handles Flink 1.10 wrote, codes 1 to 4).
 :func:`write_metadata` is the mirror of :func:`read_metadata`: re-writing what was read gives the same bytes.
 """
 
@@ -20,6 +26,12 @@ from flinkstate.format.checkpoint_properties import (
     serialize_properties,
 )
 from flinkstate.format.handles import (
+    BYTE_STREAM,
+    FILE_STREAM,
+    KEY_GROUPS,
+    NULL_HANDLE,
+    PARTITIONABLE_OPERATOR_STATE,
+    RELATIVE_STREAM,
     ByteStreamStateHandle,
     ChannelStateHandle,
     FileStateHandle,
@@ -39,7 +51,9 @@ MAGIC = 0x4960672D
 #: KeyGroupRangeAssignment.UPPER_BOUND_MAX_PARALLELISM (Transformation.UPPER_BOUND_MAX_PARALLELISM, 1 << 15).
 UPPER_BOUND_MAX_PARALLELISM = 1 << 15
 MASTER_STATE_MAGIC = 0xC96B1696 - (1 << 32)  # as a Java int
-SUPPORTED_VERSIONS = (3, 4, 5, 6)
+SUPPORTED_VERSIONS = (2, 3, 4, 5, 6)
+#: The handle codes a version-2 file can hold (what Flink 1.10 and earlier wrote); anything newer is a V3+ file.
+V2_HANDLE_CODES = (NULL_HANDLE, BYTE_STREAM, FILE_STREAM, KEY_GROUPS, PARTITIONABLE_OPERATOR_STATE)
 
 
 @dataclass
@@ -50,6 +64,8 @@ class OperatorSubtaskState:
     raw_keyed_state: KeyGroupsStateHandle | None = None
     input_channel_state: list[ChannelStateHandle] = field(default_factory=list)
     result_subpartition_state: list[ChannelStateHandle] = field(default_factory=list)
+    #: V2 only: the unused "duration" field (Flink wrote -1), kept so the file is written back as read.
+    duration: int = -1
 
 
 @dataclass
@@ -63,6 +79,8 @@ class OperatorState:
     subtasks: dict[int, OperatorSubtaskState] = field(default_factory=dict)
     finished_subtasks: set[int] = field(default_factory=set)
     fully_finished: bool = False
+    #: V2 only: the unused "chain length" field (Flink wrote 1 since 1.3), kept so the file is written back as read.
+    chain_length: int = 1
 
 
 @dataclass(frozen=True)
@@ -150,10 +168,8 @@ def read_metadata(data: bytes, path: str | None = None) -> CheckpointMetadata:
                                    f"expected 0x{MAGIC:08x}", path, 0)
     version = reader.i32()
     if version not in SUPPORTED_VERSIONS:
-        # Version 2 is what Flink 1.10 and earlier wrote (MetadataV2Serializer); 3 came with Flink 1.11.
-        era = " (Flink 1.10 or earlier)" if version == 2 else ""
-        raise UnsupportedFormat(f"_metadata version {version}{era} is not supported (supported: 3, 4, 5, 6, "
-                                f"Flink 1.11 to 2.3)", path, 4)
+        raise UnsupportedFormat(f"_metadata version {version} is not supported (supported: 2 to 6, "
+                                f"Flink 1.3 to 2.3)", path, 4)
     return _MetadataParser(reader, version).parse()
 
 
@@ -201,6 +217,8 @@ class _MetadataParser(HandleReader):
         label = f"operator {uid or name or operator_id}"
         start = r.pos
         op = OperatorState(operator_id, r.i32(), r.i32(), name, uid)
+        if self.version == 2:
+            op.chain_length = r.i32()
         # Flink's ranges: KeyGroupRangeAssignment.checkParallelismPreconditions (1..32768) for the max parallelism,
         # OperatorState's constructor for parallelism <= max parallelism.
         if not 1 <= op.max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
@@ -210,23 +228,23 @@ class _MetadataParser(HandleReader):
             raise r.error(f"{label}: parallelism {op.parallelism} is outside 1..{op.max_parallelism} (its max "
                           f"parallelism)", start)
         start = r.pos
-        coordinator = self.stream_handle()
+        coordinator = self.stream_handle() if self.version >= 3 else None
         if coordinator is not None and not isinstance(coordinator, ByteStreamStateHandle):
             raise r.error("operator coordinator state must be inline (byte stream) or null", start)
         op.coordinator_state = coordinator
         count_at = r.pos
         subtasks = r.i32()
-        if subtasks < 0:
+        if subtasks < 0 and self.version >= 3:
             if coordinator is not None:  # Flink: "Coordinator State should be null for fully finished operator"
                 raise r.error(f"{label}: a fully finished operator with coordinator state", count_at)
             op.fully_finished = True
             return op
-        if subtasks > op.parallelism:
+        if subtasks < 0 or subtasks > op.parallelism:
             raise r.error(f"{label}: {subtasks} subtask states for parallelism {op.parallelism}", count_at)
         for _ in range(subtasks):
             index_at = r.pos
             index = r.i32()
-            finished = index < 0
+            finished = index < 0 and self.version >= 3  # V2 has no finished subtasks: a negative index is refused
             index = -index - 1 if finished else index
             # OperatorState.putState: 0 <= index < parallelism; Flink writes each subtask once.
             if not 0 <= index < op.parallelism:
@@ -247,12 +265,20 @@ class _MetadataParser(HandleReader):
     def subtask_state(self) -> OperatorSubtaskState:
         r = self.r
         state = OperatorSubtaskState()
+        if self.version == 2:
+            state.duration = r.i64()
+            legacy_at = r.pos
+            if (legacy := r.i32()) != 0:  # MetadataV2Serializer refuses these too
+                raise r.error(f"{legacy} legacy task states (Flink 1.1 'Checkpointed' state) are not supported",
+                              legacy_at)
         if r.i32() != 0:
             state.managed_operator_state = self.operator_state_handle()
         if r.i32() != 0:
             state.raw_operator_state = self.operator_state_handle()
         state.managed_keyed_state = self.keyed_state_handle()
         state.raw_keyed_state = self.keyed_state_handle()
+        if self.version == 2:
+            return state
         state.input_channel_state = [self.channel_handle("input") for _ in range(self.count("channel handles"))]
         state.result_subpartition_state = [self.channel_handle("output")
                                            for _ in range(self.count("channel handles"))]
@@ -276,7 +302,9 @@ def write_metadata(metadata: CheckpointMetadata, version: int | None = None) -> 
     are a :class:`WriteError`, never a file."""
     version = metadata.version if version is None else version
     if version not in SUPPORTED_VERSIONS:
-        raise WriteError(f"cannot write _metadata version {version} (supported: 3, 4, 5, 6)")
+        raise WriteError(f"cannot write _metadata version {version} (supported: 2 to 6)")
+    if version == 2:
+        _check_v2_writable(metadata)
     w = Writer()
     w.i32(MAGIC)
     w.i32(version)
@@ -313,7 +341,10 @@ def _write_operator(w: Writer, op: OperatorState, version: int) -> None:
     w.bytes(bytes.fromhex(op.operator_id))
     w.i32(op.parallelism)
     w.i32(op.max_parallelism)
-    write_stream_handle(w, op.coordinator_state)
+    if version == 2:
+        w.i32(op.chain_length)
+    else:
+        write_stream_handle(w, op.coordinator_state)
     if op.fully_finished:
         w.i32(-1)
         return
@@ -329,17 +360,64 @@ def _write_operator(w: Writer, op: OperatorState, version: int) -> None:
 
 
 def _write_subtask(w: Writer, state: OperatorSubtaskState, version: int) -> None:
+    if version == 2:
+        w.i64(state.duration)
+        w.i32(0)
     for handle in (state.managed_operator_state, state.raw_operator_state):
         w.i32(0 if handle is None else 1)
         if handle is not None:
             write_operator_state_handle(w, handle)
     write_keyed_state_handle(w, state.managed_keyed_state)
     write_keyed_state_handle(w, state.raw_keyed_state)
+    if version == 2:
+        return
     for channels in (state.input_channel_state, state.result_subpartition_state):
         w.i32(len(channels))
         for channel in channels:
             write_channel_handle(w, channel, version)
 
 
-__all__ = ["MAGIC", "MASTER_STATE_MAGIC", "SUPPORTED_VERSIONS", "UPPER_BOUND_MAX_PARALLELISM", "CheckpointMetadata",
-           "MasterState", "OperatorState", "OperatorSubtaskState", "has_state", "read_metadata", "write_metadata"]
+def _check_v2_writable(metadata: CheckpointMetadata) -> None:
+    """Version 2 is written only as Flink 1.10 wrote it: what a migration produces (relative files, canonical
+    savepoint handles, coordinator or finished state) has no place in it, so such output is refused, not half-written
+    in a format no Flink version wrote."""
+    for op in metadata.operators:
+        label = f"operator {op.uid or op.name or op.operator_id}"
+        if op.coordinator_state is not None or op.finished_subtasks or op.fully_finished:
+            raise WriteError(f"{label}: coordinator or finished-subtask state cannot be written as _metadata version 2")
+        for index, sub in op.subtasks.items():
+            if sub.input_channel_state or sub.result_subpartition_state:
+                raise WriteError(f"{label}, subtask {index}: channel state cannot be written as _metadata version 2")
+            for what, code in _v2_handle_codes(sub):
+                if code not in V2_HANDLE_CODES:
+                    raise WriteError(f"{label}, subtask {index}: {what} (handle code {code}) cannot be written as "
+                                     f"_metadata version 2 (Flink 1.10 and earlier wrote codes 1 to 4): write "
+                                     f"version 3 or later, which Flink 1.11 to 2.x restore")
+
+
+def _v2_handle_codes(sub: OperatorSubtaskState) -> list[tuple[str, int]]:
+    found: list[tuple[str, int]] = []
+    for what, keyed in (("managed keyed state", sub.managed_keyed_state), ("raw keyed state", sub.raw_keyed_state)):
+        if keyed is not None:
+            found.append((what, keyed.code))
+            found.append((f"{what} stream", _stream_code(keyed.delegate)))
+    for what, operator in (("managed operator state", sub.managed_operator_state),
+                           ("raw operator state", sub.raw_operator_state)):
+        if operator is not None:
+            found.append((f"{what} stream", _stream_code(operator.delegate)))
+    return found
+
+
+def _stream_code(handle: StreamStateHandle | None) -> int:
+    if handle is None:
+        return NULL_HANDLE
+    if isinstance(handle, ByteStreamStateHandle):
+        return BYTE_STREAM
+    if isinstance(handle, FileStateHandle):
+        return FILE_STREAM
+    return RELATIVE_STREAM
+
+
+__all__ = ["MAGIC", "MASTER_STATE_MAGIC", "SUPPORTED_VERSIONS", "UPPER_BOUND_MAX_PARALLELISM", "V2_HANDLE_CODES",
+           "CheckpointMetadata", "MasterState", "OperatorState", "OperatorSubtaskState", "has_state", "read_metadata",
+           "write_metadata"]
