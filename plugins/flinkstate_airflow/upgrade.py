@@ -359,7 +359,8 @@ def task_failed(context: Any) -> None:
     XCom of the failed task."""
     ti = context["ti"]
     exc = context.get("exception")
-    text = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else type(exc).__name__
+    text = str(exc).strip().splitlines()[0].rstrip(".") if exc is not None and str(exc).strip() else \
+        type(exc).__name__  # the alert adds its own full stop
     what = f"{ti.task_id}: {text}"
     journal = journal_of(_plan(context))
     if journal is not None and not journal.finished:
