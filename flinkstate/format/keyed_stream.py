@@ -37,6 +37,7 @@ from flinkstate.format.handles import (
     RelativeFileStateHandle,
     StreamStateHandle,
 )
+from flinkstate.format.heap_blocks import HEAP_FORMAT, HeapBlock, heap_codecs, walk_heap_block
 from flinkstate.format.keyed_entries import EntryDecoder, KeyLayout, make_entry_decoder
 from flinkstate.format.keyed_header import (
     END_OF_KEY_GROUP_MARK,
@@ -160,6 +161,8 @@ class KeyedStateStream:
         self.source = StreamSource(location, handle.delegate)
         self._blocks = self._block_table()
         self._header: KeyedBackendHeader | None = None
+        #: Known once the header is read: the blocks are in the HashMap backend's own format.
+        self.heap_format = False
 
     def _block_table(self) -> list[tuple[int, int, int]]:
         """(key group, start, end) of every non-empty key group, in stream order."""
@@ -195,60 +198,79 @@ class KeyedStateStream:
             if header.error is not None:
                 header.error = header.error.located(self.source.path, 0, self.context)
             # Cached only once checked: a refused header must be refused again by the next non-tolerant call.
-            native = self._native_heap_format(header.compressed)
-            if native is not None:
-                if not tolerant:
-                    raise native
-                # describe still lists the states (the header is the same in both formats) and reports this, or
-                # the header's own error first, as the non-tolerant read would.
-                header.error = header.error or native
-            elif header.error is None and header.length != end:
+            self.heap_format = self._is_heap_format(header.compressed)
+            if header.error is None and header.length != end:
                 raise SavepointFormatError(f"{self.context}: keyed state header ends at {header.length}, "
                                            f"the first key-group block starts at {end}", self.source.path,
                                            header.length)
             self._header = header
         return self._header
 
-    def _native_heap_format(self, compressed: bool) -> UnsupportedFormat | None:
-        """The refusal to raise when the blocks are in the HashMap backend's own format, else None.
+    def _is_heap_format(self, compressed: bool) -> bool:
+        """Whether the blocks are in the HashMap backend's own format (:mod:`flinkstate.format.heap_blocks`).
 
         ``HeapSnapshotStrategy`` (checkpoints, native savepoints, and every heap savepoint before Flink 1.13's unified
-        format) writes, for *every* key group of the range, empty or not, ``i32 keyGroupId`` (never compressed) and
-        then per state ``i16 stateId`` + the state map's own entry layout. The canonical format
-        (``FullSnapshotAsyncWriter``) starts a block with ``u16 stateId`` and ``i32 keyLength`` (or, compressed, with
-        the snappy stream identifier 0xff...) and leaves empty key groups at offset 0. Read as canonical, heap blocks
-        fail deep inside (``bad key length 65536``), so they are recognised up front: every key group present and
-        the first i32 of a block equal to its key group. That is conclusive for a key group other than 0; a
-        canonical uncompressed block of key group 0 may also start with four zero bytes, so there the block must
-        also fail to parse as canonical. A canonical savepoint's handle (``KeyGroupsSavepointStateHandle``, code 7)
-        is never heap format."""
+        format) writes *every* key group of the range, empty or not, starting with ``i32 keyGroupId`` (never
+        compressed). The canonical format (``FullSnapshotAsyncWriter``) starts a block with ``u16 stateId`` and
+        ``i32 keyLength`` (or, compressed, with the snappy stream identifier 0xff...) and leaves empty key groups at
+        offset 0. So: every key group present and the first i32 of a block equal to its key group. That is
+        conclusive for a key group other than 0; a canonical uncompressed block of key group 0 may also start with
+        four zero bytes, so there the block must also fail to parse as canonical. A canonical savepoint's handle
+        (``KeyGroupsSavepointStateHandle``, code 7) is never heap format. Reading a heap block then checks every
+        byte of it (key group, state ids, every element decoded, nothing left over)."""
         if self.handle.code == SAVEPOINT_KEY_GROUPS:
-            return None
+            return False
         offsets = self.handle.offsets.offsets
         if not offsets or not all(offsets) or not self._blocks:
-            return None
+            return False
         conclusive = compressed
         for key_group, start, end in self._blocks[:2]:
             head = self.source.read(start, 4) if end - start >= 4 else b""
             if len(head) != 4 or I32.unpack(head)[0] != key_group:
-                return None
+                return False
             conclusive = conclusive or key_group != 0
         if not conclusive:
             _, start, end = self._blocks[0]
             try:
                 for _ in iter_raw_entries(self.source.read(start, end - start)):
                     pass
-                return None  # a well-formed canonical block of key group 0
+                return False  # a well-formed canonical block of key group 0
             except SavepointFormatError:
                 pass
-        return UnsupportedFormat(f"{self.context}: keyed state is in the HashMap (heap) backend's native snapshot "
-                                 f"format (a checkpoint, a native savepoint, or a heap savepoint of Flink 1.12 or "
-                                 f"earlier), which is not supported: take a canonical savepoint",
-                                 self.source.path, self._blocks[0][1])
+        return True
+
+    def _refuse_canonical_access(self, what: str) -> None:
+        self.header()
+        if self.heap_format:
+            raise UnsupportedFormat(f"{self.context}: {what} is not supported for keyed state in {HEAP_FORMAT} (a "
+                                    f"checkpoint, a native savepoint, or a heap savepoint of Flink 1.12 or earlier): "
+                                    f"take a canonical savepoint", self.source.path, self._blocks[0][1])
+
+    def heap_blocks(self, state_name: str | None = None, key_group_range: KeyGroupRange | None = None
+                    ) -> Iterator[HeapBlock]:
+        """The parsed blocks of a heap-format stream (every key group, within ``key_group_range``); with
+        ``state_name``, each block is walked only up to that state's section."""
+        header = self.header()
+        wanted = header.state_index(state_name) if state_name is not None else None
+        codecs = heap_codecs(header)
+        for key_group, start, end in self._blocks:
+            if key_group_range is not None and key_group not in key_group_range:
+                continue
+            data = self.source.read(start, end - start)
+            try:
+                yield walk_heap_block(data, key_group, codecs, header.compressed, wanted)
+            except SavepointFormatError as exc:
+                state = f", state {state_name}" if state_name else ""
+                where = f" (at {exc.offset} in the decompressed block)" if header.compressed else ""
+                # a compressed block's error is placed at the block's start, its offset inside said in the text
+                base = start - (exc.offset or 0) if header.compressed else start
+                raise exc.located(self.source.path, base, f"{self.context}{state}, key group {key_group}{where}"
+                                  ) from None
 
     def read_block(self, key_group: int, start: int, end: int, state_name: str | None = None) -> bytes:
         """The (decompressed) block of one key group; ``state_name`` only names the state being read in errors."""
         context = f"{self.context}, state {state_name}" if state_name else self.context
+        self._refuse_canonical_access("reading key-group blocks as canonical blocks (copying or migrating entries)")
         data = self.source.read(start, end - start)
         if len(data) != end - start:
             raise SavepointFormatError(f"{context}: key group {key_group} block truncated ({len(data)} of "
@@ -269,6 +291,13 @@ class KeyedStateStream:
         header = self.header()
         index = header.state_index(state_name)
         if index is None:
+            return
+        if self.heap_format:
+            for block in self.heap_blocks(state_name, key_group_range):
+                entries = [entry for state_id, _, elements in block.sections if state_id == index
+                           for element in elements for entry in element.entries]
+                if entries:
+                    yield block.key_group, entries
             return
         layout = self._key_layout(header, header.states[index])
         try:
@@ -349,12 +378,12 @@ class KeyedStateStream:
         _check_state_id(state_id, state_count, 0)
         while True:
             entry_start = pos
-            key_len = unpack_i32(data, pos)[0]
+            key_len: int = unpack_i32(data, pos)[0]
             key_start = pos + 4
             value_pos = key_start + key_len
             if key_len <= 0 or value_pos + 4 > size:
                 raise SavepointFormatError(f"bad key length {key_len}", offset=entry_start)
-            value_len = unpack_i32(data, value_pos)[0]
+            value_len: int = unpack_i32(data, value_pos)[0]
             value_start = value_pos + 4
             pos = value_start + value_len
             if value_len < 0 or pos > size:
