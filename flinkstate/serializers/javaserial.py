@@ -1,0 +1,180 @@
+"""``JavaSerializer$JavaSerializerSnapshot`` (flink-runtime; ``SimpleTypeSerializerSnapshot``, version 3, empty
+payload): values written with Java serialization (``InstantiationUtil.serializeObject``: a fresh
+``ObjectOutputStream`` per record, ``aced0005`` then one object).
+
+Record: one Java serialization stream. It is self-delimiting, so it is parsed (with ``javaobj-py3``) to find its
+end. Python value: :class:`JavaObjectValue`, a JSON-ready view ``{"class": name, "value": view}`` (``dump`` shows it
+as is) that keeps the record's exact bytes. The view is bounded (:data:`MAX_VIEW_NODES` nodes, :data:`MAX_VIEW_DEPTH`
+levels; beyond, ``"<truncated>"``): boxed numbers, strings and enums become their values, arrays and the common
+collections lists and objects, other objects ``{"@class": name, field: view, ...}``.
+
+Encoding writes the original bytes back: Java serialization is the class's Java code, so a value cannot be
+rewritten, and a migration that would change one is refused in one line.
+
+Compatibility: ``SimpleTypeSerializerSnapshot``'s (same class: compatible as is).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+from typing import Any
+
+from javaobj.v1.beans import JavaArray, JavaClass, JavaEnum, JavaObject
+from javaobj.v1.transformers import DefaultObjectTransformer
+from javaobj.v1.unmarshaller import JavaObjectUnmarshaller
+
+from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+from flinkstate.serializers.base import Decoder, Encoder
+from flinkstate.serializers.namespaces import EmptyPayloadSnapshot
+from flinkstate.serializers.registry import register
+
+# javaobj logs every class it cannot transform at ERROR level; this module reports problems itself.
+logging.getLogger("javaobj").setLevel(logging.CRITICAL)
+
+JAVA_MAGIC = b"\xac\xed\x00\x05"
+MAX_VIEW_NODES = 10_000
+MAX_VIEW_DEPTH = 32
+TRUNCATED = "<truncated>"
+_BOXED = {f"java.lang.{name}" for name in ("Integer", "Long", "Short", "Byte", "Double", "Float", "Boolean",
+                                           "Character")}
+
+
+class JavaObjectValue(dict[str, Any]):
+    """A Java-serialized record: ``{"class": ..., "value": ...}`` (a bounded view) and its exact bytes."""
+
+    __slots__ = ("_seen", "data")
+
+    def __init__(self, view: dict[str, Any], data: bytes) -> None:
+        super().__init__(view)
+        self.data = data
+        self._seen = repr(view)
+
+    @property
+    def unchanged(self) -> bool:
+        """Whether the view is still the one decoded from :attr:`data` (only then can the bytes be written)."""
+        return repr(dict(self)) == self._seen
+
+
+class _View:
+    """Builds the JSON-ready view of a parsed object graph, bounded in nodes and depth, cycles cut."""
+
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.path: set[int] = set()
+
+    def of(self, obj: Any, depth: int = 0) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_VIEW_NODES or depth > MAX_VIEW_DEPTH:
+            return TRUNCATED
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            return str(obj) if isinstance(obj, str) else obj
+        if isinstance(obj, (bytes, bytearray)):
+            return base64.b64encode(bytes(obj)).decode("ascii")
+        if isinstance(obj, JavaEnum):
+            return str(obj.constant)
+        if isinstance(obj, JavaClass):
+            return {"@class": "java.lang.Class", "name": obj.name}
+        if id(obj) in self.path:
+            return {"@ref": _class_name(obj)}  # a back reference to an enclosing object: cut the cycle
+        self.path.add(id(obj))
+        try:
+            return self._composite(obj, depth + 1)
+        finally:
+            self.path.discard(id(obj))
+
+    def _composite(self, obj: Any, depth: int) -> Any:
+        if isinstance(obj, dict):  # javaobj's HashMap, LinkedHashMap, TreeMap...
+            pairs = [(self.of(k, depth), self.of(v, depth)) for k, v in obj.items()]
+            if all(k is None or isinstance(k, (str, int, float, bool)) for k, _ in pairs):
+                return {("null" if k is None else str(k)): v for k, v in pairs}
+            return [{"key": k, "value": v} for k, v in pairs]
+        if isinstance(obj, (list, set, frozenset, JavaArray)):  # arrays, ArrayList, HashSet...
+            return [self.of(item, depth) for item in obj]
+        name = _class_name(obj)
+        if isinstance(obj, JavaObject) and name in _BOXED:
+            return self.of(getattr(obj, "value", None), depth)
+        if isinstance(obj, DefaultObjectTransformer.JavaPrimitiveClass):
+            return self.of(obj.value, depth)
+        view: dict[str, Any] = {"@class": name}
+        for field, value in _fields(obj):
+            view[field] = self.of(value, depth)
+        return view
+
+
+def _class_name(obj: Any) -> str:
+    desc = getattr(obj, "classdesc", None)
+    return str(getattr(desc, "name", type(obj).__name__))
+
+
+def _fields(obj: Any) -> list[tuple[str, Any]]:
+    """Every serialized field of a parsed object, superclasses first."""
+    descs = []
+    desc = getattr(obj, "classdesc", None)
+    while desc is not None:
+        descs.append(desc)
+        desc = getattr(desc, "superclass", None)
+    names = [name for d in reversed(descs) for name in (getattr(d, "fields_names", None) or [])]
+    return [(str(name), getattr(obj, name, None)) for name in names]
+
+
+def read_java_value(buf: bytes, off: int, type_name: str) -> tuple[JavaObjectValue, int]:
+    """One Java serialization stream at ``off``: its view and bytes, and the offset just past it."""
+    if bytes(buf[off:off + 4]) != JAVA_MAGIC:
+        raise SavepointFormatError(f"{type_name}: not a Java serialization stream (magic "
+                                   f"{bytes(buf[off:off + 4]).hex()})", offset=off)
+    stream = io.BytesIO(buf)  # shares the buffer: no copy of a whole key-group block per record
+    stream.seek(off)
+    try:
+        # javaobj's v1 API is untyped; readObject reads exactly one object and leaves the stream just past it.
+        unmarshaller = JavaObjectUnmarshaller(stream)  # type: ignore[no-untyped-call]
+        unmarshaller.add_transformer(DefaultObjectTransformer())  # type: ignore[no-untyped-call]
+        parsed = unmarshaller.readObject(ignore_remaining_data=True)  # type: ignore[no-untyped-call]
+    except RecursionError:
+        raise SavepointFormatError(f"{type_name}: Java-serialized object nested too deeply", offset=off) from None
+    except Exception as exc:  # javaobj raises plain IOError/ValueError/KeyError/struct.error on bad input
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise SavepointFormatError(f"{type_name}: malformed Java-serialized object ({type(exc).__name__}: "
+                                   f"{first:.120})", offset=off) from None
+    end = stream.tell()
+    view = {"class": _class_name(parsed) if isinstance(parsed, JavaObject) else _python_class(parsed),
+            "value": _View().of(parsed)}
+    return JavaObjectValue(view, bytes(buf[off:end])), end
+
+
+def _python_class(obj: Any) -> str:
+    if isinstance(obj, str):
+        return "java.lang.String"
+    return "null" if obj is None else type(obj).__name__
+
+
+@register
+class JavaSerializerSnapshot(EmptyPayloadSnapshot):
+    CLASS_NAMES = ("org.apache.flink.runtime.state.JavaSerializer$JavaSerializerSnapshot",)
+    NAME = "JavaSerializable"
+    LENGTH = -1
+
+    def make_decoder(self) -> Decoder:
+        type_name = self.type_name()
+
+        def decode(buf: bytes, off: int) -> tuple[Any, int]:
+            return read_java_value(buf, off, type_name)
+
+        return decode
+
+    def make_encoder(self) -> Encoder:
+        type_name = self.type_name()
+
+        def encode(value: Any, out: bytearray) -> None:
+            if not isinstance(value, JavaObjectValue) or not value.unchanged:
+                what = "a changed value" if isinstance(value, JavaObjectValue) else type(value).__name__
+                raise UnsupportedFormat(f"{type_name}: Java-serialized values pass through byte for byte, so a "
+                                        f"migration cannot change them (got {what})")
+            out += value.data
+
+        return encode
+
+
+__all__ = ["JAVA_MAGIC", "MAX_VIEW_DEPTH", "MAX_VIEW_NODES", "TRUNCATED", "JavaObjectValue", "JavaSerializerSnapshot",
+           "read_java_value"]
