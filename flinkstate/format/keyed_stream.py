@@ -270,7 +270,7 @@ class KeyedStateStream:
     def read_block(self, key_group: int, start: int, end: int, state_name: str | None = None) -> bytes:
         """The (decompressed) block of one key group; ``state_name`` only names the state being read in errors."""
         context = f"{self.context}, state {state_name}" if state_name else self.context
-        self._refuse_canonical_access("reading key-group blocks as canonical blocks (copying or migrating entries)")
+        self._refuse_canonical_access("migrating or copying entries (canonical key-group blocks)")
         data = self.source.read(start, end - start)
         if len(data) != end - start:
             raise SavepointFormatError(f"{context}: key group {key_group} block truncated ({len(data)} of "

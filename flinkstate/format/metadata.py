@@ -392,7 +392,8 @@ def _check_v2_writable(metadata: CheckpointMetadata) -> None:
                 if code not in V2_HANDLE_CODES:
                     raise WriteError(f"{label}, subtask {index}: {what} (handle code {code}) cannot be written as "
                                      f"_metadata version 2 (Flink 1.10 and earlier wrote codes 1 to 4): write "
-                                     f"version 3 or later, which Flink 1.11 to 2.x restore")
+                                     f"version 3 or later (migrate --metadata-version 3), which Flink 1.11 to 2.x "
+                                     f"restore")
 
 
 def _v2_handle_codes(sub: OperatorSubtaskState) -> list[tuple[str, int]]:
