@@ -23,7 +23,9 @@ Notation (YAML values):
   ``{ttl: T}``, ``{array: T, component_class: C}``;
 * the Table runtime's serializers (RowData and what it nests): ``{table: TYPE, snapshot: BASE64}``, Flink SQL's type
   (e.g. ``ROW<`id` BIGINT NOT NULL, `name` STRING>``) beside the snapshot's exact bytes, which hold Java-serialized
-  LogicalTypes this tool cannot build from the text (the two must agree).
+  LogicalTypes this tool cannot build from the text (the two must agree);
+* Either, ArrayList, LinkedList, ListView, MapView, TtlAware, Value types and JavaSerializable: see
+  :mod:`flinkstate.serializers.familynotation`.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 
 from flinkstate.binary import Reader, Writer
 from flinkstate.errors import FlinkStateError
-from flinkstate.serializers import registry
+from flinkstate.serializers import familynotation, registry
 from flinkstate.serializers.avro import GENERIC_RECORD, AvroSnapshot
 from flinkstate.serializers.base import TypeSerializerSnapshot, UnknownSnapshot
 from flinkstate.serializers.collections import GenericArraySnapshot, ListSnapshot, MapSnapshot, SetSnapshot
@@ -179,6 +181,12 @@ def _named(name: str, args: list[TypeSerializerSnapshot], text: str) -> TypeSeri
             raise TypeNotationError(f"{name} needs {_GENERIC_ARITY[name]} type argument(s), got {len(args)} "
                                     f"(in {text!r})")
         return _generic(name, args)
+    try:
+        family = familynotation.named(name, args)
+    except familynotation.NotationProblem as exc:
+        raise TypeNotationError(f"{exc.message} (in {text!r})") from None
+    if family is not None:
+        return family
     raise TypeNotationError(f"unknown type {name!r}" + (f" in {text!r}" if text != name else ""))
 
 
@@ -209,12 +217,13 @@ def _boxed_array(component: TypeSerializerSnapshot, text: str) -> GenericArraySn
 
 
 _FORMS = ("pojo", "row", "enum", "avro", "kryo", "list", "set", "map", "tuple", "nullable", "ttl", "array",
-          "table", "unknown")
+          "table", *familynotation.FORMS, "unknown")
 _ALLOWED_KEYS = {
     "pojo": {"fields", "subclasses", "nonregistered_subclasses", "declaring_classes"}, "row": {"row_kind"},
     "enum": {"constants"},
     "avro": {"schema"}, "kryo": {"registrations", "default_serializers", "default_serializer_classes"},
     "nullable": {"padding"}, "array": {"component_class"}, "unknown": {"version", "raw"}, "table": {"snapshot"},
+    **familynotation.FORMS,
 }
 
 
@@ -227,6 +236,11 @@ def _from_mapping(notation: Mapping[str, Any]) -> TypeSerializerSnapshot:
     extra = set(notation) - {form} - _ALLOWED_KEYS.get(form, set())
     if extra:
         raise TypeNotationError(f"unknown key(s) {', '.join(sorted(map(str, extra)))} in a {form} type")
+    if form in familynotation.FORMS:
+        try:
+            return familynotation.from_mapping(form, notation, to_snapshot)
+        except familynotation.NotationProblem as exc:
+            raise TypeNotationError(exc.message, exc.path) from None
     return globals()[f"_{form}_form"](notation)
 
 
@@ -390,6 +404,9 @@ def to_notation(snapshot: TypeSerializerSnapshot) -> Notation:
     """The notation of a snapshot: a string when it fits on one line, else a mapping."""
     if isinstance(snapshot, TABLE_SNAPSHOTS):
         return _table_notation(snapshot)
+    family = familynotation.notation_of(snapshot, to_notation)
+    if family is not None:
+        return family
     if isinstance(snapshot, SimpleSnapshot):
         return snapshot.type_name()
     if isinstance(snapshot, (VoidNamespaceSnapshot, TimeWindowSnapshot, GlobalWindowSnapshot)):
