@@ -8,6 +8,7 @@ Hot decode loops do not go through :class:`Reader`: codecs use the module-level 
 
 from __future__ import annotations
 
+import builtins
 import math
 import struct
 from collections.abc import Iterator
@@ -217,35 +218,43 @@ class Reader:
         pos = self._need(n)
         return bytes(self.buf[pos:pos + n])
 
-    def rest(self) -> bytes:
+    # Inside the class, ``bytes`` names the method above, so annotations after it spell the builtin out.
+    def rest(self) -> builtins.bytes:
         return self.bytes(self.remaining())
 
     def u8(self) -> int:
         return self.buf[self._need(1)]
 
     def i8(self) -> int:
-        return I8.unpack_from(self.buf, self._need(1))[0]
+        value: int = I8.unpack_from(self.buf, self._need(1))[0]
+        return value
 
     def bool(self) -> bool:
         return self.buf[self._need(1)] != 0
 
     def i16(self) -> int:
-        return I16.unpack_from(self.buf, self._need(2))[0]
+        value: int = I16.unpack_from(self.buf, self._need(2))[0]
+        return value
 
     def u16(self) -> int:
-        return U16.unpack_from(self.buf, self._need(2))[0]
+        value: int = U16.unpack_from(self.buf, self._need(2))[0]
+        return value
 
     def i32(self) -> int:
-        return I32.unpack_from(self.buf, self._need(4))[0]
+        value: int = I32.unpack_from(self.buf, self._need(4))[0]
+        return value
 
     def i64(self) -> int:
-        return I64.unpack_from(self.buf, self._need(8))[0]
+        value: int = I64.unpack_from(self.buf, self._need(8))[0]
+        return value
 
     def f32(self) -> float:
-        return F32.unpack_from(self.buf, self._need(4))[0]
+        value: float = F32.unpack_from(self.buf, self._need(4))[0]
+        return value
 
     def f64(self) -> float:
-        return F64.unpack_from(self.buf, self._need(8))[0]
+        value: float = F64.unpack_from(self.buf, self._need(8))[0]
+        return value
 
     def utf(self) -> str:
         start = self.pos

@@ -211,15 +211,15 @@ class _BoundedLoader(yaml.SafeLoader):
     """PyYAML's safe loader without aliases (a manifest needs none, and an alias bomb would expand without bound)
     and with a nesting limit (deep nesting would exhaust the stack)."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # types-PyYAML leaves Parser.peek_event untyped
             raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in manifests",
                                               event.start_mark)
         depth = getattr(self, "_depth", 0)
         if depth >= MAX_NESTING:
             raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_NESTING} levels deep",
-                                              self.peek_event().start_mark)
+                                              self.peek_event().start_mark)  # type: ignore[no-untyped-call]  # as above
         self._depth = depth + 1
         try:
             return super().compose_node(parent, index)

@@ -120,7 +120,7 @@ class Report:
         if self.outcome == "incompatible" and self.verdict < INCOMPATIBLE:
             headline += " (the dry run shows the migration would fail)"
         lines = [f"# Compatibility check: {headline}", "",
-                 f"- savepoint: `{escape_markdown(self.savepoint)}`", f"- manifest: `{escape_markdown(self.manifest)}`",
+                 f"- savepoint: `{escape_markdown(self.savepoint)}`", _manifest_line(self.manifest),
                  f"- Flink's verdict: **{self.flink_verdict.name}**; verdict: **{self.verdict.name}**"
                  + _verdict_note(self), "",
                  "| operator | state | kind | old type | new type | Flink | verdict | migration |",
@@ -190,6 +190,11 @@ def _types(types: dict[str, str]) -> str:
     if set(types) == {"value"}:
         return types["value"]
     return "; ".join(f"{k} {v}" for k, v in types.items())
+
+
+def _manifest_line(manifest: str | None) -> str:
+    # A manifest built in memory (parse_manifest, manifest_from_savepoint) has no file: say so rather than `None`.
+    return f"- manifest: `{escape_markdown(manifest)}`" if manifest is not None else "- manifest: (in memory, no file)"
 
 
 def _cell(text: str) -> str:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flinkstate.binary import Reader, Writer
@@ -241,7 +241,7 @@ def _from_mapping(notation: Mapping[str, Any]) -> TypeSerializerSnapshot:
             return familynotation.from_mapping(form, notation, to_snapshot)
         except familynotation.NotationProblem as exc:
             raise TypeNotationError(exc.message, exc.path) from None
-    return globals()[f"_{form}_form"](notation)
+    return _FORM_BUILDERS[form](notation)
 
 
 def _require(notation: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
@@ -517,6 +517,14 @@ def _table_form(notation: Mapping[str, Any]) -> TypeSerializerSnapshot:
         raise TypeNotationError(f"the type {text!r} is not the snapshot's {snapshot.type_name()!r} (a Table type is "
                                 f"changed by changing the SQL job, not its notation)", "table")
     return snapshot
+
+
+#: The builder of each mapping form (``_from_mapping`` has checked that the mapping names exactly one).
+_FORM_BUILDERS: dict[str, Callable[[Mapping[str, Any]], TypeSerializerSnapshot]] = {
+    "pojo": _pojo_form, "row": _row_form, "enum": _enum_form, "avro": _avro_form, "kryo": _kryo_form,
+    "list": _list_form, "set": _set_form, "map": _map_form, "tuple": _tuple_form, "nullable": _nullable_form,
+    "ttl": _ttl_form, "array": _array_form, "unknown": _unknown_form, "table": _table_form,
+}
 
 
 def snapshot_from_bytes(data: bytes) -> TypeSerializerSnapshot:

@@ -360,7 +360,7 @@ class _JavaReader:
         if flags not in (SC_SERIALIZABLE, SC_SERIALIZABLE | SC_ENUM):
             raise r.error(f"class {name}: descriptor flags 0x{flags:02x}, Flink's classes have 0x02 or 0x12",
                           flags_at)
-        fields = []
+        fields: list[tuple[str, str, str | None]] = []
         for _ in range(r.u16()):
             code_at = r.pos
             type_code = chr(r.u8())
@@ -412,9 +412,9 @@ class _JavaReader:
             values: dict[str, object] = {}
             for type_code, field_name, _ in desc.fields:
                 values[field_name] = self._boolean() if type_code == "Z" else self.content(depth + 1)
-            value = _Object(desc, values)
-            self.handles[slot] = value
-            return value
+            obj = _Object(desc, values)
+            self.handles[slot] = obj
+            return obj
         raise r.error(f"unexpected Java serialization type code 0x{code:02x}", start)
 
     def _boolean(self) -> bool:

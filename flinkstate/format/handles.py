@@ -232,8 +232,8 @@ class HandleReader:
             if code in (3, 4):
                 subtask, size = r.i32(), r.i64()
                 delegate = self.stream_handle()
-                offsets = r.bytes(self.count("channel offset bytes"))
-                return ChannelStateHandle(f"merged {direction}", subtask, None, offsets, size, delegate)
+                merged_offsets = r.bytes(self.count("channel offset bytes"))
+                return ChannelStateHandle(f"merged {direction}", subtask, None, merged_offsets, size, delegate)
             if code not in (1, 2):
                 raise r.error(f"unknown channel state handle type {code}", start)
         subtask = r.i32()

@@ -67,16 +67,18 @@ def make_entry_decoder(state: StateMetaInfo, layout: KeyLayout) -> EntryDecoder:
     value_snapshot = state.value_serializer
     if value_snapshot is None:
         raise SavepointFormatError(f"state {state.name} has no value serializer")
+    value_dec: Callable[[bytes, int], tuple[Any, int]]
     if value_snapshot.needs_end:
         # The value carries no length of its own (Kryo, or a POJO ending in a Kryo field): it is decoded only as a
         # whole stored value, from its own slice. List elements of such a type cannot be delimited.
         tail_dec = value_snapshot.tail_decoder()
         type_name = value_snapshot.type_name()
 
-        def value_dec(buf: bytes, off: int) -> tuple[Any, int]:
+        def no_value_dec(buf: bytes, off: int) -> tuple[Any, int]:
             raise UnsupportedFormat(f"{type_name} values inside {kind} state cannot be decoded (they carry no "
                                     f"length)")
 
+        value_dec = no_value_dec
         if kind not in ("LIST", "MAP"):
             def decode_whole(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
                 key, namespace, _ = key_ns(buf, ks)

@@ -290,7 +290,8 @@ def localize(plan: OperatorPlan, local: KeyedBackendHeader) -> OperatorPlan:
         return plan
     union_index = {s.name: i for i, s in enumerate(plan.old_header.states)}
     rewrites: list[StateRewrite | None] = []
-    old_states, new_states = [], []
+    old_states: list[StateMetaInfo] = []
+    new_states: list[StateMetaInfo] = []
     for meta in local.states:
         rewrite = plan.rewrites[union_index[meta.name]]
         old_states.append(plan.old_header.states[union_index[meta.name]])

@@ -372,12 +372,12 @@ def migrate_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, su
         header.compressed = plan.compressed
         op_plan_for_run.new_header = header
     migrator = _SubtaskMigrator(source, op_plan_for_run, subtask)
-    header = migrator.plan.new_header
-    assert header is not None
+    run_header = migrator.plan.new_header
+    assert run_header is not None
     name = keyed_stream_file_name(op_plan.new_operator_id, subtask)
     kg_range = migrator.stream.key_group_range
     with output.open(name) as sink:
-        writer = KeyedStreamWriter(sink, header, kg_range, name)
+        writer = KeyedStreamWriter(sink, run_header, kg_range, name)
         if op_plan.key_transform is not None:
             migrator.run_rekeyed(writer, kg_range, op_plan.source.max_parallelism)
         else:
@@ -412,6 +412,7 @@ def dry_run_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, su
     migrator.collect_failures, migrator.max_examples = True, max_examples
     if op_plan.key_transform is not None:
         # New keys move between key groups: the whole operator is read by one task, as a real run does.
+        assert migrator.plan.new_header is not None  # a plan with a key transform has keyed state
         with open(os.devnull, "wb") as sink:
             writer = KeyedStreamWriter(sink, migrator.plan.new_header, migrator.stream.key_group_range, os.devnull)
             migrator.run_rekeyed(writer, migrator.stream.key_group_range, op_plan.source.max_parallelism)

@@ -34,6 +34,7 @@ from typing import Any
 from flinkstate.binary import assign_key_group
 from flinkstate.errors import FlinkStateError, printable
 from flinkstate.format.handles import KeyGroupsStateHandle, StreamStateHandle
+from flinkstate.format.keyed_header import KeyedBackendHeader
 from flinkstate.format.keyed_stream import StreamSource, raw_key
 from flinkstate.format.metadata import OperatorState
 from flinkstate.jsonify import to_json
@@ -299,6 +300,11 @@ def _merge(left: Iterable[tuple[int, list[Any]]], right: Iterable[tuple[int, lis
         yield kg, litems, ritems
 
 
+def _key_serializer_bytes(header: KeyedBackendHeader) -> bytes | None:
+    # None only for a header still being built; compared as such rather than failing with an AttributeError.
+    return None if header.key_serializer is None else snapshot_bytes(header.key_serializer)
+
+
 def _verify_state(source: Savepoint, op: OperatorState, output: Savepoint, new_op: OperatorState,
                   op_plan: OperatorPlan, rewrite: StateRewrite) -> StateVerification:
     label = f"operator {op_plan.new_uid or op_plan.new_operator_id}"
@@ -314,10 +320,10 @@ def _verify_state(source: Savepoint, op: OperatorState, output: Savepoint, new_o
     if [(k, snapshot_bytes(s)) for k, s in got.serializers] != [(k, snapshot_bytes(s)) for k, s in want.serializers] \
             or got.backend_type != want.backend_type or list(got.options) != list(want.options):
         raise VerificationError(f"{where}: the written serializer snapshots or options are not the declared ones")
-    if snapshot_bytes(header.key_serializer) != snapshot_bytes(op_plan.new_header.key_serializer):
+    if _key_serializer_bytes(header) != _key_serializer_bytes(op_plan.new_header):
         raise VerificationError(f"{label}: the written key serializer is not the declared one")
     kept = not rewrite.touches_values and op_plan.key_transform is None and \
-        snapshot_bytes(op_plan.old_header.key_serializer) == snapshot_bytes(header.key_serializer)
+        _key_serializer_bytes(op_plan.old_header) == _key_serializer_bytes(header)
     result = StateVerification(label.removeprefix("operator "), rewrite.new_name, "bytes" if kept else "values")
     if kept:
         pairs = _merge(_raw_entries_by_group(source, op, rewrite.old_name),

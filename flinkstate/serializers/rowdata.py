@@ -45,7 +45,7 @@ from flinkstate.serializers.binaryrow import (
 )
 from flinkstate.serializers.composite import CompositeSnapshot, read_nested_snapshots, write_nested_snapshots
 from flinkstate.serializers.logicaltypes import LogicalType, fingerprint, read_java_object, read_logical_type
-from flinkstate.serializers.namespaces import TimeWindowSnapshot, EmptyPayloadSnapshot
+from flinkstate.serializers.namespaces import EmptyPayloadSnapshot, TimeWindowSnapshot
 from flinkstate.serializers.registry import register
 
 TYPEUTILS = "org.apache.flink.table.runtime.typeutils."
