@@ -8,6 +8,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flinkstate.errors import FlinkStateError
 from flinkstate.manifest import Manifest, load_manifest
@@ -17,6 +18,9 @@ from flinkstate.migration.plan import MigrationError, MigrationPlan, OperatorTar
 from flinkstate.migration.runner import MigrationReport, UnitRunner, migrate_savepoint, run_units_locally
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.uri import open_output, write_file
+
+if TYPE_CHECKING:
+    from flinkstate.migration.units import MapUnits
 
 
 @dataclass(frozen=True)
@@ -83,13 +87,32 @@ class MigrationJob:
             metadata_version=self.metadata_version, compressed=self.compression,
             extra_check=lambda staged: check_against_manifest(staged, manifest), run_units=run_units,
             max_dead_letters=self.max_dead_letters, code=self.allow_code)
+        self._write_report(report)
+        return report
+
+
+    def run_in_units(self, map_units: MapUnits | None = None, units: int | None = None) -> MigrationReport:
+        """:meth:`run` with the work split by key-group ranges (:mod:`flinkstate.migration.units`): ``map_units``
+        runs the units (default: one after the other here; the Spark job: as Spark tasks), about ``units`` of them
+        (default: 3). The published savepoint is byte for byte what :meth:`run` publishes."""
+        from flinkstate.migration.units import default_unit_count, map_locally, migrate_in_units
+
+        self.check_locations()
+        manifest, _ = self.manifests()
+        report, _ = migrate_in_units(self, self.output, map_units or map_locally,
+                                     units if units is not None else default_unit_count(1),
+                                     metadata_version=self.metadata_version, max_dead_letters=self.max_dead_letters,
+                                     extra_check=lambda staged: check_against_manifest(staged, manifest))
+        self._write_report(report)
+        return report
+
+    def _write_report(self, report: MigrationReport) -> None:
         try:
             write_report(report, self.report_path)
         except (OSError, FlinkStateError) as exc:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise MigrationError(f"the savepoint was published at {report.output}, but its report could not be "
                                  f"written to {self.report_path}: {detail}") from None
-        return report
 
 
 def _place(location: str, strip_metadata: bool = False) -> tuple[str, ...]:

@@ -242,12 +242,15 @@ class _SubtaskMigrator:
 
     # -- the common case: keys stay where they are ---------------------------------------------------------------
 
-    def run_in_place(self, writer: KeyedStreamWriter) -> None:
+    def run_in_place(self, writer: KeyedStreamWriter, key_group_range: KeyGroupRange | None = None) -> None:
+        """Rewrites the stream's blocks (only those in ``key_group_range``, a unit of a split stream)."""
         stream, plan = self.stream, self.plan
         recompress = plan.new_header.compressed != plan.old_header.compressed  # type: ignore[union-attr]
         only_copies = not recompress and all(r is not None and not r.touches_values and r.new_id == i
                                              for i, r in enumerate(plan.rewrites))
         for key_group, start, end in stream.blocks:
+            if key_group_range is not None and key_group not in key_group_range:
+                continue
             if only_copies:
                 # No state of this operator changes its bytes: the stored block is copied as it is (only the
                 # header changed), but still scanned for the entry counts.
@@ -361,9 +364,13 @@ class _SubtaskMigrator:
 
 
 def migrate_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, subtask: int,
-                    output: SavepointOutput) -> SubtaskResult:
+                    output: SavepointOutput, key_group_range: KeyGroupRange | None = None,
+                    file_name: str | None = None) -> SubtaskResult:
     """Rewrites the keyed stream of one (source operator id, subtask) into ``output``; the file name derives from
-    the new operator id and the subtask, so the result does not depend on who runs it."""
+    the new operator id and the subtask, so the result does not depend on who runs it. With ``key_group_range`` (a
+    sub-range of the subtask's; not for a key transform, whose entries move between key groups), only that range's
+    blocks are rewritten, into ``file_name``: a stream of its own (header, then the range's blocks) whose blocks
+    :mod:`flinkstate.migration.units` concatenates with the other ranges' into the subtask's stream."""
     op_plan = plan.operators[operator_id]
     assert op_plan.new_header is not None
     op_plan_for_run = copy.copy(op_plan)
@@ -374,14 +381,19 @@ def migrate_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, su
     migrator = _SubtaskMigrator(source, op_plan_for_run, subtask)
     run_header = migrator.plan.new_header
     assert run_header is not None
-    name = keyed_stream_file_name(op_plan.new_operator_id, subtask)
+    name = file_name or keyed_stream_file_name(op_plan.new_operator_id, subtask)
     kg_range = migrator.stream.key_group_range
+    if key_group_range is not None:
+        if op_plan.key_transform is not None:
+            raise MigrationError(f"operator {op_plan.new_uid or op_plan.new_operator_id}: a key transform moves "
+                                 f"entries between key groups; its streams cannot be split by key-group range")
+        kg_range = kg_range.intersection(key_group_range)
     with output.open(name) as sink:
         writer = KeyedStreamWriter(sink, run_header, kg_range, name)
         if op_plan.key_transform is not None:
             migrator.run_rekeyed(writer, kg_range, op_plan.source.max_parallelism)
         else:
-            migrator.run_in_place(writer)
+            migrator.run_in_place(writer, None if key_group_range is None else kg_range)
         handle = writer.finish()
     return SubtaskResult(operator_id, subtask, handle, migrator.counts, migrator.dead_letters)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flinkstate.migration.assemble import assemble_metadata
 from flinkstate.migration.code_policy import CodePolicy
@@ -15,6 +15,9 @@ from flinkstate.migration.plan import MigrationError, MigrationPlan, OperatorTar
 from flinkstate.migration.rewrite import StateCount, SubtaskResult, migrate_subtask
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.outputs import SavepointOutput
+
+if TYPE_CHECKING:
+    from flinkstate.migration.verify import VerificationReport
 
 # --------------------------------------------------------------------------------------------------------------------
 # Single process: plan, migrate, assemble, verify, publish
@@ -67,6 +70,15 @@ def verify_output(source: Savepoint, staged: Savepoint, plan: MigrationPlan, res
         verification = verify_migration(source, staged, plan)
     except VerificationError as exc:
         raise MigrationError(f"verification: {exc}") from None
+    checked = check_run_counts(plan, results, verification)
+    if extra_check is not None:
+        checked += extra_check(staged)
+    return checked
+
+
+def check_run_counts(plan: MigrationPlan, results: list[SubtaskResult], verification: VerificationReport
+                     ) -> list[str]:
+    """The run's own counts must agree with what the verifier found; returns the verification's lines."""
     totals = merge_counts(plan, results)
     for state in verification.states:
         count = totals.get(state.operator, {}).get(state.state)
@@ -74,10 +86,7 @@ def verify_output(source: Savepoint, staged: Savepoint, plan: MigrationPlan, res
             raise MigrationError(f"verification: operator {state.operator}, state {state.state}: the run wrote "
                                  f"{count.written} entries and dead-lettered {count.dead_lettered}, the output "
                                  f"holds {state.entries} and the migration dead-letters {state.dead_lettered}")
-    checked = verification.lines()
-    if extra_check is not None:
-        checked += extra_check(staged)
-    return checked
+    return verification.lines()
 
 
 #: Runs the (source operator id, subtask) units of a plan and returns their results, in any order. The default runs
@@ -127,4 +136,5 @@ def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: S
                            checked, timings)
 
 
-__all__ = ["MigrationReport", "UnitRunner", "merge_counts", "migrate_savepoint", "run_units_locally", "verify_output"]
+__all__ = ["MigrationReport", "UnitRunner", "check_run_counts", "merge_counts", "migrate_savepoint",
+           "run_units_locally", "verify_output"]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from flinkstate.binary import assign_key_group
+from flinkstate.binary import KeyGroupRange, assign_key_group
 from flinkstate.errors import FlinkStateError, printable
 from flinkstate.format.handles import KeyGroupsStateHandle, StreamStateHandle
 from flinkstate.format.keyed_header import KeyedBackendHeader
@@ -123,34 +123,67 @@ def _show(entry: Any) -> str:
 def verify_migration(source: Savepoint, output: Savepoint, plan: MigrationPlan) -> VerificationReport:
     """Compares ``output`` with ``source`` as :mod:`this module <flinkstate.migration.verify>` describes; ``plan``
     supplies what the manifest declares (new ids, renames, drops, transforms), not what a run did."""
-    try:
-        return _verify(source, output, plan)
-    except VerificationError as exc:  # say which savepoints were compared
-        raise VerificationError(f"{output.location.uri} against its source {source.location.uri}: {exc}") from None
-
-
-def _verify(source: Savepoint, output: Savepoint, plan: MigrationPlan) -> VerificationReport:
-    report = VerificationReport()
-    _verify_metadata(source, output, plan, report)
+    report = verify_metadata_level(source, output, plan)
     for op in source.operators:
         op_plan = plan.operators.get(op.operator_id)
         if op_plan is None or op_plan.old_header is None:
             continue
+        report.states += verify_key_groups(source, output, plan, op.operator_id, None)
+    return report
+
+
+def verify_metadata_level(source: Savepoint, output: Savepoint, plan: MigrationPlan) -> VerificationReport:
+    """The part of :func:`verify_migration` that reads no key-group block: identity, non-keyed state, untouched
+    keyed streams, and every targeted operator's written state list, serializer snapshots and key serializer. The
+    entries are compared by :func:`verify_key_groups`, which a distributed run calls per key-group range."""
+    try:
+        report = VerificationReport()
+        _verify_metadata(source, output, plan, report)
+        for op in source.operators:
+            op_plan = plan.operators.get(op.operator_id)
+            if op_plan is None or op_plan.old_header is None:
+                continue
+            new_op = output.operator(op_plan.new_operator_id)
+            for rewrite in op_plan.rewrites:
+                if rewrite is not None:
+                    _check_state_header(output, new_op, op_plan, rewrite)
+        return report
+    except VerificationError as exc:  # say which savepoints were compared
+        raise VerificationError(f"{output.location.uri} against its source {source.location.uri}: {exc}") from None
+
+
+def verify_key_groups(source: Savepoint, output: Savepoint, plan: MigrationPlan, operator_id: str,
+                      key_groups: KeyGroupRange | None) -> list[StateVerification]:
+    """The entries of one targeted operator (source operator id) in ``key_groups`` (None: all), per state: kept
+    states byte for byte, migrated ones as values against the declared transform of the source's, and nothing
+    stored in the range that no state accounts for. Key-group ranges of subtasks are disjoint, so a range inside one
+    subtask's reads that subtask's stream only. An operator whose key changes is compared whole (entries move
+    between key groups): ``key_groups`` must be None for it."""
+    op_plan = plan.operators[operator_id]
+    op = op_plan.source
+    label = printable(op_plan.new_uid or op_plan.new_operator_id)
+    try:
+        if key_groups is not None and op_plan.key_transform is not None:
+            raise VerificationError(f"operator {label}: its key changes, so it is verified whole, not by key-group "
+                                    f"range")
         new_op = output.operator(op_plan.new_operator_id)
-        verified = 0
-        label = printable(op_plan.new_uid or op_plan.new_operator_id)
-        for rewrite in track(op_plan.rewrites, total=len(op_plan.rewrites), description=f"verify {label}",
-                             unit="states"):
+        states, verified = [], 0
+        rewrites = op_plan.rewrites if key_groups is not None else track(
+            op_plan.rewrites, total=len(op_plan.rewrites), description=f"verify {label}", unit="states")
+        for rewrite in rewrites:
             if rewrite is not None:
-                state = _verify_state(source, op, output, new_op, op_plan, rewrite)
-                report.states.append(state)
+                state = _verify_state(source, op, output, new_op, op_plan, rewrite, key_groups)
+                states.append(state)
                 verified += state.entries
         # Nothing extra: every stored entry belongs to a state just compared.
-        stored = sum(len(entries) for _, entries in _raw_entries_by_group(output, new_op, None))
+        stored = sum(len(entries) for _, entries in _raw_entries_by_group(output, new_op, None, key_groups))
         if stored != verified:
-            raise VerificationError(f"operator {op_plan.new_uid or op_plan.new_operator_id}: {stored} entries "
-                                    f"stored, {verified} accounted for by its states")
-    return report
+            where = "" if key_groups is None else f", key groups {key_groups}"
+            raise VerificationError(f"operator {label}{where}: {stored} entries stored, {verified} accounted for by "
+                                    f"its states")
+        return states
+    except VerificationError as exc:  # say which savepoints were compared
+        raise VerificationError(f"{output.location.uri} against its source {source.location.uri}: {exc}") from None
 
 
 # -- metadata and non-keyed state --------------------------------------------------------------------------------------
@@ -263,15 +296,21 @@ def _same_keyed(source: Savepoint, a: KeyGroupsStateHandle | None, output: Savep
 # -- keyed state -------------------------------------------------------------------------------------------------------
 
 
-def _raw_entries_by_group(savepoint: Savepoint, op: OperatorState, state_name: str | None
+def _raw_entries_by_group(savepoint: Savepoint, op: OperatorState, state_name: str | None,
+                          key_groups: KeyGroupRange | None = None
                           ) -> Iterator[tuple[int, list[tuple[bytes, bytes]]]]:
-    """(key group, [(key bytes, value bytes)]) of one state (None: all), in key-group order, without decoding.
-    Each stream's blocks use its own header's state ids; a malformed block is an error naming its file."""
+    """(key group, [(key bytes, value bytes)]) of one state (None: all), in key-group order, without decoding,
+    within ``key_groups`` (None: all). Each stream's blocks use its own header's state ids; a malformed block is an
+    error naming its file."""
     for _, stream in savepoint.keyed_streams(op):
+        if key_groups is not None and not len(stream.key_group_range.intersection(key_groups)):
+            continue  # another subtask's range: not even its header is read
         state_id = stream.header().state_index(state_name) if state_name is not None else None
         if state_name is not None and state_id is None:
             continue  # this subtask never registered the state
         for key_group, start, end in stream.blocks:
+            if key_groups is not None and key_group not in key_groups:
+                continue
             data = stream.read_block(key_group, start, end)
             pairs = [(raw_key(data, ks, ke), data[vs:ve])
                      for sid, ks, ke, vs, ve in stream.raw_entries(data, key_group, start)
@@ -305,8 +344,10 @@ def _key_serializer_bytes(header: KeyedBackendHeader) -> bytes | None:
     return None if header.key_serializer is None else snapshot_bytes(header.key_serializer)
 
 
-def _verify_state(source: Savepoint, op: OperatorState, output: Savepoint, new_op: OperatorState,
-                  op_plan: OperatorPlan, rewrite: StateRewrite) -> StateVerification:
+def _check_state_header(output: Savepoint, new_op: OperatorState, op_plan: OperatorPlan, rewrite: StateRewrite
+                        ) -> bool:
+    """The output's state list, this state's serializer snapshots and the key serializer are the declared ones;
+    returns whether the state's entries are compared as bytes (kept) rather than values."""
     label = f"operator {op_plan.new_uid or op_plan.new_operator_id}"
     where = f"{label}, state {rewrite.new_name}"
     header = output.keyed_header(new_op)
@@ -322,12 +363,20 @@ def _verify_state(source: Savepoint, op: OperatorState, output: Savepoint, new_o
         raise VerificationError(f"{where}: the written serializer snapshots or options are not the declared ones")
     if _key_serializer_bytes(header) != _key_serializer_bytes(op_plan.new_header):
         raise VerificationError(f"{label}: the written key serializer is not the declared one")
-    kept = not rewrite.touches_values and op_plan.key_transform is None and \
+    return not rewrite.touches_values and op_plan.key_transform is None and \
         _key_serializer_bytes(op_plan.old_header) == _key_serializer_bytes(header)
+
+
+def _verify_state(source: Savepoint, op: OperatorState, output: Savepoint, new_op: OperatorState,
+                  op_plan: OperatorPlan, rewrite: StateRewrite, key_groups: KeyGroupRange | None = None
+                  ) -> StateVerification:
+    label = f"operator {op_plan.new_uid or op_plan.new_operator_id}"
+    where = f"{label}, state {rewrite.new_name}"
+    kept = _check_state_header(output, new_op, op_plan, rewrite)
     result = StateVerification(label.removeprefix("operator "), rewrite.new_name, "bytes" if kept else "values")
     if kept:
-        pairs = _merge(_raw_entries_by_group(source, op, rewrite.old_name),
-                       _raw_entries_by_group(output, new_op, rewrite.new_name))
+        pairs = _merge(_raw_entries_by_group(source, op, rewrite.old_name, key_groups),
+                       _raw_entries_by_group(output, new_op, rewrite.new_name, key_groups))
         for kg, src_items, out_items in pairs:
             if Counter(src_items) != Counter(out_items):
                 missing = Counter(src_items) - Counter(out_items)
@@ -337,7 +386,7 @@ def _verify_state(source: Savepoint, op: OperatorState, output: Savepoint, new_o
                                         f"bytes compared)")
             result.entries += len(out_items)
         return result
-    _verify_values(source, op, output, new_op, op_plan, rewrite, where, result)
+    _verify_values(source, op, output, new_op, op_plan, rewrite, where, result, key_groups)
     return result
 
 
@@ -353,7 +402,8 @@ def _expected(op_plan: OperatorPlan, rewrite: StateRewrite, entry: tuple[Any, ..
 
 
 def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: OperatorPlan, rewrite: StateRewrite,
-                          where: str) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+                          where: str, key_groups: KeyGroupRange | None = None
+                          ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
     """The source's entries of one state, decoded, each checked to re-encode to exactly the bytes Flink wrote: a
     codec that loses anything (a nanosecond, a NaN payload, a subclass) is caught here, before a migration that
     decodes the state can publish changed values that comparing decoded values alone would call equal."""
@@ -361,6 +411,8 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
     meta = op_plan.old_header.states[op_plan.rewrites.index(rewrite)]
     type_name = meta.value_serializer.type_name() if meta.value_serializer is not None else meta.kind
     for _, stream in source.keyed_streams(op):
+        if key_groups is not None and not len(stream.key_group_range.intersection(key_groups)):
+            continue
         local = stream.header()
         old_id = local.state_index(rewrite.old_name)
         if old_id is None:
@@ -370,6 +422,8 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
                                  for i, m in enumerate(local.states)])
         codec = StateCodec(identity, identity.rewrites[old_id], stream.prefix_bytes)  # type: ignore[arg-type]
         for kg, start, end in stream.blocks:
+            if key_groups is not None and kg not in key_groups:
+                continue
             data = stream.read_block(kg, start, end, rewrite.old_name)
             entries = []
             for sid, ks, ke, vs, ve in stream.raw_entries(data, kg, start):
@@ -393,12 +447,13 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
 
 
 def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_op: OperatorState,
-                   op_plan: OperatorPlan, rewrite: StateRewrite, where: str, result: StateVerification) -> None:
+                   op_plan: OperatorPlan, rewrite: StateRewrite, where: str, result: StateVerification,
+                   key_groups: KeyGroupRange | None = None) -> None:
     rekeyed = op_plan.key_transform is not None
     key_snapshot = op_plan.new_header.key_serializer if op_plan.new_header is not None else None
 
     def expected_groups() -> Iterator[tuple[int, list[Any]]]:
-        for kg, entries in _exact_source_entries(source, op, op_plan, rewrite, where):
+        for kg, entries in _exact_source_entries(source, op, op_plan, rewrite, where, key_groups):
             items = []
             for entry in entries:
                 try:
@@ -417,7 +472,7 @@ def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_
             yield kg, items
 
     def written_groups() -> Iterator[tuple[int, list[Any]]]:
-        for kg, entries in output.iter_key_groups(new_op, rewrite.new_name):
+        for kg, entries in output.iter_key_groups(new_op, rewrite.new_name, key_groups):
             if rekeyed and key_snapshot is not None:
                 for entry in entries:
                     want = assign_key_group(key_snapshot.hash_code(entry[0]), new_op.max_parallelism)
@@ -473,5 +528,6 @@ def _uncanonical(item: Any) -> Any:
     return item
 
 
-__all__ = ["StateVerification", "VerificationError", "VerificationReport", "canonical", "verify_migration"]
+__all__ = ["StateVerification", "VerificationError", "VerificationReport", "canonical", "verify_key_groups",
+           "verify_metadata_level", "verify_migration"]
 
