@@ -45,6 +45,8 @@ from flinkstate.migration.plan import CodeRefused, MigrationError, MigrationPlan
 from flinkstate.migration.rewrite import DryRunResult, SubtaskResult, migrate_subtask
 from flinkstate.migration.runner import MigrationReport
 from flinkstate.migration.verify import VerificationError, verify_migration
+from flinkstate.progress import showing as progress_shown
+from flinkstate.progress import track
 from flinkstate.report import Report
 from flinkstate.resolution import BACKENDS, MigrationPlanner, check
 from flinkstate.savepoint import KeyedStateInfo, Savepoint, open_savepoint
@@ -126,10 +128,12 @@ __all__ = [
     "parse_manifest",
     "plan_state_migration",
     "printable",
+    "progress_shown",
     "read_file",
     "run_dry_run",
     "run_dry_run_unit",
     "to_json",
+    "track",
     "verify_migration",
     "write_file",
 ]

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flinkstate import __version__, progress
-from flinkstate.errors import FlinkStateError, printable
-from flinkstate.storage import settings
+import flinkstate
+from flinkstate import SUPPORTED_VERSIONS, FlinkStateError, S3Options, __version__, printable
 
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES = (
@@ -63,8 +62,6 @@ def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
 
 
 def version_text() -> str:
-    from flinkstate.format.metadata import SUPPORTED_VERSIONS
-
     return (f"flinkstate {__version__}\n"
             f"savepoints: _metadata versions {', '.join(map(str, sorted(SUPPORTED_VERSIONS)))} (Flink 1.11 to 2.3), "
             f"canonical format, HashMap and RocksDB backends, snappy or uncompressed; local paths and s3://\n"
@@ -109,9 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.verbose and args.progress is False:
         parser.error("-q/--quiet and -v/--verbose contradict each other: give one")
-    settings.s3_options = settings.S3Options(args.s3_endpoint_url, args.s3_region, args.s3_profile)
-    settings.handle_policy = settings.HandlePolicy(args.allow_external_handles)
-    progress.enabled = args.progress
+    flinkstate.configure(s3=S3Options(args.s3_endpoint_url, args.s3_region, args.s3_profile),
+                         allow_external_handles=args.allow_external_handles, progress=args.progress)
     try:
         with logging_to_stderr(args.verbose), phase(f"flinkstate {args.command}"):
             return int(args.handler(args) or EXIT_OK)

@@ -11,12 +11,23 @@ import argparse
 import sys
 from typing import Any
 
+from flinkstate import (
+    BACKENDS,
+    CodePolicy,
+    CodeRefused,
+    FlinkStateError,
+    MigrationJob,
+    MigrationPlanner,
+    Report,
+    Savepoint,
+    check,
+    load_function,
+    printable,
+    run_dry_run,
+    write_file,
+)
 from flinkstate.cli.migrate import add_allow_code_argument
 from flinkstate.cli.verbose import log, phase
-from flinkstate.errors import FlinkStateError, printable
-from flinkstate.migration.code_policy import CodePolicy, load_function
-from flinkstate.report import Report
-from flinkstate.resolution import BACKENDS, MigrationPlanner, check
 
 
 def register(subparsers: Any) -> None:
@@ -77,8 +88,6 @@ def _run(args: argparse.Namespace) -> int:
         log.info("dry run: %s; outcome now %s", counts, report.outcome)
     text = report.render_json() + "\n" if args.format == "json" else report.render_markdown()
     if args.output:
-        from flinkstate.storage.uri import write_file
-
         write_file(args.output, text.encode("utf-8"))
         print(f"flinkstate: report written to {printable(args.output)} ({report.outcome})", file=sys.stderr)
     else:
@@ -90,11 +99,6 @@ def dry_run_section(report: Report, savepoint: str, schema: str, previous: str |
                     max_dead_letters: int = 0, allow_code: CodePolicy | None = None) -> dict[str, Any]:
     """The dry run of the migration ``flinkstate migrate`` would run, in this process (the report's section). A
     migration function the code policy does not allow is an error (exit 1), not a verdict: nothing was judged."""
-    from flinkstate.migration.dry_run import run_dry_run
-    from flinkstate.migration.job import MigrationJob
-    from flinkstate.migration.plan import CodeRefused
-    from flinkstate.savepoint import Savepoint
-
     if report.outcome != "migrate":
         return {"ran": False, "reason": f"the outcome is '{report.outcome}'"}
     job = MigrationJob(savepoint, schema, output="", old_schema=previous, max_dead_letters=max_dead_letters,

@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from flinkstate.engine.local import LocalFlinkCluster
+from flinkstate import LocalFlinkCluster
 
 DEFAULT_WORK_DIR = os.path.join(".work", "cluster")
 #: ``status``/``start``: some of the cluster's processes are up, others are not (0: all up, 1: none).

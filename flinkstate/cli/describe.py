@@ -8,9 +8,8 @@ import json
 import sys
 from typing import Any
 
+from flinkstate import Savepoint, printable
 from flinkstate.cli.verbose import phase, savepoint_opened
-from flinkstate.errors import printable
-from flinkstate.savepoint import Savepoint
 
 #: Some operator's state could not be read (the listing is printed all the same).
 EXIT_UNREADABLE = 1

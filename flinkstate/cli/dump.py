@@ -11,11 +11,8 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
+from flinkstate import Savepoint, printable, to_json, track
 from flinkstate.cli.verbose import log, phase, savepoint_opened
-from flinkstate.errors import printable
-from flinkstate.jsonify import to_json
-from flinkstate.progress import track
-from flinkstate.savepoint import Savepoint
 
 
 def register(subparsers: Any) -> None:

@@ -14,8 +14,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from flinkstate.engine.rest import FlinkRestClient
-from flinkstate.errors import FlinkStateError, printable
+from flinkstate import FlinkRestClient, FlinkStateError, printable
 
 DEFAULT_FLINK_URL = "http://127.0.0.1:8081"
 _JOB_ID = re.compile(r"^[0-9a-fA-F]{32}$")

@@ -7,19 +7,21 @@ import argparse
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from flinkstate import (
+    ALLOW_CODE_ENV,
+    CodePolicy,
+    MigrationJob,
+    MigrationPlan,
+    MigrationReport,
+    Savepoint,
+    SavepointOutput,
+    SubtaskResult,
+    migrate_subtask,
+    track,
+)
 from flinkstate.cli.verbose import log, phase, savepoint_opened
-from flinkstate.migration.code_policy import ALLOW_CODE_ENV, CodePolicy
-from flinkstate.migration.job import MigrationJob
-from flinkstate.migration.plan import MigrationPlan
-from flinkstate.migration.rewrite import SubtaskResult, migrate_subtask
-from flinkstate.migration.runner import MigrationReport
-from flinkstate.progress import track
-
-if TYPE_CHECKING:
-    from flinkstate.savepoint import Savepoint
-    from flinkstate.storage.outputs import SavepointOutput
 
 ALLOW_CODE_HELP = (f"a manifest is data; its migration functions (function: MODULE:FUNC) are Python code, imported "
                    f"only when allowed: --allow-code MODULES (comma-separated trusted modules and their submodules) "

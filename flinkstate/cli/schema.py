@@ -7,10 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from flinkstate import FlinkStateError, Savepoint, manifest_from_savepoint
 from flinkstate.cli.verbose import phase, savepoint_opened
-from flinkstate.errors import FlinkStateError
-from flinkstate.manifest import manifest_from_savepoint
-from flinkstate.savepoint import Savepoint
 
 
 def register(subparsers: Any) -> None:

@@ -57,9 +57,9 @@ def logging_to_stderr(enabled: bool) -> Iterator[None]:
 
 
 def _progress_shown() -> bool:
-    from flinkstate import progress
+    from flinkstate import progress_shown
 
-    return progress.showing()
+    return progress_shown()
 
 
 @contextmanager
