@@ -24,7 +24,8 @@ unreadable, and is refused in one line.
 Entries come out in the model of the canonical format (:meth:`flinkstate.format.keyed_stream.KeyedStateStream
 .iter_blocks`): ``(key, namespace, value)``, a map state one ``(key, namespace, user_key, value)`` per user key, a
 timer ``(key, namespace, timestamp)``. :func:`encode_heap_block` is the mirror of :func:`walk_heap_block`: the
-elements of a block written back give the same bytes.
+elements of a block written back give the same bytes uncompressed, and the same payload compressed (Flink's Java
+Snappy library and cramjam cut frames differently, so compressed bytes are equal only after decompression).
 """
 
 from __future__ import annotations
