@@ -22,6 +22,7 @@ from flinkstate.format.handles import FileStateHandle, RelativeFileStateHandle
 from flinkstate.format.keyed_header import KeyedBackendHeader, StateMetaInfo, state_meta_bytes
 from flinkstate.format.keyed_stream import KeyedStateStream
 from flinkstate.format.metadata import CheckpointMetadata, OperatorState, read_metadata
+from flinkstate.format.operator_state import OperatorStateElement, OperatorStateStream
 from flinkstate.format_errors import SavepointFormatError, StateNotFound
 from flinkstate.identity import OperatorRef
 from flinkstate.serializers.registry import snapshot_bytes
@@ -67,6 +68,7 @@ class Savepoint:
         location.check_handles((where, _file_name(handle), handle.size)
                                for where, handle in self.metadata.file_handles())
         self._streams: dict[tuple[str, int], KeyedStateStream] = {}
+        self._operator_streams: dict[tuple[str, int], OperatorStateStream] = {}
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], allow_external_handles: bool | None = None) -> Savepoint:
@@ -182,6 +184,45 @@ class Savepoint:
         ``(key, namespace, timestamp)``."""
         for _, entries in self.iter_key_groups(operator, state_name, key_group_range):
             yield from entries
+
+    # -- operator state ----------------------------------------------------------------------------------------------
+
+    def operator_state_streams(self, operator: str | OperatorState) -> list[tuple[int, OperatorStateStream]]:
+        """(subtask index, stream) of every subtask holding managed operator state (list and broadcast state)."""
+        op = self._resolve(operator)
+        streams = []
+        for index in sorted(op.subtasks):
+            handle = op.subtasks[index].managed_operator_state
+            if handle is None or handle.delegate is None:
+                continue
+            cache_key = (op.operator_id, index)
+            if cache_key not in self._operator_streams:
+                try:
+                    self._operator_streams[cache_key] = OperatorStateStream(self.location, handle,
+                                                                            f"{self.label(op)}, subtask {index}")
+                except StorageError as exc:
+                    raise StorageError(f"{self.label(op)}, subtask {index}: operator state file: {exc}") from None
+            streams.append((index, self._operator_streams[cache_key]))
+        return streams
+
+    def operator_state_modes(self, operator: str | OperatorState) -> dict[str, str]:
+        """name -> distribution mode (SPLIT_DISTRIBUTE, UNION, BROADCAST) of the operator's managed operator states,
+        as the metadata's handles record them."""
+        op = self._resolve(operator)
+        return {name: meta.mode for _, sub in sorted(op.subtasks.items()) if sub.managed_operator_state
+                for name, meta in sub.managed_operator_state.states.items()}
+
+    def iter_operator_state(self, operator: str | OperatorState, state_name: str
+                            ) -> Iterator[tuple[int, OperatorStateElement]]:
+        """``(subtask, element)`` of every stored element of one operator state, subtask by subtask."""
+        op = self._resolve(operator)
+        if state_name not in self.operator_state_modes(op):
+            names = ", ".join(sorted(self.operator_state_modes(op))) or "none"
+            raise StateNotFound(f"{self.location.uri}: {self.label(op)} has no operator state {state_name!r} "
+                                f"(operator states: {names})")
+        for index, stream in self.operator_state_streams(op):
+            for element in stream.elements(state_name):
+                yield index, element
 
     # -- description -------------------------------------------------------------------------------------------------
 

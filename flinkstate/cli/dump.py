@@ -1,6 +1,13 @@
 """``flinkstate dump SAVEPOINT --operator UID_OR_HEX_ID --state NAME``: one JSON line per entry,
 ``{"key": K, "namespace": N, "value": V}`` (MAP state adds ``"user_key"``, one line per user key; timer states give
-the timestamp as value). Value encoding: see :mod:`flinkstate.jsonify`; VoidNamespace is null."""
+the timestamp as value). Value encoding: see :mod:`flinkstate.jsonify`; VoidNamespace is null.
+
+An operator (non-keyed) state is dumped the same way, one line per stored element:
+``{"subtask": S, "mode": "SPLIT_DISTRIBUTE"|"UNION", "index": I, "value": V}`` for list state, and per map entry
+``{"subtask": S, "mode": "BROADCAST", "key": K, "value": V}`` for broadcast state. A source's splits
+(``SourceReaderState``) add ``"split": {"split_serializer_version": N, "split_bytes": base64}`` (the split
+serializer is the source's own, not recorded in the savepoint). An element whose serializer flinkstate cannot decode
+is given as ``"bytes"`` (base64) with ``"undecoded"`` naming the serializer class."""
 
 from __future__ import annotations
 
@@ -11,8 +18,10 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from flinkstate import Savepoint, printable, to_json, track
+from flinkstate import FlinkStateError, Savepoint, printable, to_json, track
 from flinkstate.cli.verbose import log, phase, savepoint_opened
+from flinkstate.format.metadata import OperatorState
+from flinkstate.format.operator_state import SOURCE_SPLITS_STATE, OperatorStateElement, source_split
 
 
 def register(subparsers: Any) -> None:
@@ -21,7 +30,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("savepoint", metavar="SAVEPOINT", help="savepoint directory or its _metadata file")
     parser.add_argument("--operator", required=True, metavar="UID_OR_HEX_ID",
                         help="operator uid (hashed like Flink) or 32-hex operator id")
-    parser.add_argument("--state", required=True, metavar="NAME", help="keyed state name")
+    parser.add_argument("--state", required=True, metavar="NAME", help="keyed or operator state name")
     parser.set_defaults(handler=_run)
 
 
@@ -30,6 +39,12 @@ def _run(args: argparse.Namespace) -> int:
         savepoint = Savepoint.open(args.savepoint)
     operator = savepoint.operator(args.operator)
     savepoint_opened(savepoint, operator)
+    if args.state in savepoint.operator_state_modes(operator) and not _is_keyed(savepoint, operator, args.state):
+        with phase(f"dump {printable(args.state)}"):
+            written = _write_operator_state(savepoint.iter_operator_state(operator, args.state), sys.stdout.write,
+                                            partial(json.dumps, allow_nan=False))
+        log.info("%d operator state records written", written)
+        return 0
     kind = savepoint.state_info(operator, args.state).kind
     is_map = kind == "MAP"
     write = sys.stdout.write
@@ -59,6 +74,38 @@ def _write_entries(groups: Iterable[tuple[int, Iterable[tuple[Any, ...]]]], is_m
             else:
                 key, namespace, value = entry
                 record = {"key": to_json(key), "namespace": to_json(namespace), "value": to_json(value)}
+            write(dumps(record) + "\n")
+            written += 1
+    return written
+
+
+def _is_keyed(savepoint: Savepoint, operator: OperatorState, name: str) -> bool:
+    """Whether ``name`` is (also) a keyed state: keyed state wins. An unreadable keyed header does not stop the
+    operator state of the same operator from being dumped."""
+    try:
+        return any(state.name == name for state in savepoint.keyed_states(operator))
+    except FlinkStateError:
+        return False
+
+
+def _write_operator_state(elements: Iterable[tuple[int, OperatorStateElement]], write: Callable[[str], object],
+                          dumps: Callable[[Any], str]) -> int:
+    """Writes one JSON line per list element or broadcast entry; returns how many."""
+    written = 0
+    for subtask, element in elements:
+        base: dict[str, Any] = {"subtask": subtask, "mode": element.mode}
+        if element.undecoded is not None:
+            records = [{**base, "index": element.index, "bytes": to_json(element.raw), "undecoded": element.undecoded}]
+        elif element.mode == "BROADCAST":
+            records = [{**base, "key": to_json(key), "value": to_json(value)} for key, value in element.value]
+        else:
+            record = {**base, "index": element.index, "value": to_json(element.value)}
+            if element.state == SOURCE_SPLITS_STATE and isinstance(element.value, bytes):
+                split = source_split(element.value)
+                if split is not None:
+                    record["split"] = to_json(split)
+            records = [record]
+        for record in records:
             write(dumps(record) + "\n")
             written += 1
     return written
