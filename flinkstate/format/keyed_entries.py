@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from flinkstate._speedups import fast_entry_decoder
 from flinkstate.binary import varint_le_size
 from flinkstate.format.keyed_header import TIMERS, StateMetaInfo
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+
+if TYPE_CHECKING:
+    from flinkstate.serializers.base import TypeSerializerSnapshot
 
 # --------------------------------------------------------------------------------------------------------------------
 # Entry decoding
@@ -29,6 +33,8 @@ class KeyLayout:
     key: Callable[[bytes, int], tuple[Any, int]]
     namespace: Callable[[bytes, int], tuple[Any, int]]
     ambiguous: bool
+    #: The key's snapshot, when ``key`` is its decoder: lets the compiled fast path decode keys in C too.
+    key_snapshot: TypeSerializerSnapshot | None = None
 
     def decoder(self) -> Callable[[bytes, int], tuple[Any, Any, int]]:
         """``(buf, key start) -> (key, namespace, offset after them)``."""
@@ -59,7 +65,15 @@ def _check_end(what: str, end: int, expected: int) -> None:
 
 
 def make_entry_decoder(state: StateMetaInfo, layout: KeyLayout) -> EntryDecoder:
-    """The per-entry decoder of one state; see :meth:`KeyedStateStream.iter_blocks` for the tuples."""
+    """The per-entry decoder of one state; see :meth:`KeyedStateStream.iter_blocks` for the tuples. Compiled
+    (:mod:`flinkstate._speedups`) unless the extension is not built or ``FLINKSTATE_PURE_PYTHON`` is set; the pure
+    Python of :func:`reference_entry_decoder` is the reference, and reports every error."""
+    reference = reference_entry_decoder(state, layout)
+    return fast_entry_decoder(state, layout, reference) or reference
+
+
+def reference_entry_decoder(state: StateMetaInfo, layout: KeyLayout) -> EntryDecoder:
+    """The pure-Python entry decoder of one state."""
     kind = state.kind
     if kind == TIMERS:
         return _timer_entry_decoder(state, layout.prefix_bytes)
@@ -164,4 +178,4 @@ def _timer_entry_decoder(state: StateMetaInfo, prefix: int) -> EntryDecoder:
     return decode
 
 
-__all__ = ["EntryDecoder", "KeyLayout", "make_entry_decoder"]
+__all__ = ["EntryDecoder", "KeyLayout", "make_entry_decoder", "reference_entry_decoder"]

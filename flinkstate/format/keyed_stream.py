@@ -26,6 +26,7 @@ from typing import Any, BinaryIO
 
 import cramjam
 
+from flinkstate._speedups import scan_compiled
 from flinkstate.binary import I32, U16, KeyGroupRange, Reader
 from flinkstate.errors import WriteError
 from flinkstate.format.handles import (
@@ -318,12 +319,15 @@ class KeyedStateStream:
         if key is None or namespace is None:
             raise SavepointFormatError(f"{self.context}, state {state.name}: no key or namespace serializer")
         ambiguous = key.fixed_length < 0 and namespace.fixed_length < 0
-        return KeyLayout(self.prefix_bytes, key.decoder(), namespace.decoder(), ambiguous)
+        return KeyLayout(self.prefix_bytes, key.decoder(), namespace.decoder(), ambiguous, key_snapshot=key)
 
     def _decode_block(self, data: bytes, key_group: int, wanted: int, decode_entry: EntryDecoder,
                       block_offset: int, state_name: str) -> list[tuple[Any, ...]]:
         entries: list[tuple[Any, ...]] = []
         pos = 0
+        compiled = scan_compiled(decode_entry, data, key_group, wanted, len(self.header().states), self.prefix_bytes)
+        if compiled is not None:  # else the reference walks the block and reports what the compiled walk failed on
+            return compiled
         try:
             pos = self._scan_block(data, key_group, wanted, decode_entry, entries, len(self.header().states))
         except SavepointFormatError as exc:

@@ -1,0 +1,184 @@
+"""The compiled fast path of keyed-state decoding, with the pure Python as its reference (as fastavro does).
+
+``_cdecode`` (C, built at install by setup.py; optional) decodes with codec trees compiled once per snapshot from a
+*spec*: nested tuples that this module builds from a snapshot. Serializer families without a compiled form become a
+``K_PY`` node that calls the family's own Python decoder, so every state gets the compiled block walk and entry
+split, and its common fields are decoded in C.
+
+This is the one place that maps snapshots to compiled decoders: :func:`fast_entry_decoder` is what
+:func:`flinkstate.format.keyed_entries.make_entry_decoder` asks. The compiled code returns exactly the reference's
+values or fails; every failure reruns the reference on the same bytes, so errors are the reference's own.
+
+``FLINKSTATE_PURE_PYTHON=1`` (read at import) turns the compiled path off; so does a failed build (``COMPILED`` is
+then False and ``BUILD_ERROR`` says why).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import TypeGuard
+
+    from flinkstate._speedups._cdecode import EntryDecoder
+    from flinkstate.serializers.base import TypeSerializerSnapshot
+
+_cdecode: Any
+try:
+    # by name: the extension module is optional, and not a source module of the package
+    _cdecode = importlib.import_module("flinkstate._speedups._cdecode")
+    BUILD_ERROR: str | None = None
+except ImportError as exc:  # the build is optional: no compiler, or a platform without one
+    _cdecode = None
+    BUILD_ERROR = str(exc)
+
+#: Set (to anything but "" or "0") to use the pure-Python reference only.
+PURE_PYTHON_VARIABLE = "FLINKSTATE_PURE_PYTHON"
+
+# Spec kinds: keep in sync with _cdecode.c.
+K_LONG, K_INT, K_SHORT, K_BYTE, K_BOOL, K_FLOAT, K_DOUBLE, K_CHAR = range(8)
+K_STRING, K_CONST, K_POJO, K_TUPLE, K_ROW, K_LIST, K_MAP, K_NULLABLE, K_PY = range(8, 17)
+E_VALUE, E_LIST, E_MAP, E_TIMER = range(4)
+
+_BASE = "org.apache.flink.api.common.typeutils.base."
+# SimpleTypeSerializerSnapshot classes by Java name: the name fixes the byte format (Flink's serializer classes).
+_SIMPLE_KINDS: dict[str, tuple[Any, ...]] = {}
+for _stem, _kind in (("Long", K_LONG), ("Int", K_INT), ("Short", K_SHORT), ("Byte", K_BYTE), ("Boolean", K_BOOL),
+                     ("Float", K_FLOAT), ("Double", K_DOUBLE), ("Char", K_CHAR)):
+    _SIMPLE_KINDS[f"{_BASE}{_stem}Serializer${_stem}SerializerSnapshot"] = (_kind,)
+    _SIMPLE_KINDS[f"{_BASE}{_stem}ValueSerializer${_stem}ValueSerializerSnapshot"] = (_kind,)
+_SIMPLE_KINDS[f"{_BASE}StringSerializer$StringSerializerSnapshot"] = (K_STRING,)
+_SIMPLE_KINDS[f"{_BASE}VoidSerializer$VoidSerializerSnapshot"] = (K_CONST, None, 1)
+_SIMPLE_KINDS[f"{_BASE}NullValueSerializer$NullValueSerializerSnapshot"] = (K_CONST, None, 0)
+
+
+def pure_python_requested() -> bool:
+    return os.environ.get(PURE_PYTHON_VARIABLE, "") not in ("", "0")
+
+
+def enabled() -> bool:
+    """Whether decoders built now are compiled: the extension imported and the reference not requested."""
+    return _cdecode is not None and not pure_python_requested()
+
+
+def codec_spec(snapshot: TypeSerializerSnapshot) -> tuple[Any, ...]:
+    """The compiled form of ``snapshot``'s record decoder. The reference decoder is built first, so a snapshot that
+    cannot be decoded fails exactly as it does without the fast path."""
+    from flinkstate.serializers.collections import ListSnapshot, MapSnapshot
+    from flinkstate.serializers.namespaces import GlobalWindowSnapshot, VoidNamespaceSnapshot
+    from flinkstate.serializers.nullable import NullableSnapshot
+    from flinkstate.serializers.pojo import PojoSnapshot
+    from flinkstate.serializers.row import RowSnapshot
+    from flinkstate.serializers.tuple import TupleSnapshot
+
+    reference = snapshot.decoder()
+    kind = type(snapshot)
+    if kind.__name__ == "SimpleSnapshot" and snapshot.class_name in _SIMPLE_KINDS:
+        return _SIMPLE_KINDS[snapshot.class_name]
+    if kind is VoidNamespaceSnapshot:
+        return (K_CONST, None, 1)
+    if kind is GlobalWindowSnapshot:
+        return (K_CONST, "GlobalWindow", 1)
+    if kind is PojoSnapshot:
+        assert isinstance(snapshot, PojoSnapshot)
+        if not snapshot.needs_end and all(f.snapshot is not None for f in snapshot.fields):
+            names = tuple(f.name for f in snapshot.fields)
+            children = tuple(codec_spec(f.snapshot) for f in snapshot.fields)  # type: ignore[arg-type]
+            return (K_POJO, names, children, reference)
+    elif kind is TupleSnapshot:
+        return (K_TUPLE, tuple(codec_spec(n) for n in snapshot.nested))
+    elif kind is RowSnapshot:
+        assert isinstance(snapshot, RowSnapshot)
+        return (K_ROW, tuple(codec_spec(n) for n in snapshot.nested), snapshot.supports_row_kind, reference)
+    elif kind is ListSnapshot:
+        return (K_LIST, codec_spec(snapshot.nested[0]))
+    elif kind is MapSnapshot:
+        return (K_MAP, codec_spec(snapshot.nested[0]), codec_spec(snapshot.nested[1]))
+    elif kind is NullableSnapshot:
+        assert isinstance(snapshot, NullableSnapshot)
+        return (K_NULLABLE, codec_spec(snapshot.nested[0]), int(snapshot.null_padding))
+    return (K_PY, reference)
+
+
+def fast_codec(snapshot: TypeSerializerSnapshot) -> Callable[[bytes, int], tuple[Any, int]] | None:
+    """``snapshot``'s record decoder, compiled (None when the fast path is off). It raises on bytes the reference
+    would refuse, but not necessarily the same error: callers that report errors rerun the reference."""
+    if not enabled():
+        return None
+    codec: Callable[[bytes, int], tuple[Any, int]] = _cdecode.Codec(codec_spec(snapshot))
+    return codec
+
+
+def _layout_spec(decoder: Callable[[bytes, int], tuple[Any, int]],
+                 snapshot: TypeSerializerSnapshot | None) -> tuple[Any, ...]:
+    """A key or namespace decoder of a layout: compiled from its snapshot when the layout's decoder is that
+    snapshot's own (cached) decoder, else called as is."""
+    if snapshot is not None and snapshot.decoder() is decoder:
+        return codec_spec(snapshot)
+    return (K_PY, decoder)
+
+
+def fast_entry_decoder(state: Any, layout: Any, reference: Callable[..., tuple[Any, ...]]
+                       ) -> Callable[..., tuple[Any, ...]] | None:
+    """The compiled twin of ``reference`` (the entry decoder :func:`make_entry_decoder` built for ``state`` with
+    ``layout``), or None when the fast path is off or the state's values carry no length of their own. The twin
+    calls ``reference`` for any entry it fails on, and has a ``scan_block`` method for whole blocks."""
+    from flinkstate.format.keyed_header import TIMERS
+    from flinkstate.serializers.timer import TimerSnapshot
+
+    if not enabled():
+        return None
+    value = state.value_serializer
+    if value is None:
+        return None
+    codec = _cdecode.Codec
+    if state.kind == TIMERS:
+        if type(value) is not TimerSnapshot:
+            return None
+        value.decoder()
+        key, namespace = codec(codec_spec(value.nested[0])), codec(codec_spec(value.nested[1]))
+        entry: Callable[..., tuple[Any, ...]] = _cdecode.EntryDecoder(E_TIMER, layout.prefix_bytes, False, key,
+                                                                      namespace, None, None, reference)
+        return entry
+    if value.needs_end:
+        return None
+    key = codec(_layout_spec(layout.key, layout.key_snapshot))
+    namespace = codec(_layout_spec(layout.namespace, state.namespace_serializer))
+    value_codec = codec(codec_spec(value))
+    if state.kind == "MAP":
+        user_key = state.user_key_serializer
+        if user_key is None:
+            return None
+        kind, user_key_codec = E_MAP, codec(codec_spec(user_key))
+    else:
+        kind, user_key_codec = (E_LIST if state.kind == "LIST" else E_VALUE), None
+    entry = _cdecode.EntryDecoder(kind, layout.prefix_bytes, layout.ambiguous, key, namespace, value_codec,
+                                  user_key_codec, reference)
+    return entry
+
+
+def is_compiled(decoder: object) -> TypeGuard[EntryDecoder]:
+    """Whether ``decoder`` is a compiled entry decoder (with ``scan_block``)."""
+    return _cdecode is not None and isinstance(decoder, _cdecode.EntryDecoder)
+
+
+def scan_compiled(decoder: object, data: bytes, key_group: int, wanted: int, state_count: int, prefix_bytes: int
+                  ) -> list[tuple[Any, ...]] | None:
+    """The entries of state ``wanted`` in one key-group block, walked and decoded in one compiled pass; None when
+    ``decoder`` is not compiled or the pass failed (the caller's reference walk then reports why)."""
+    if not is_compiled(decoder) or type(data) is not bytes:
+        return None
+    entries: list[tuple[Any, ...]] = []
+    try:
+        decoder.scan_block(data, key_group, wanted, state_count, prefix_bytes, entries)
+    except Exception:
+        return None
+    return entries
+
+
+__all__ = ["BUILD_ERROR", "PURE_PYTHON_VARIABLE", "codec_spec", "enabled", "fast_codec", "fast_entry_decoder",
+           "is_compiled", "pure_python_requested",
+           "scan_compiled"]

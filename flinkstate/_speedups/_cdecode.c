@@ -1,0 +1,819 @@
+/* The compiled fast path of keyed-state decoding: codec trees built once per snapshot from a spec of nested tuples
+ * (see flinkstate/_speedups/__init__.py, which is the only place that builds them) and a block scanner that walks a
+ * key-group block and decodes the entries of one state in one pass.
+ *
+ * The pure-Python codecs are the reference. This code must return exactly what they return, or fail: every failure
+ * (bounds, a malformed byte, a Python fallback that raised) makes the caller rerun the pure-Python path on the same
+ * bytes, which then raises the reference's own error (or, if it does not fail, its values are used). So the checks
+ * here may be stricter than the reference's, never looser.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if PY_VERSION_HEX < 0x030B0000
+#define PyFloat_Unpack4 _PyFloat_Unpack4
+#define PyFloat_Unpack8 _PyFloat_Unpack8
+#endif
+
+/* Spec kinds: keep in sync with flinkstate/_speedups/__init__.py. */
+enum {
+    K_LONG = 0, K_INT = 1, K_SHORT = 2, K_BYTE = 3, K_BOOL = 4, K_FLOAT = 5, K_DOUBLE = 6, K_CHAR = 7,
+    K_STRING = 8, K_CONST = 9, K_POJO = 10, K_TUPLE = 11, K_ROW = 12, K_LIST = 13, K_MAP = 14, K_NULLABLE = 15,
+    K_PY = 16
+};
+
+/* Entry kinds. */
+enum { E_VALUE = 0, E_LIST = 1, E_MAP = 2, E_TIMER = 3 };
+
+static PyObject *DecodeError;
+
+typedef struct Node {
+    int kind;
+    Py_ssize_t n;          /* children */
+    struct Node **children;
+    PyObject *obj;         /* POJO: names tuple; CONST: the value; PY: the decoder; */
+    PyObject *fallback;    /* POJO/ROW: the reference decoder, for subclasses and row kinds */
+    Py_ssize_t param;      /* CONST: bytes consumed; ROW: with_kind; NULLABLE: padding */
+} Node;
+
+typedef struct {
+    PyObject *bufobj;
+    const unsigned char *p;
+    Py_ssize_t size;
+} Ctx;
+
+static void node_free(Node *node) {
+    if (node == NULL) return;
+    for (Py_ssize_t i = 0; i < node->n; i++) node_free(node->children[i]);
+    PyMem_Free(node->children);
+    Py_XDECREF(node->obj);
+    Py_XDECREF(node->fallback);
+    PyMem_Free(node);
+}
+
+static Node *node_compile(PyObject *spec);
+
+static int compile_children(Node *node, PyObject *seq) {
+    if (!PyTuple_Check(seq)) {
+        PyErr_SetString(PyExc_TypeError, "spec children must be a tuple");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    node->children = PyMem_Calloc(n ? n : 1, sizeof(Node *));
+    if (node->children == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    node->n = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        node->children[i] = node_compile(PyTuple_GET_ITEM(seq, i));
+        if (node->children[i] == NULL) return -1;
+    }
+    return 0;
+}
+
+static Node *node_compile(PyObject *spec) {
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 1) {
+        PyErr_SetString(PyExc_TypeError, "a spec is a non-empty tuple");
+        return NULL;
+    }
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+    if (kind == -1 && PyErr_Occurred()) return NULL;
+    Node *node = PyMem_Calloc(1, sizeof(Node));
+    if (node == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    node->kind = (int)kind;
+    Py_ssize_t size = PyTuple_GET_SIZE(spec);
+#define ARG(i) (size > (i) ? PyTuple_GET_ITEM(spec, (i)) : NULL)
+#define NEED(count) if (size < (count)) { PyErr_Format(PyExc_TypeError, "spec kind %ld needs %d items", kind, \
+                                                       (int)(count)); goto fail; }
+    switch (kind) {
+    case K_LONG: case K_INT: case K_SHORT: case K_BYTE: case K_BOOL: case K_FLOAT: case K_DOUBLE: case K_CHAR:
+    case K_STRING:
+        break;
+    case K_CONST:  /* (K_CONST, value, bytes consumed) */
+        NEED(3);
+        node->obj = Py_NewRef(ARG(1));
+        node->param = PyLong_AsSsize_t(ARG(2));
+        if (node->param < 0) goto fail;
+        break;
+    case K_POJO:  /* (K_POJO, names, children, fallback) */
+        NEED(4);
+        if (!PyTuple_Check(ARG(1))) { PyErr_SetString(PyExc_TypeError, "POJO names must be a tuple"); goto fail; }
+        node->obj = Py_NewRef(ARG(1));
+        if (compile_children(node, ARG(2)) < 0) goto fail;
+        if (node->n != PyTuple_GET_SIZE(node->obj)) {
+            PyErr_SetString(PyExc_TypeError, "POJO names and children differ in length");
+            goto fail;
+        }
+        node->fallback = Py_NewRef(ARG(3));
+        break;
+    case K_TUPLE:  /* (K_TUPLE, children) */
+        NEED(2);
+        if (compile_children(node, ARG(1)) < 0) goto fail;
+        break;
+    case K_ROW:  /* (K_ROW, children, with_kind, fallback) */
+        NEED(4);
+        if (compile_children(node, ARG(1)) < 0) goto fail;
+        node->param = PyObject_IsTrue(ARG(2));
+        node->fallback = Py_NewRef(ARG(3));
+        break;
+    case K_LIST:  /* (K_LIST, element) */
+        NEED(2);
+        if (compile_children(node, PyTuple_GetSlice(spec, 1, 2)) < 0) goto fail;
+        break;
+    case K_MAP:  /* (K_MAP, key, value) */
+        NEED(3);
+        {
+            PyObject *pair = PyTuple_GetSlice(spec, 1, 3);
+            if (pair == NULL) goto fail;
+            int rc = compile_children(node, pair);
+            Py_DECREF(pair);
+            if (rc < 0) goto fail;
+        }
+        break;
+    case K_NULLABLE:  /* (K_NULLABLE, inner, padding) */
+        NEED(3);
+        {
+            PyObject *one = PyTuple_GetSlice(spec, 1, 2);
+            if (one == NULL) goto fail;
+            int rc = compile_children(node, one);
+            Py_DECREF(one);
+            if (rc < 0) goto fail;
+        }
+        node->param = PyLong_AsSsize_t(ARG(2));
+        if (node->param < 0) goto fail;
+        break;
+    case K_PY:  /* (K_PY, decoder) */
+        NEED(2);
+        node->obj = Py_NewRef(ARG(1));
+        break;
+    default:
+        PyErr_Format(PyExc_ValueError, "unknown spec kind %ld", kind);
+        goto fail;
+    }
+    return node;
+fail:
+    node_free(node);
+    return NULL;
+#undef ARG
+#undef NEED
+}
+
+/* -- reading ---------------------------------------------------------------------------------------------------- */
+
+static PyObject *short_read(Py_ssize_t off) {
+    PyErr_Format(DecodeError, "out of bounds at %zd", off);
+    return NULL;
+}
+
+#define NEED_BYTES(ctx, off, n) if ((off) < 0 || (n) > (ctx)->size - (off)) return short_read(off)
+
+static inline uint64_t be64(const unsigned char *p) {
+    return ((uint64_t)p[0] << 56) | ((uint64_t)p[1] << 48) | ((uint64_t)p[2] << 40) | ((uint64_t)p[3] << 32) |
+           ((uint64_t)p[4] << 24) | ((uint64_t)p[5] << 16) | ((uint64_t)p[6] << 8) | (uint64_t)p[7];
+}
+
+static inline uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+/* Unsigned LEB128, limited to 63 bits (longer ones fall back to the reference). 0 on success. */
+static inline int leb128(Ctx *ctx, Py_ssize_t *off, uint64_t *value) {
+    uint64_t result = 0;
+    int shift = 0;
+    Py_ssize_t o = *off;
+    for (;;) {
+        if (o >= ctx->size || shift > 56) return -1;
+        unsigned char b = ctx->p[o++];
+        result |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80) break;
+        shift += 7;
+    }
+    *off = o;
+    *value = result;
+    return 0;
+}
+
+/* Flink's StringValue form (StringSerializer): LEB128 length + 1 (0 = null), then each UTF-16 unit as LEB128. */
+static PyObject *decode_string(Ctx *ctx, Py_ssize_t *off) {
+    uint64_t n1;
+    Py_ssize_t o = *off;
+    if (leb128(ctx, &o, &n1) < 0) return short_read(o);
+    if (n1 == 0) {
+        *off = o;
+        Py_RETURN_NONE;
+    }
+    uint64_t n = n1 - 1;
+    if (n > (uint64_t)(ctx->size - o)) return short_read(o);  /* every unit takes at least one byte */
+    const unsigned char *p = ctx->p + o;
+    Py_ssize_t i = 0;
+    while (i < (Py_ssize_t)n && p[i] < 0x80) i++;
+    if (i == (Py_ssize_t)n) {  /* ASCII: one byte per character */
+        PyObject *s = PyUnicode_New((Py_ssize_t)n, 127);
+        if (s == NULL) return NULL;
+        memcpy(PyUnicode_DATA(s), p, (size_t)n);
+        *off = o + (Py_ssize_t)n;
+        return s;
+    }
+    /* Some units take more than one byte: gather them as UTF-16-BE and decode as the reference does. */
+    unsigned char *units = PyMem_Malloc((size_t)n * 2 + 1);
+    if (units == NULL) return PyErr_NoMemory();
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t unit;
+        if (leb128(ctx, &o, &unit) < 0 || unit > 0xFFFF) {
+            PyMem_Free(units);
+            return short_read(o);
+        }
+        units[2 * k] = (unsigned char)(unit >> 8);
+        units[2 * k + 1] = (unsigned char)unit;
+    }
+    int byteorder = 1;
+    PyObject *s = PyUnicode_DecodeUTF16((const char *)units, (Py_ssize_t)n * 2, "surrogatepass", &byteorder);
+    PyMem_Free(units);
+    if (s != NULL) *off = o;
+    return s;
+}
+
+static PyObject *call_py(PyObject *decoder, Ctx *ctx, Py_ssize_t *off) {
+    PyObject *result = PyObject_CallFunction(decoder, "On", ctx->bufobj, *off);
+    if (result == NULL) return NULL;
+    if (!PyTuple_Check(result) || PyTuple_GET_SIZE(result) != 2) {
+        Py_DECREF(result);
+        PyErr_SetString(DecodeError, "a Python decoder returned no (value, offset) pair");
+        return NULL;
+    }
+    Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(result, 1));
+    if (end == -1 && PyErr_Occurred()) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    PyObject *value = Py_NewRef(PyTuple_GET_ITEM(result, 0));
+    Py_DECREF(result);
+    *off = end;
+    return value;
+}
+
+static PyObject *decode_node(Node *node, Ctx *ctx, Py_ssize_t *off);
+
+static PyObject *decode_node(Node *node, Ctx *ctx, Py_ssize_t *off) {
+    Py_ssize_t o = *off;
+    const unsigned char *p = ctx->p;
+    PyObject *result;
+    switch (node->kind) {
+    case K_LONG:
+        NEED_BYTES(ctx, o, 8);
+        *off = o + 8;
+        return PyLong_FromLongLong((long long)(int64_t)be64(p + o));
+    case K_INT:
+        NEED_BYTES(ctx, o, 4);
+        *off = o + 4;
+        return PyLong_FromLong((long)(int32_t)be32(p + o));
+    case K_SHORT:
+        NEED_BYTES(ctx, o, 2);
+        *off = o + 2;
+        return PyLong_FromLong((long)(int16_t)(((uint16_t)p[o] << 8) | p[o + 1]));
+    case K_BYTE:
+        NEED_BYTES(ctx, o, 1);
+        *off = o + 1;
+        return PyLong_FromLong((long)(int8_t)p[o]);
+    case K_BOOL:
+        NEED_BYTES(ctx, o, 1);
+        *off = o + 1;
+        return Py_NewRef(p[o] ? Py_True : Py_False);
+    case K_FLOAT: {
+        NEED_BYTES(ctx, o, 4);
+        double v = PyFloat_Unpack4((const char *)p + o, 0);
+        if (v == -1.0 && PyErr_Occurred()) return NULL;
+        *off = o + 4;
+        return PyFloat_FromDouble(v);
+    }
+    case K_DOUBLE: {
+        NEED_BYTES(ctx, o, 8);
+        double v = PyFloat_Unpack8((const char *)p + o, 0);
+        if (v == -1.0 && PyErr_Occurred()) return NULL;
+        *off = o + 8;
+        return PyFloat_FromDouble(v);
+    }
+    case K_CHAR:
+        NEED_BYTES(ctx, o, 2);
+        *off = o + 2;
+        return PyUnicode_FromOrdinal(((int)p[o] << 8) | p[o + 1]);
+    case K_STRING:
+        NEED_BYTES(ctx, o, 1);
+        return decode_string(ctx, off);
+    case K_CONST:
+        *off = o + node->param;
+        return Py_NewRef(node->obj);
+    case K_POJO: {
+        NEED_BYTES(ctx, o, 1);
+        unsigned char flags = p[o];
+        if (flags == 2) {  /* NO_SUBCLASS: one null byte per field, then the field */
+            o += 1;
+            result = PyDict_New();
+            if (result == NULL) return NULL;
+            for (Py_ssize_t i = 0; i < node->n; i++) {
+                PyObject *name = PyTuple_GET_ITEM(node->obj, i);
+                PyObject *value;
+                if (o >= ctx->size) {
+                    Py_DECREF(result);
+                    return short_read(o);
+                }
+                if (p[o]) {
+                    value = Py_NewRef(Py_None);
+                    o += 1;
+                } else {
+                    o += 1;
+                    value = decode_node(node->children[i], ctx, &o);
+                    if (value == NULL) {
+                        Py_DECREF(result);
+                        return NULL;
+                    }
+                }
+                int rc = PyDict_SetItem(result, name, value);
+                Py_DECREF(value);
+                if (rc < 0) {
+                    Py_DECREF(result);
+                    return NULL;
+                }
+            }
+            *off = o;
+            return result;
+        }
+        if (flags & 1) {
+            *off = o + 1;
+            Py_RETURN_NONE;
+        }
+        return call_py(node->fallback, ctx, off);  /* subclasses: rare, the reference decodes them */
+    }
+    case K_TUPLE: {
+        result = PyTuple_New(node->n);
+        if (result == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < node->n; i++) {
+            PyObject *value = decode_node(node->children[i], ctx, &o);
+            if (value == NULL) {
+                Py_DECREF(result);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(result, i, value);
+        }
+        *off = o;
+        return result;
+    }
+    case K_ROW: {
+        Py_ssize_t shift = node->param ? 2 : 0;
+        Py_ssize_t mask_bytes = (shift + node->n + 7) / 8;
+        NEED_BYTES(ctx, o, mask_bytes);
+        const unsigned char *mask = p + o;
+        if (node->param && (((mask[0] >> 7) & 1) | ((mask[0] >> 5) & 2)) != 0) {
+            return call_py(node->fallback, ctx, off);  /* a RowKind other than INSERT: a KindedRow */
+        }
+        o += mask_bytes;
+        result = PyTuple_New(node->n);
+        if (result == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < node->n; i++) {
+            Py_ssize_t bit = shift + i;
+            PyObject *value;
+            if (mask[bit / 8] & (0x80 >> (bit % 8))) {
+                value = Py_NewRef(Py_None);
+            } else {
+                value = decode_node(node->children[i], ctx, &o);
+                if (value == NULL) {
+                    Py_DECREF(result);
+                    return NULL;
+                }
+            }
+            PyTuple_SET_ITEM(result, i, value);
+        }
+        *off = o;
+        return result;
+    }
+    case K_LIST: {
+        NEED_BYTES(ctx, o, 4);
+        int32_t n = (int32_t)be32(p + o);
+        o += 4;
+        if (n < 0) n = 0;
+        if (n > ctx->size - o) return short_read(o);  /* a cheap sanity bound before allocating: Void elements
+                                                         take no bytes but never come in such numbers */
+        result = PyList_New(n);
+        if (result == NULL) return NULL;
+        for (int32_t i = 0; i < n; i++) {
+            PyObject *value = decode_node(node->children[0], ctx, &o);
+            if (value == NULL) {
+                Py_DECREF(result);
+                return NULL;
+            }
+            PyList_SET_ITEM(result, i, value);
+        }
+        *off = o;
+        return result;
+    }
+    case K_MAP: {
+        NEED_BYTES(ctx, o, 4);
+        int32_t n = (int32_t)be32(p + o);
+        o += 4;
+        result = PyDict_New();
+        if (result == NULL) return NULL;
+        for (int32_t i = 0; i < n; i++) {
+            PyObject *key = decode_node(node->children[0], ctx, &o);
+            if (key == NULL) {
+                Py_DECREF(result);
+                return NULL;
+            }
+            PyObject *value;
+            if (o >= ctx->size) {
+                Py_DECREF(key);
+                Py_DECREF(result);
+                return short_read(o);
+            }
+            if (p[o]) {
+                value = Py_NewRef(Py_None);
+                o += 1;
+            } else {
+                o += 1;
+                value = decode_node(node->children[1], ctx, &o);
+                if (value == NULL) {
+                    Py_DECREF(key);
+                    Py_DECREF(result);
+                    return NULL;
+                }
+            }
+            int rc = PyDict_SetItem(result, key, value);
+            Py_DECREF(key);
+            Py_DECREF(value);
+            if (rc < 0) {
+                Py_DECREF(result);
+                return NULL;
+            }
+        }
+        *off = o;
+        return result;
+    }
+    case K_NULLABLE:
+        NEED_BYTES(ctx, o, 1);
+        if (p[o]) {
+            *off = o + 1 + node->param;
+            Py_RETURN_NONE;
+        }
+        *off = o + 1;
+        return decode_node(node->children[0], ctx, off);
+    case K_PY:
+        return call_py(node->obj, ctx, off);
+    }
+    PyErr_SetString(DecodeError, "bad node");
+    return NULL;
+}
+
+/* -- Codec: one compiled serializer ------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    Node *root;
+} CodecObject;
+
+static PyTypeObject CodecType;
+
+static int Codec_init(CodecObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *spec;
+    if (!PyArg_ParseTuple(args, "O", &spec)) return -1;
+    node_free(self->root);
+    self->root = node_compile(spec);
+    return self->root == NULL ? -1 : 0;
+}
+
+static void Codec_dealloc(CodecObject *self) {
+    node_free(self->root);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int ctx_from(Ctx *ctx, PyObject *buf) {
+    if (!PyBytes_Check(buf)) {
+        PyErr_SetString(PyExc_TypeError, "the compiled decoders read bytes");
+        return -1;
+    }
+    ctx->bufobj = buf;
+    ctx->p = (const unsigned char *)PyBytes_AS_STRING(buf);
+    ctx->size = PyBytes_GET_SIZE(buf);
+    return 0;
+}
+
+/* codec(buf, off) -> (value, new offset), the reference decoders' signature. */
+static PyObject *Codec_call(CodecObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *buf;
+    Py_ssize_t off;
+    Ctx ctx;
+    if (!PyArg_ParseTuple(args, "On", &buf, &off)) return NULL;
+    if (self->root == NULL) {
+        PyErr_SetString(PyExc_ValueError, "codec not compiled");
+        return NULL;
+    }
+    if (ctx_from(&ctx, buf) < 0) return NULL;
+    PyObject *value = decode_node(self->root, &ctx, &off);
+    if (value == NULL) return NULL;
+    return Py_BuildValue("(Nn)", value, off);
+}
+
+static PyTypeObject CodecType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "flinkstate._speedups._cdecode.Codec",
+    .tp_basicsize = sizeof(CodecObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A serializer's record decoder compiled from a spec: codec(buf, off) -> (value, offset).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Codec_init,
+    .tp_dealloc = (destructor)Codec_dealloc,
+    .tp_call = (ternaryfunc)Codec_call,
+};
+
+/* -- EntryDecoder: one state's entries ---------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    int kind;
+    int prefix;
+    int ambiguous;
+    CodecObject *key;
+    CodecObject *ns;
+    CodecObject *value;     /* E_VALUE, E_LIST, E_MAP */
+    CodecObject *user_key;  /* E_MAP */
+    PyObject *fallback;     /* the reference entry decoder: its errors are the errors */
+} EntryObject;
+
+static PyTypeObject EntryType;
+
+static int Entry_init(EntryObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *key, *ns, *value, *user_key, *fallback;
+    if (!PyArg_ParseTuple(args, "iipO!O!OOO", &self->kind, &self->prefix, &self->ambiguous, &CodecType, &key,
+                          &CodecType, &ns, &value, &user_key, &fallback))
+        return -1;
+    if (self->kind < E_VALUE || self->kind > E_TIMER) {
+        PyErr_SetString(PyExc_ValueError, "bad entry kind");
+        return -1;
+    }
+    if ((self->kind != E_TIMER && !PyObject_TypeCheck(value, &CodecType)) ||
+        (self->kind == E_MAP && !PyObject_TypeCheck(user_key, &CodecType))) {
+        PyErr_SetString(PyExc_TypeError, "value (and, for MAP, user key) codecs needed");
+        return -1;
+    }
+    Py_XSETREF(self->key, (CodecObject *)Py_NewRef(key));
+    Py_XSETREF(self->ns, (CodecObject *)Py_NewRef(ns));
+    Py_XSETREF(self->value, PyObject_TypeCheck(value, &CodecType) ? (CodecObject *)Py_NewRef(value) : NULL);
+    Py_XSETREF(self->user_key,
+               PyObject_TypeCheck(user_key, &CodecType) ? (CodecObject *)Py_NewRef(user_key) : NULL);
+    Py_XSETREF(self->fallback, Py_NewRef(fallback));
+    return 0;
+}
+
+static void Entry_dealloc(EntryObject *self) {
+    Py_XDECREF(self->key);
+    Py_XDECREF(self->ns);
+    Py_XDECREF(self->value);
+    Py_XDECREF(self->user_key);
+    Py_XDECREF(self->fallback);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static inline Py_ssize_t varint_le_size(Py_ssize_t v) {
+    Py_ssize_t n = 1;
+    while (v >= 256) {
+        v >>= 8;
+        n++;
+    }
+    return n;
+}
+
+static PyObject *end_mismatch(void) {
+    PyErr_SetString(DecodeError, "decoded length differs from the stored one");
+    return NULL;
+}
+
+/* One entry as the reference's make_entry_decoder returns it; NULL with an exception on any failure. */
+static PyObject *decode_entry(EntryObject *self, Ctx *ctx, Py_ssize_t ks, Py_ssize_t ke, Py_ssize_t vs,
+                              Py_ssize_t ve) {
+    Py_ssize_t o = ks + self->prefix;
+    PyObject *key, *ns, *third = NULL, *fourth = NULL;
+    if (self->kind == E_TIMER) {
+        if (o < 0 || 8 > ctx->size - o) return short_read(o);
+        long long ts = (long long)(int64_t)(be64(ctx->p + o) ^ 0x8000000000000000ULL);
+        o += 8;
+        key = decode_node(self->key->root, ctx, &o);
+        if (key == NULL) return NULL;
+        ns = decode_node(self->ns->root, ctx, &o);
+        if (ns == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        if (o != ke) {
+            Py_DECREF(key);
+            Py_DECREF(ns);
+            return end_mismatch();
+        }
+        third = PyLong_FromLongLong(ts);
+        if (third == NULL) goto fail2;
+        goto triple;
+    }
+    Py_ssize_t start = o;
+    key = decode_node(self->key->root, ctx, &o);
+    if (key == NULL) return NULL;
+    if (self->ambiguous) o += varint_le_size(o - start);
+    Py_ssize_t ns_start = o;
+    ns = decode_node(self->ns->root, ctx, &o);
+    if (ns == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (self->ambiguous) o += varint_le_size(o - ns_start);
+    if (self->kind == E_VALUE) {
+        Py_ssize_t v = vs;
+        third = decode_node(self->value->root, ctx, &v);
+        if (third == NULL) goto fail2;
+        if (v != ve) {
+            end_mismatch();
+            goto fail3;
+        }
+    } else if (self->kind == E_LIST) {
+        third = PyList_New(0);
+        if (third == NULL) goto fail2;
+        Py_ssize_t v = vs;
+        while (v < ve) {
+            PyObject *item = decode_node(self->value->root, ctx, &v);
+            if (item == NULL) goto fail3;
+            int rc = PyList_Append(third, item);
+            Py_DECREF(item);
+            if (rc < 0) goto fail3;
+            if (v < ve) {
+                if (ctx->p[v] != 0x2C) {  /* ListDelimitedSerializer's ',' */
+                    end_mismatch();
+                    goto fail3;
+                }
+                v += 1;
+            }
+        }
+        if (v != ve) {
+            end_mismatch();
+            goto fail3;
+        }
+    } else {  /* E_MAP */
+        third = decode_node(self->user_key->root, ctx, &o);
+        if (third == NULL) goto fail2;
+        if (o != ke || vs >= ctx->size) {
+            end_mismatch();
+            goto fail3;
+        }
+        if (ctx->p[vs]) {
+            fourth = Py_NewRef(Py_None);
+        } else {
+            Py_ssize_t v = vs + 1;
+            fourth = decode_node(self->value->root, ctx, &v);
+            if (fourth == NULL) goto fail3;
+            if (v != ve) {
+                Py_DECREF(fourth);
+                end_mismatch();
+                goto fail3;
+            }
+        }
+        PyObject *entry = PyTuple_New(4);
+        if (entry == NULL) {
+            Py_DECREF(fourth);
+            goto fail3;
+        }
+        PyTuple_SET_ITEM(entry, 0, key);
+        PyTuple_SET_ITEM(entry, 1, ns);
+        PyTuple_SET_ITEM(entry, 2, third);
+        PyTuple_SET_ITEM(entry, 3, fourth);
+        return entry;
+    }
+triple:
+    {
+        PyObject *entry = PyTuple_New(3);
+        if (entry == NULL) goto fail3;
+        PyTuple_SET_ITEM(entry, 0, key);
+        PyTuple_SET_ITEM(entry, 1, ns);
+        PyTuple_SET_ITEM(entry, 2, third);
+        return entry;
+    }
+fail3:
+    Py_DECREF(third);
+fail2:
+    Py_DECREF(key);
+    Py_DECREF(ns);
+    return NULL;
+}
+
+/* entry(buf, ks, ke, vs, ve) -> entry tuple: the reference's signature; any failure is the reference's to report. */
+static PyObject *Entry_call(EntryObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *buf;
+    Py_ssize_t ks, ke, vs, ve;
+    Ctx ctx;
+    if (!PyArg_ParseTuple(args, "Onnnn", &buf, &ks, &ke, &vs, &ve)) return NULL;
+    if (PyBytes_Check(buf)) {
+        ctx_from(&ctx, buf);
+        PyObject *entry = decode_entry(self, &ctx, ks, ke, vs, ve);
+        if (entry != NULL) return entry;
+        PyErr_Clear();
+    }
+    return PyObject_Call(self->fallback, args, NULL);
+}
+
+static PyObject *block_error(const char *what, Py_ssize_t offset) {
+    PyErr_Format(DecodeError, "%s at %zd", what, offset);
+    return NULL;
+}
+
+/* scan_block(data, key_group, wanted, state_count, prefix_bytes, entries) -> end offset: the reference's
+ * KeyedStateStream._scan_block in one pass, appending the decoded entries of state ``wanted`` to ``entries``. */
+static PyObject *Entry_scan_block(EntryObject *self, PyObject *args) {
+    PyObject *data, *entries;
+    Py_ssize_t key_group, wanted, state_count;
+    int prefix_bytes;
+    Ctx ctx;
+    if (!PyArg_ParseTuple(args, "O!nnniO!", &PyBytes_Type, &data, &key_group, &wanted, &state_count, &prefix_bytes,
+                          &PyList_Type, &entries))
+        return NULL;
+    ctx_from(&ctx, data);
+    const unsigned char *p = ctx.p;
+    Py_ssize_t size = ctx.size;
+    if (size < 2) return block_error("empty key-group block", 0);
+    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
+    Py_ssize_t pos = 2;
+    if (state_id >= state_count) return block_error("bad state id", 0);
+    for (;;) {
+        if (pos + 4 > size) return block_error("bad key length", pos);
+        int32_t key_len = (int32_t)be32(p + pos);
+        Py_ssize_t key_start = pos + 4;
+        Py_ssize_t value_pos = key_start + key_len;
+        if (key_len <= 0 || value_pos + 4 > size) return block_error("bad key length", pos);
+        int32_t value_len = (int32_t)be32(p + value_pos);
+        Py_ssize_t value_start = value_pos + 4;
+        pos = value_start + value_len;
+        if (value_len < 0 || pos > size) return block_error("bad value length", value_pos);
+        unsigned char first = p[key_start];
+        Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[key_start + 1])
+                                             : (Py_ssize_t)(first & 0x7F);
+        if (group != key_group) return block_error("entry of another key group", key_start);
+        if (state_id == wanted) {
+            PyObject *entry = decode_entry(self, &ctx, key_start, value_pos, value_start, pos);
+            if (entry == NULL) return NULL;
+            int rc = PyList_Append(entries, entry);
+            Py_DECREF(entry);
+            if (rc < 0) return NULL;
+        }
+        if (first & 0x80) {
+            if (pos + 2 > size) return block_error("missing state id", pos);
+            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
+            pos += 2;
+            if (state_id == 0xFFFF) {
+                if (pos != size) return block_error("bytes after the end-of-key-group mark", pos);
+                return PyLong_FromSsize_t(pos);
+            }
+            if (state_id >= state_count) return block_error("bad state id", pos - 2);
+        } else if (pos >= size) {
+            return block_error("no end-of-key-group mark", pos);
+        }
+    }
+}
+
+static PyMethodDef Entry_methods[] = {
+    {"scan_block", (PyCFunction)Entry_scan_block, METH_VARARGS,
+     "scan_block(data, key_group, wanted, state_count, prefix_bytes, entries) -> end offset"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "flinkstate._speedups._cdecode.EntryDecoder",
+    .tp_basicsize = sizeof(EntryObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "EntryDecoder(kind, prefix_bytes, ambiguous, key, namespace, value, user_key, fallback): one state's "
+              "entry decoder; entry(buf, ks, ke, vs, ve) -> tuple, and scan_block(...) for a whole block.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Entry_init,
+    .tp_dealloc = (destructor)Entry_dealloc,
+    .tp_call = (ternaryfunc)Entry_call,
+    .tp_methods = Entry_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_cdecode", "Compiled keyed-state decoding (see flinkstate._speedups).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__cdecode(void) {
+    if (PyType_Ready(&CodecType) < 0 || PyType_Ready(&EntryType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    DecodeError = PyErr_NewException("flinkstate._speedups._cdecode.DecodeError", PyExc_ValueError, NULL);
+    if (DecodeError == NULL || PyModule_AddObject(m, "DecodeError", DecodeError) < 0) goto fail;
+    Py_INCREF(DecodeError);
+    Py_INCREF(&CodecType);
+    if (PyModule_AddObject(m, "Codec", (PyObject *)&CodecType) < 0) goto fail;
+    Py_INCREF(&EntryType);
+    if (PyModule_AddObject(m, "EntryDecoder", (PyObject *)&EntryType) < 0) goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}
