@@ -40,11 +40,11 @@ from flinkstate import (
     plan_state_migration,
     run_dry_run,
     run_dry_run_unit,
-    verify_migration,
     write_file,
 )
 from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument
-from spark_jobs.common import collect_guarded, guarded, run_main, spark_session
+from flinkstate.migration.units import verify_published
+from spark_jobs.common import collect_guarded, guarded, run_main, spark_map, spark_session, unit_count
 
 REPORT_JSON = "check-report.json"
 REPORT_MARKDOWN = "check-report.md"
@@ -71,13 +71,13 @@ def dry_run(spark: Any, job: MigrationJob, examples: int, max_dead_letters: int 
                        slices=max(2, spark.sparkContext.defaultParallelism * 2))
 
 
-def verify_against(source_path: str, migrated_path: str, schema: str, old_schema: str | None,
-                   allow_code: CodePolicy | None = None) -> list[str]:
-    """The independent verifier on a migrated savepoint and its source (the DAG's re-check). It re-applies the
-    declared migration, so its functions need the same allowance as the migration."""
-    source = Savepoint.open(source_path)
+def verify_against(spark: Any, source_path: str, migrated_path: str, schema: str, old_schema: str | None,
+                   allow_code: CodePolicy | None = None, units: int | None = None) -> list[str]:
+    """The independent verifier on a migrated savepoint and its source (the DAG's re-check), its entries compared
+    by Spark tasks per key-group range (the driver checks the metadata level and that every range verified). It
+    re-applies the declared migration, so its functions need the same allowance as the migration."""
     job = MigrationJob(source_path, schema, output="", old_schema=old_schema, allow_code=allow_code)
-    return verify_migration(source, Savepoint.open(migrated_path), job.plan(source)).lines()
+    return verify_published(job, migrated_path, spark_map(spark), unit_count(spark, units)).lines()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -100,6 +100,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--verify-old-schema", metavar="MANIFEST",
                         help="with --verify-against: the manifest of the version that wrote SOURCE_SAVEPOINT")
     parser.add_argument("--exit-code", action="store_true")
+    parser.add_argument("--units", type=int, help="Spark tasks for --verify-against (default: three per core)")
     add_allow_code_argument(parser, ALLOW_CODE_HELP + " (for the dry run and --verify-against, which run the "
                                     "migration; the verdict imports nothing)")
     return parser.parse_args(argv)
@@ -111,19 +112,21 @@ def main(argv: list[str]) -> int:
     report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=plan_state_migration,
                    backend=args.backend, allow_non_restored_state=args.allow_non_restored_state == "true")
     verification: list[str] | None = None
-    if args.verify_against:
-        verification = verify_against(args.verify_against, args.savepoint, args.schema, args.verify_old_schema,
-                                      policy)
     wanted = args.dry_run == "always" or (args.dry_run == "auto" and report.outcome == "migrate")
     section: dict[str, Any] = {"ran": False, "reason": f"the outcome is '{report.outcome}'"}
+    dry = args.dry_run != "never" and wanted and report.outcome != "incompatible"
     if args.dry_run == "never":
         section["reason"] = "--dry-run never"
-    elif wanted and report.outcome != "incompatible":
+    if dry or args.verify_against:
         spark = spark_session("flinkstate-check-compatibility")
         try:
-            job = MigrationJob(args.savepoint, args.schema, output="", old_schema=args.previous,
-                               max_dead_letters=args.max_dead_letters, allow_code=policy)
-            section = dry_run(spark, job, args.examples, args.max_dead_letters)
+            if args.verify_against:
+                verification = verify_against(spark, args.verify_against, args.savepoint, args.schema,
+                                              args.verify_old_schema, policy, args.units)
+            if dry:
+                job = MigrationJob(args.savepoint, args.schema, output="", old_schema=args.previous,
+                                   max_dead_letters=args.max_dead_letters, allow_code=policy)
+                section = dry_run(spark, job, args.examples, args.max_dead_letters)
         finally:
             spark.stop()
     report.dry_run, report.dry_run_runner = section, "Spark"

@@ -69,6 +69,26 @@ def collect_guarded(results: list[Any]) -> list[Any]:
     return results
 
 
+def spark_map(spark: Any) -> Callable[[Callable[[Any], Any], list[Any]], list[Any]]:
+    """flinkstate's ``map_units`` (:mod:`flinkstate.migration.units`) as Spark tasks: one task per unit, results in
+    the units' order, a failed unit reported in one line naming it."""
+
+    def run(task: Callable[[Any], Any], units: list[Any]) -> list[Any]:
+        if not units:
+            return []
+        rdd = spark.sparkContext.parallelize(units, len(units))
+        return collect_guarded(rdd.map(guarded(task, lambda unit: unit.describe())).collect())
+
+    return run
+
+
+def unit_count(spark: Any, requested: int | None) -> int:
+    """``--units``, or three per core of the executors (Spark's default parallelism)."""
+    from flinkstate.migration.units import default_unit_count
+
+    return requested if requested is not None else default_unit_count(spark.sparkContext.defaultParallelism)
+
+
 def run_main(name: str, main: Callable[[list[str]], int], argv: list[str] | None = None) -> None:
     """Runs a job's main; flinkstate errors (raised in the driver or in a task) end it with one line and status 1.
     (spark-submit hands the Python driver's stderr to its own stdout, so that is where the line appears.)"""

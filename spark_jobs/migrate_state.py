@@ -1,14 +1,18 @@
-"""Spark job: rewrite a savepoint for a new job version, one Spark task per (operator, subtask) keyed stream.
+"""Spark job: rewrite a savepoint for a new job version, its work split by key-group ranges into Spark tasks.
 
     spark-submit --master local[2] spark_jobs/migrate_state.py SAVEPOINT --schema MANIFEST --output DIR \\
         [--old-schema MANIFEST] [--metadata-version 3|4|5|6] [--compression on|off] [--report DIR] [--json] \\
-        [--allow-code[=MODULES|all]]
+        [--units N] [--allow-code[=MODULES|all]]
 
-The same migration as ``flinkstate migrate`` (flinkstate.migration.job.MigrationJob), with the units run as Spark
-tasks: each task rebuilds the plan from the same inputs (header reads only), rewrites its stream into the staging
-area, and returns its handle, counts and dead letters. The driver then assembles ``_metadata``, re-reads and
-verifies the new savepoint against the manifest, and only then publishes it. The result is byte for byte what the
-single-process command writes. SAVEPOINT and DIR may be local paths (shared by all executors) or s3:// URIs.
+The same migration as ``flinkstate migrate`` (flinkstate.migration.job.MigrationJob), run as
+:mod:`flinkstate.migration.units` describes: every rewritten keyed stream is cut into key-group ranges of about
+equal size (``--units``, default three per core: a parallelism-1 savepoint uses every executor too); each Spark task
+rebuilds the plan from the same inputs (header reads only, once per Python worker), rewrites its range's blocks into
+a part file, and returns the part's offsets, counts and dead letters. The driver concatenates each subtask's parts
+into its stream and assembles ``_metadata``; the Spark tasks then verify the new savepoint against the source range
+by range, the driver the metadata level and that every range verified; only then is it published. The result is
+byte for byte what the single-process command writes. SAVEPOINT and DIR may be local paths (shared by all executors)
+or s3:// URIs.
 """
 
 from __future__ import annotations
@@ -16,40 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
 
-from flinkstate import (
-    CodePolicy,
-    MigrationJob,
-    MigrationPlan,
-    Savepoint,
-    SavepointOutput,
-    SubtaskResult,
-    migrate_subtask,
-)
+from flinkstate import CodePolicy, MigrationJob
 from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument, render_text
-from spark_jobs.common import collect_guarded, guarded, run_main, spark_session
-
-
-def migrate_unit(job: MigrationJob, output: SavepointOutput, unit: tuple[str, int]) -> SubtaskResult:
-    """One Spark task: the keyed stream of one (source operator id, subtask)."""
-    source = Savepoint.open(job.savepoint)
-    return migrate_subtask(source, job.plan(source), unit[0], unit[1], output)
-
-
-def spark_runner(spark: Any, job: MigrationJob) -> Any:
-    def run(source: Savepoint, plan: MigrationPlan, units: list[tuple[str, int]],
-            output: SavepointOutput) -> list[SubtaskResult]:
-        if not units:
-            return []
-        task = guarded(partial(migrate_unit, job, output), lambda unit: f"operator {unit[0]}, subtask {unit[1]}")
-        return collect_guarded(spark.sparkContext.parallelize(units, len(units)).map(task).collect())
-
-    return run
+from spark_jobs.common import run_main, spark_map, spark_session, unit_count
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -65,6 +42,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-dead-letters", type=int, default=0,
                         help="entries a dead-letter policy may skip before the migration fails (default 0)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--units", type=int, help="Spark tasks to split the work into (default: three per core)")
     add_allow_code_argument(parser, ALLOW_CODE_HELP + " (the tasks follow the driver's policy)")
     return parser.parse_args(argv)
 
@@ -78,7 +56,7 @@ def main(argv: list[str]) -> int:
                        allow_code=CodePolicy.resolve(args.allow_code))
     spark = spark_session("flinkstate-migrate-state")
     try:
-        report = job.run(spark_runner(spark, job))
+        report = job.run_in_units(spark_map(spark), unit_count(spark, args.units))
     finally:
         spark.stop()
     print(json.dumps(report.to_json(), indent=2) if args.json else render_text(report, job.report_path))

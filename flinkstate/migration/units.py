@@ -203,11 +203,22 @@ def migrate_unit(job: PlanSource, output: SavepointOutput, scratch: SavepointOut
                                            unit.part_name()))
 
 
-def verify_unit(job: PlanSource, output: SavepointOutput, unit: Unit) -> UnitVerification:
-    """One worker's verification: the unit's entries in the staged output against the source."""
+def verify_unit(job: PlanSource, output: SavepointOutput | str, unit: Unit) -> UnitVerification:
+    """One worker's verification: the unit's entries in ``output`` (a staged output, or a published savepoint's
+    path or URI) against the source."""
     source, plan = _source_and_plan(job)
-    staged = Savepoint(output.staged())
-    return UnitVerification(unit, verify_key_groups(source, staged, plan, unit.operator_id, unit.key_groups))
+    migrated = Savepoint(output.staged()) if isinstance(output, SavepointOutput) else Savepoint.open(output)
+    return UnitVerification(unit, verify_key_groups(source, migrated, plan, unit.operator_id, unit.key_groups))
+
+
+def verify_published(job: PlanSource, migrated_path: str, map_units: MapUnits, target_units: int
+                     ) -> VerificationReport:
+    """The independent verifier on a published migration of ``job.savepoint`` (the pipeline's re-check), its
+    entries compared per unit through ``map_units``."""
+    source, plan = _source_and_plan(job)
+    checks = verification_units(source, plan, target_units)
+    verified: list[UnitVerification] = map_units(partial(verify_unit, job, migrated_path), checks)
+    return verify_in_units(source, Savepoint.open(migrated_path), plan, checks, verified)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -364,4 +375,4 @@ def migrate_in_units(job: PlanSource, output_uri: str, map_units: MapUnits, targ
 
 __all__ = ["MapUnits", "PlanSource", "Unit", "UnitPiece", "UnitRun", "UnitVerification", "assemble_streams",
            "default_unit_count", "map_locally", "migrate_in_units", "migrate_unit", "split_units",
-           "verification_units", "verify_in_units", "verify_unit"]
+           "verification_units", "verify_in_units", "verify_published", "verify_unit"]
