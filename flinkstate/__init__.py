@@ -14,6 +14,10 @@ needs is importable from here (the CLI, the Spark jobs and the Airflow plugin us
     report = flinkstate.check(sp, "new-version.yaml")                    # Report: .outcome, .render_markdown()
     result = flinkstate.MigrationJob(savepoint=..., schema="new-version.yaml", output="/savepoints/migrated").run()
 
+Crash-safe upgrades of a running job (what the Airflow DAGs and ``flinkstate upgrade`` build on): the upgrade journal
+(:class:`UpgradeJournal`, its :class:`Phase` and :class:`Outcome`), the :class:`DeploymentRegistry` (what runs, as
+:class:`JobVersion`), and recovery of a run that died (:func:`recover`, :func:`restore_old`, :func:`sweep`).
+
 Every error is a :class:`FlinkStateError` with a one-line message naming the file, operator and state.
 """
 
@@ -34,6 +38,7 @@ from flinkstate.engine.rest import (
 )
 from flinkstate.errors import EnvironmentProblem, FlinkStateError, WriteError, printable
 from flinkstate.format.metadata import SUPPORTED_VERSIONS, OperatorState
+from flinkstate.format.operator_state import SOURCE_SPLITS_STATE, OperatorStateElement, source_split
 from flinkstate.format_errors import SavepointFormatError, StateNotFound, UnsupportedFormat
 from flinkstate.jsonify import to_json
 from flinkstate.manifest import Manifest, ManifestError, load_manifest, manifest_from_savepoint, parse_manifest
@@ -55,6 +60,19 @@ from flinkstate.storage.locations import HandleRefused, StorageError
 from flinkstate.storage.outputs import SavepointOutput
 from flinkstate.storage.settings import S3Options
 from flinkstate.storage.uri import copy_savepoint, exists, open_output, read_file, write_file
+from flinkstate.upgrades.journal import (
+    DeploymentRegistry,
+    JobVersion,
+    JournalConflict,
+    Outcome,
+    Phase,
+    UpgradeError,
+    UpgradeJournal,
+    local_path,
+    not_writable,
+    safe_name,
+)
+from flinkstate.upgrades.recovery import DEFAULT_GRACE, Recovery, describe_outcome, recover, restore_old, sweep
 
 
 def configure(*, s3: S3Options | None = None, allow_external_handles: bool | None = None,
@@ -75,10 +93,13 @@ def configure(*, s3: S3Options | None = None, allow_external_handles: bool | Non
 __all__ = [
     "ALLOW_CODE_ENV",
     "BACKENDS",
+    "DEFAULT_GRACE",
+    "SOURCE_SPLITS_STATE",
     "SUPPORTED_VERSIONS",
     "CodeNotAllowed",
     "CodePolicy",
     "CodeRefused",
+    "DeploymentRegistry",
     "DryRunResult",
     "DryRunUnit",
     "EnvironmentProblem",
@@ -90,6 +111,8 @@ __all__ = [
     "FlinkTimeout",
     "FlinkUnreachable",
     "HandleRefused",
+    "JobVersion",
+    "JournalConflict",
     "KeyedStateInfo",
     "LocalFlinkCluster",
     "Manifest",
@@ -100,6 +123,10 @@ __all__ = [
     "MigrationPlanner",
     "MigrationReport",
     "OperatorState",
+    "OperatorStateElement",
+    "Outcome",
+    "Phase",
+    "Recovery",
     "Report",
     "S3Options",
     "Savepoint",
@@ -110,6 +137,8 @@ __all__ = [
     "StorageError",
     "SubtaskResult",
     "UnsupportedFormat",
+    "UpgradeError",
+    "UpgradeJournal",
     "Verdict",
     "VerificationError",
     "WriteError",
@@ -118,11 +147,14 @@ __all__ = [
     "client_for",
     "configure",
     "copy_savepoint",
+    "describe_outcome",
     "exists",
     "load_function",
     "load_manifest",
+    "local_path",
     "manifest_from_savepoint",
     "migrate_subtask",
+    "not_writable",
     "open_output",
     "open_savepoint",
     "parse_manifest",
@@ -130,8 +162,13 @@ __all__ = [
     "printable",
     "progress_shown",
     "read_file",
+    "recover",
+    "restore_old",
     "run_dry_run",
     "run_dry_run_unit",
+    "safe_name",
+    "source_split",
+    "sweep",
     "to_json",
     "track",
     "verify_migration",

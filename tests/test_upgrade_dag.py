@@ -316,7 +316,7 @@ def test_a_file_that_is_not_a_jar_is_found_before_the_stop(env: dict[str, Any], 
 def test_jar_checks_on_real_jars(airflow_home: Path, tmp_path: Path):
     from flinkstate_airflow.upgrade import _jar_problems
 
-    from flinkstate.upgrades import JobVersion
+    from flinkstate import JobVersion
 
     jar = str(sample_job.jar("v3"))
     assert _jar_problems(JobVersion(jar, "m.yaml", ENTRY_CLASS)) == []

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from flinkstate import JournalConflict, Outcome, Phase, UpgradeJournal, not_writable, recover
 from flinkstate.engine.rest import savepoint_created_before_stop_failed
-from flinkstate.upgrades import JournalConflict, UpgradeJournal, dead_runs, find_stop_savepoint, journal_uri, recover
+from flinkstate.upgrades.journal import journal_uri
+from flinkstate.upgrades.recovery import dead_runs, find_stop_savepoint
 
 
 def _plan(base: Path) -> dict:
@@ -40,6 +42,28 @@ def test_journal_phases_are_written_whole_and_read_back(tmp_path: Path):
     Path(journal.uri).write_text(json.dumps(data))
     assert [j.data["run_id"] for j in dead_runs(str(tmp_path), grace=0)] == ["r1"]
     assert dead_runs(str(tmp_path), grace=3600) == []
+
+
+def test_phases_and_outcomes_keep_the_strings_journals_store():
+    # Journals and alerts written by earlier versions hold these strings: renaming one would orphan them.
+    phases = {k: v for k, v in vars(Phase).items() if not k.startswith("_")}
+    assert phases == {"PLANNED": "planned", "STOPPING": "stopping", "STOPPED": "stopped", "MIGRATING": "migrating",
+                      "MIGRATED": "migrated", "VERIFIED": "verified", "SUBMITTING": "submitting",
+                      "SUBMITTED": "submitted", "GATING": "gating", "GATE_PASSED": "gate_passed",
+                      "ROLLING_BACK": "rolling_back", "DONE": "done"}
+    outcomes = {k: v for k, v in vars(Outcome).items() if not k.startswith("_")}
+    assert outcomes == {"UPGRADED": "upgraded", "CHECKED": "checked", "REFUSED": "refused",
+                        "UNCHANGED": "unchanged", "ROLLED_BACK": "rolled back", "DOWN": "DOWN"}
+
+
+def test_a_location_is_probed_for_writing_before_anything_stops(tmp_path: Path):
+    assert not_writable(str(tmp_path / "runs")) is None  # created, written, and the probe removed
+    assert list((tmp_path / "runs").iterdir()) == []
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"")
+    problem = not_writable(str(blocker / "runs"))
+    assert problem is not None and problem.startswith(f"{blocker / 'runs'}: not writable (")
+    assert "\n" not in problem
 
 
 def test_the_stop_savepoint_is_found_in_the_run_folder_when_the_journal_missed_it(tmp_path: Path):

@@ -18,10 +18,18 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from flinkstate import FlinkStateError, Savepoint, printable, to_json, track
+from flinkstate import (
+    SOURCE_SPLITS_STATE,
+    FlinkStateError,
+    OperatorState,
+    OperatorStateElement,
+    Savepoint,
+    printable,
+    source_split,
+    to_json,
+    track,
+)
 from flinkstate.cli.verbose import log, phase, savepoint_opened
-from flinkstate.format.metadata import OperatorState
-from flinkstate.format.operator_state import SOURCE_SPLITS_STATE, OperatorStateElement, source_split
 
 
 def register(subparsers: Any) -> None:

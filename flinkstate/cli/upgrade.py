@@ -7,9 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from flinkstate.engine.rest import client_for
-from flinkstate.errors import FlinkStateError
-from flinkstate.upgrades import DEFAULT_GRACE, DOWN, UpgradeJournal, describe_outcome, sweep
+from flinkstate import DEFAULT_GRACE, FlinkStateError, Outcome, UpgradeJournal, client_for, describe_outcome, sweep
 
 
 def register(subparsers: Any) -> None:
@@ -63,4 +61,4 @@ def _run(args: argparse.Namespace) -> int:
             print(alert)
         if not results:
             print(f"no dead upgrade runs under {args.savepoint_base}")
-    return 1 if any(r.outcome == DOWN for _, r, _ in results) else 0
+    return 1 if any(r.outcome == Outcome.DOWN for _, r, _ in results) else 0

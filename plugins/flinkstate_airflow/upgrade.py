@@ -28,35 +28,25 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from flinkstate.engine.rest import FlinkRestClient, FlinkRestError
-from flinkstate.storage.s3 import s3_client, split_s3_uri
-from flinkstate.storage.uri import exists, read_file, write_file
-from flinkstate.upgrades import (
-    CHECKED,
-    DOWN,
-    GATE_PASSED,
-    GATING,
-    MIGRATED,
-    MIGRATING,
-    PLANNED,
-    REFUSED,
-    ROLLED_BACK,
-    STOPPED,
-    STOPPING,
-    SUBMITTED,
-    SUBMITTING,
-    UNCHANGED,
-    UPGRADED,
-    VERIFIED,
+from flinkstate import (
     DeploymentRegistry,
+    FlinkRestClient,
+    FlinkRestError,
     JobVersion,
+    Outcome,
+    Phase,
     UpgradeError,
     UpgradeJournal,
     describe_outcome,
+    exists,
     local_path,
+    not_writable,
+    read_file,
     recover,
     restore_old,
     safe_name,
+    sweep,
+    write_file,
 )
 
 __all__ = ["DeploymentRegistry", "JobVersion", "UpgradeError", "UpgradeJournal", "local_path", "safe_name"]
@@ -110,7 +100,7 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient) -> di
         recovered = {"run_id": journal.data["run_id"], "phase": journal.data["history"][-2]["phase"],
                      "outcome": result.outcome, "account": result.account, "running": result.running,
                      "journal": journal.uri}
-        if result.outcome == DOWN:
+        if result.outcome == Outcome.DOWN:
             raise UpgradeError(f"{job_name}: the dead run {journal.data['run_id']} could not be recovered: "
                                f"{result.account}; {describe_outcome(journal)}")
         if job_id == journal.data.get("old_job_id") and result.running:
@@ -231,7 +221,7 @@ def preflight_checks(plan: dict[str, Any], client: FlinkRestClient, spark_master
     except FlinkRestError as exc:
         problems.append(f"Flink: {exc}")
     for folder in (plan["run_dir"], plan["savepoint_base"]):
-        problem = _not_writable(folder)
+        problem = not_writable(folder)
         if problem:
             problems.append(problem)
     problem = _spark_unreachable(spark_master)
@@ -263,20 +253,6 @@ def _jar_problems(version: JobVersion) -> list[str]:
     return []
 
 
-def _not_writable(folder: str) -> str | None:
-    probe = f"{folder.rstrip('/')}/.flinkstate-write-probe-{os.getpid()}"
-    try:
-        write_file(probe, b"probe")
-        if urlparse(probe).scheme in ("s3", "s3a"):
-            bucket, key = split_s3_uri(probe)
-            s3_client().delete_object(Bucket=bucket, Key=key)
-        else:
-            os.remove(local_path(probe))
-    except Exception as exc:  # any storage error: the location is not usable, say why in one line
-        return f"{folder}: not writable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-    return None
-
-
 def _spark_unreachable(master: str) -> str | None:
     """``local[...]``: spark-submit must be on the PATH; ``spark://host:port``: the master must accept a
     connection. Other masters (YARN, Kubernetes) are left to spark-submit."""
@@ -301,15 +277,16 @@ def stop_old(plan: dict[str, Any], client: FlinkRestClient, actor: str, *, timeo
     journal = journal_of(plan)
     if journal is None:
         raise UpgradeError(f"{plan['job_name']}: no journal for run {plan['run_id']}: the stop is not made")
-    journal.advance(STOPPING, actor)
+    journal.advance(Phase.STOPPING, actor)
     location = client.stop_job_with_savepoint(plan["job_id"], f"{plan['run_dir']}/stop", timeout=timeout)
-    journal.advance(STOPPED, actor, stop_savepoint=local_path(location))
+    journal.advance(Phase.STOPPED, actor, stop_savepoint=local_path(location))
     return location
 
 
 #: Phases a task enters when it starts, and when it succeeds (its XCom gives the detail worth recording).
-START_PHASES = {"migrate": MIGRATING, "submit_new": SUBMITTING, "health_gate": GATING}
-SUCCESS_PHASES = {"migrate": MIGRATED, "restore_path": VERIFIED, "submit_new": SUBMITTED, "health_gate": GATE_PASSED}
+START_PHASES = {"migrate": Phase.MIGRATING, "submit_new": Phase.SUBMITTING, "health_gate": Phase.GATING}
+SUCCESS_PHASES = {"migrate": Phase.MIGRATED, "restore_path": Phase.VERIFIED, "submit_new": Phase.SUBMITTED,
+                  "health_gate": Phase.GATE_PASSED}
 
 
 def _plan(context: Any) -> dict[str, Any] | None:
@@ -327,11 +304,11 @@ def task_started(context: Any) -> None:
     if journal is None or journal.finished:
         return
     phase = START_PHASES.get(ti.task_id)
-    if phase == SUBMITTING:
+    if phase == Phase.SUBMITTING:
         journal.advance(phase, ti.task_id, restore_path=ti.xcom_pull(task_ids="restore_path"))
-    elif phase == MIGRATING:
+    elif phase == Phase.MIGRATING:
         journal.advance(phase, ti.task_id)
-    elif phase == GATING:
+    elif phase == Phase.GATING:
         journal.advance(phase, ti.task_id, new_job_id=ti.xcom_pull(task_ids="submit_new"))
     else:
         journal.touch(ti.task_id)
@@ -346,10 +323,10 @@ def task_succeeded(context: Any) -> None:
         return
     value = ti.xcom_pull(task_ids=ti.task_id)
     details: dict[str, Any] = {
-        MIGRATED: {"migrated_savepoint": f"{plan['run_dir']}/migrated/savepoint" if plan else None},
-        VERIFIED: {"restore_path": value},
-        SUBMITTED: {"new_job_id": value},
-        GATE_PASSED: {"gate": value},
+        Phase.MIGRATED: {"migrated_savepoint": f"{plan['run_dir']}/migrated/savepoint" if plan else None},
+        Phase.VERIFIED: {"restore_path": value},
+        Phase.SUBMITTED: {"new_job_id": value},
+        Phase.GATE_PASSED: {"gate": value},
     }[phase]
     journal.advance(phase, ti.task_id, **details)
 
@@ -377,14 +354,14 @@ def task_failed(context: Any) -> None:
 def finish_refused(plan: dict[str, Any]) -> None:
     journal = journal_of(plan)
     if journal is not None:
-        journal.finish(REFUSED, "alert_incompatible", running={"version": "old", "job_id": plan["job_id"]})
+        journal.finish(Outcome.REFUSED, "alert_incompatible", running={"version": "old", "job_id": plan["job_id"]})
     write_run_record(plan, {"stage": "done", "outcome": "refused"})
 
 
 def finish_checked(plan: dict[str, Any]) -> None:
     journal = journal_of(plan)
     if journal is not None:
-        journal.finish(CHECKED, "check_only_done", running={"version": "old", "job_id": plan["job_id"]})
+        journal.finish(Outcome.CHECKED, "check_only_done", running={"version": "old", "job_id": plan["job_id"]})
     write_run_record(plan, {"stage": "done", "outcome": "checked"})
 
 
@@ -394,7 +371,7 @@ def record_upgrade(plan: dict[str, Any], new_job_id: str, restored_from: str,
                                                       restored_from, plan["run_id"])
     journal = journal_of(plan)
     if journal is not None:
-        journal.finish(UPGRADED, "record", running={"version": "new", "job_id": new_job_id}, gate=gate,
+        journal.finish(Outcome.UPGRADED, "record", running={"version": "new", "job_id": new_job_id}, gate=gate,
                        new_job_id=new_job_id)
     write_run_record(plan, {"stage": "recorded", "job_id": new_job_id, "restored_from": restored_from})
 
@@ -418,9 +395,9 @@ def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, dep
     failed = "; ".join(failures) or "(no task recorded a failure)"
     actor = "conclude"
     if not journal.finished:
-        if journal.phase == PLANNED or (journal.phase == STOPPING and _is_running(client, plan["job_id"])):
-            journal.finish(UNCHANGED, actor, running={"version": "old", "job_id": plan["job_id"]})
-        elif journal.phase == GATE_PASSED:
+        if journal.phase == Phase.PLANNED or (journal.phase == Phase.STOPPING and _is_running(client, plan["job_id"])):
+            journal.finish(Outcome.UNCHANGED, actor, running={"version": "old", "job_id": plan["job_id"]})
+        elif journal.phase == Phase.GATE_PASSED:
             recover(client, journal, actor, timeout=timeout)  # record the upgrade that passed its gate
         else:
             restore_old(client, journal, actor, timeout=timeout, reason=failed)
@@ -431,7 +408,7 @@ def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, dep
                             "gate": data.get("gate"), "durations": journal.durations(), "failures": failures,
                             "running": data.get("running"), "journal": journal.uri})
     if data.get("alert_sent"):
-        return outcome == UPGRADED, None
+        return outcome == Outcome.UPGRADED, None
     files = f"Report: {report}; run record: {plan['run_dir']}/run.json; journal: {journal.uri}. {where}"
     now = describe_outcome(journal)
     prefix = f"Flink upgrade of {plan['job_name']}"
@@ -441,19 +418,19 @@ def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, dep
         before = (f" Before starting, this run recovered the dead run {rec['run_id']} (died in phase "
                   f"{rec['phase']}): {rec['outcome']}: {rec['account']}.")
     text = {
-        UPGRADED: f"{prefix} succeeded: {now}, restored from {data.get('restore_path')}.",
-        CHECKED: f"{prefix} checked (check-only: nothing changed). {now}.",
-        REFUSED: f"{prefix} REFUSED: the new version cannot restore the state; nothing was stopped. {now}.",
-        UNCHANGED: f"{prefix} FAILED before the old job was stopped: {failed}. Nothing changed. {now}.",
-        ROLLED_BACK: f"{prefix} FAILED and was ROLLED BACK: {failed}. {now}, restored from the stop savepoint "
+        Outcome.UPGRADED: f"{prefix} succeeded: {now}, restored from {data.get('restore_path')}.",
+        Outcome.CHECKED: f"{prefix} checked (check-only: nothing changed). {now}.",
+        Outcome.REFUSED: f"{prefix} REFUSED: the new version cannot restore the state; nothing was stopped. {now}.",
+        Outcome.UNCHANGED: f"{prefix} FAILED before the old job was stopped: {failed}. Nothing changed. {now}.",
+        Outcome.ROLLED_BACK: f"{prefix} FAILED and was ROLLED BACK: {failed}. {now}, restored from the stop savepoint "
                      f"{data.get('stop_savepoint')}.",
-        DOWN: f"{prefix} FAILED AND THE ROLLBACK FAILED: {failed}. {now}",
+        Outcome.DOWN: f"{prefix} FAILED AND THE ROLLBACK FAILED: {failed}. {now}",
     }[outcome]
     data["alert_sent"] = True
     journal.save()
     preflight = f"{plan['run_dir']}/preflight"
-    details = f"\n\n{report_markdown(preflight)}" if outcome in (REFUSED, CHECKED) else ""
-    return outcome in (UPGRADED, CHECKED), f"{text}{before}\n{files}{details}"
+    details = f"\n\n{report_markdown(preflight)}" if outcome in (Outcome.REFUSED, Outcome.CHECKED) else ""
+    return outcome in (Outcome.UPGRADED, Outcome.CHECKED), f"{text}{before}\n{files}{details}"
 
 
 def spark_settings() -> dict[str, Any]:
@@ -488,8 +465,6 @@ def watchdog_bases(configured: str | None) -> list[str]:
 
 def watchdog_sweep(bases: list[str], client: FlinkRestClient, *, grace: float) -> list[str]:
     """Recovers every dead upgrade run under ``bases``; returns one alert per run recovered."""
-    from flinkstate.upgrades import sweep
-
     alerts = []
     for base in bases:
         for _, _, alert in sweep(base, client, "watchdog (flink_upgrade_watchdog)", grace=grace,

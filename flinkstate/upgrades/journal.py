@@ -1,0 +1,420 @@
+"""The upgrade journal and the deployment registry: what an upgrade records, and how it writes it safely.
+
+Modelled on the Flink Kubernetes Operator's persisted ``UPGRADING`` phase: before and after each irreversible step
+(stop, migrate, submit, gate, rollback) the upgrade records in its journal, atomically and durably, the phase, the
+job ids and the savepoint paths. Whatever process dies, the state of production can be rebuilt from the journal and
+Flink (:mod:`flinkstate.upgrades.recovery` acts on it). Journal writes are compare-and-swap (a lock beside a local
+journal, S3's conditional PUT), so two actors never both act on one run.
+
+Layout beside the savepoints (``savepoint_base`` is a local folder or ``s3://bucket/prefix``)::
+
+    <savepoint_base>/deployments.json            what runs: deployment -> version, job id, savepoint it started from
+    <savepoint_base>/journal/<deployment>.json   the last upgrade of each deployment: phase, job ids, savepoints
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlparse
+
+from flinkstate.engine.rest import FlinkRestClient
+from flinkstate.errors import FlinkStateError
+from flinkstate.storage.s3 import s3_client, split_s3_uri
+from flinkstate.storage.uri import exists, read_file, write_file
+
+REGISTRY_FILE = "deployments.json"
+JOURNAL_DIR = "journal"
+JOURNAL_VERSION = 1
+
+class Phase:
+    """The phases of an upgrade (a journal's ``phase``), in the order it passes them. A journal whose phase is not
+    DONE belongs to a run that is either still working or died: recovery tells the two apart by the owner (host,
+    pid) and the time of the last write."""
+
+    PLANNED: Final = "planned"
+    STOPPING: Final = "stopping"
+    STOPPED: Final = "stopped"
+    MIGRATING: Final = "migrating"
+    MIGRATED: Final = "migrated"
+    VERIFIED: Final = "verified"
+    SUBMITTING: Final = "submitting"
+    SUBMITTED: Final = "submitted"
+    GATING: Final = "gating"
+    GATE_PASSED: Final = "gate_passed"
+    ROLLING_BACK: Final = "rolling_back"
+    DONE: Final = "done"
+
+
+class Outcome:
+    """The outcomes of a DONE journal. UNCHANGED: nothing was stopped; DOWN: the job is not running and a person
+    must act."""
+
+    UPGRADED: Final = "upgraded"
+    CHECKED: Final = "checked"
+    REFUSED: Final = "refused"
+    UNCHANGED: Final = "unchanged"
+    ROLLED_BACK: Final = "rolled back"
+    DOWN: Final = "DOWN"
+
+
+class UpgradeError(FlinkStateError):
+    """The upgrade cannot go on; the message says why, in one line."""
+
+
+class JournalConflict(UpgradeError):
+    """Another process wrote the journal since this one read it (a watchdog took the run over, or the run came back
+    while a watchdog acted): this process must not act on what it read."""
+
+
+@dataclass(frozen=True)
+class JobVersion:
+    """Everything needed to (re)start one version of a job: rollback never guesses."""
+
+    jar: str
+    manifest: str
+    entry_class: str | None = None
+    program_args: list[str] = field(default_factory=list)
+    parallelism: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> JobVersion:
+        missing = [k for k in ("jar", "manifest") if not data.get(k)]
+        if missing:
+            raise UpgradeError(f"{where}: missing {', '.join(missing)}")
+        args = data.get("program_args") or []
+        if isinstance(args, str):
+            args = args.split()
+        parallelism = data.get("parallelism")
+        return cls(str(data["jar"]), str(data["manifest"]), data.get("entry_class") or None, [str(a) for a in args],
+                   int(parallelism) if parallelism not in (None, "") else None)
+
+    def submit(self, client: FlinkRestClient, savepoint: str, *, allow_non_restored_state: bool = False) -> str:
+        return client.submit_jar(self.jar, entry_class=self.entry_class, program_args=self.program_args,
+                                 parallelism=self.parallelism, savepoint_path=savepoint,
+                                 allow_non_restored_state=allow_non_restored_state)
+
+
+class DeploymentRegistry:
+    """``deployments.json`` beside the savepoints: deployment name -> the version running, its job id, and the
+    savepoint it started from. Written whole and durably (see :func:`write_durably`)."""
+
+    def __init__(self, savepoint_base: str) -> None:
+        self.uri = f"{savepoint_base.rstrip('/')}/{REGISTRY_FILE}"
+
+    def load(self) -> dict[str, Any]:
+        if not exists(self.uri):
+            return {}
+        try:
+            data = json.loads(read_file(self.uri))
+        except ValueError as exc:
+            raise UpgradeError(f"{self.uri}: not a deployment registry ({exc})") from None
+        return data if isinstance(data, dict) else {}
+
+    def current(self, job_name: str) -> JobVersion | None:
+        entry = self.load().get(job_name)
+        return JobVersion.from_dict(entry["version"], f"{self.uri}: {job_name}") if entry else None
+
+    def record(self, job_name: str, version: JobVersion, job_id: str, savepoint: str | None, run_id: str) -> None:
+        data = self.load()
+        data[job_name] = {"version": asdict(version), "job_id": job_id, "savepoint": savepoint, "run_id": run_id,
+                          "deployed_at": _now()}
+        write_durably(self.uri, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def safe_name(text: str) -> str:
+    """A run id or job name as one path segment."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
+
+
+def local_path(location: str) -> str:
+    """Flink reports savepoints as ``file:/path``; the Spark jobs and the REST API take the path as it is."""
+    return location.removeprefix("file://").removeprefix("file:")
+
+
+def same_path(a: str | None, b: str | None) -> bool:
+    """Savepoint locations compared as paths (``file:`` prefixes, trailing ``/`` and ``/_metadata`` ignored)."""
+    if not a or not b:
+        return False
+    return local_path(a).rstrip("/").removesuffix("/_metadata") == local_path(b).rstrip("/").removesuffix("/_metadata")
+
+
+def write_durably(uri: str, data: bytes) -> str:
+    """Writes a small file so that a crash leaves either the old or the new content, never a torn one: local files
+    go to a temporary file beside, are fsync'ed, renamed over the target, and the folder is fsync'ed (so the rename
+    itself survives a power loss); ``s3://`` objects are one PUT, which S3 applies whole."""
+    if urlparse(uri).scheme in ("s3", "s3a"):
+        return write_file(uri, data)
+    path = Path(local_path(uri))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(partial, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return str(path)
+
+
+def not_writable(folder: str) -> str | None:
+    """None when a small file can be written to and removed from ``folder`` (local or ``s3://``), else why not, in
+    one line: checked before an upgrade stops anything, so that a run never stops a job it cannot record."""
+    probe = f"{folder.rstrip('/')}/.flinkstate-write-probe-{os.getpid()}"
+    try:
+        write_file(probe, b"probe")
+        if urlparse(probe).scheme in ("s3", "s3a"):
+            bucket, key = split_s3_uri(probe)
+            s3_client().delete_object(Bucket=bucket, Key=key)
+        else:
+            os.remove(local_path(probe))
+    except Exception as exc:  # any storage error: the location is not usable, say why in one line
+        return f"{folder}: not writable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return None
+
+
+def _read_versioned(uri: str) -> tuple[bytes, str] | None:
+    """A journal's bytes and its version token (S3: the object's ETag; local: the file's ``revision``), or None
+    when there is no journal."""
+    if urlparse(uri).scheme in ("s3", "s3a"):
+        bucket, key = split_s3_uri(uri)
+        client = s3_client()
+        try:
+            answer = client.get_object(Bucket=bucket, Key=key)
+        except client.exceptions.NoSuchKey:
+            return None
+        return answer["Body"].read(), str(answer["ETag"])
+    path = Path(local_path(uri))
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        revision = json.loads(data).get("revision", 0)
+    except (ValueError, AttributeError):
+        revision = "unreadable"
+    return data, f"revision {revision}"
+
+
+@contextlib.contextmanager
+def _local_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock beside a local journal for one read-compare-write (processes on this host)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def write_if_unchanged(uri: str, data: bytes, expected: str | None) -> str:
+    """Writes the journal only if nobody wrote it since ``expected`` (the token read; None: there must be no
+    journal yet), atomically: a local lock around read-compare-write, or S3's conditional PUT (``If-Match`` /
+    ``If-None-Match``). Returns the new token; raises :class:`JournalConflict` otherwise."""
+    if urlparse(uri).scheme in ("s3", "s3a"):
+        bucket, key = split_s3_uri(uri)
+        client = s3_client()
+        condition = {"IfMatch": expected} if expected else {"IfNoneMatch": "*"}
+        try:
+            answer = client.put_object(Bucket=bucket, Key=key, Body=data, **condition)
+        except client.exceptions.ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey", "412", "409"):
+                raise JournalConflict(f"{uri}: written by another process meanwhile") from None
+            raise
+        return str(answer["ETag"])
+    path = Path(local_path(uri))
+    with _local_lock(path):
+        current = _read_versioned(uri)
+        if (current[1] if current else None) != expected:
+            raise JournalConflict(f"{uri}: written by another process meanwhile")
+        write_durably(uri, data)
+    return f"revision {json.loads(data).get('revision', 0)}"
+
+
+def journal_uri(savepoint_base: str, deployment: str) -> str:
+    return f"{savepoint_base.rstrip('/')}/{JOURNAL_DIR}/{safe_name(deployment)}.json"
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of a process (Linux: /proc/<pid>/stat field 22), so that a reused pid is not taken for ours."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def this_owner(actor: str) -> dict[str, Any]:
+    """Who writes the journal now: the host, the process (and its start time) and what it does."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start(os.getpid()),
+            "actor": actor}
+
+
+class UpgradeJournal:
+    """The journal of one deployment's last upgrade (a JSON document, rewritten whole at each step)."""
+
+    def __init__(self, uri: str, data: dict[str, Any], token: str | None = None) -> None:
+        #: ``token``: the version this process read (or last wrote); every save compares it with the stored one.
+        self.uri, self.data, self.token = uri, data, token
+
+    # ------------------------------------------------------------------ files
+
+    @classmethod
+    def start(cls, plan: dict[str, Any], actor: str) -> UpgradeJournal:
+        """A fresh journal for a planned run (phase PLANNED: nothing changed yet); replaces a finished one."""
+        uri = journal_uri(plan["savepoint_base"], plan["job_name"])
+        data = {"journal_version": JOURNAL_VERSION, "deployment": plan["job_name"], "run_id": plan["run_id"],
+                "run_dir": plan["run_dir"], "savepoint_base": plan["savepoint_base"], "old": plan["old"],
+                "new": plan["new"], "old_job_id": plan["job_id"], "mode": plan.get("mode", "upgrade"),
+                "allow_non_restored_state": bool(plan.get("allow_non_restored_state", False)),
+                "flink_url": plan.get("flink_url"), "phase": Phase.PLANNED, "outcome": None, "stop_savepoint": None,
+                "migrated_savepoint": None, "restore_path": None, "new_job_id": None, "rollback_job_id": None,
+                "running": None, "gate": None, "failures": [], "alert_sent": False, "history": []}
+        previous = _read_versioned(uri)  # a finished journal is replaced, but only as it was read
+        journal = cls(uri, data, previous[1] if previous else None)
+        if previous:
+            with contextlib.suppress(ValueError, AttributeError):
+                data["revision"] = int(json.loads(previous[0]).get("revision", 0))
+        journal.advance(Phase.PLANNED, actor)
+        return journal
+
+    @classmethod
+    def load(cls, uri: str) -> UpgradeJournal:
+        found = _read_versioned(uri)
+        if found is None:
+            raise UpgradeError(f"{uri}: no upgrade journal")
+        try:
+            data = json.loads(found[0])
+        except ValueError as exc:
+            raise UpgradeError(f"{uri}: not an upgrade journal ({exc})") from None
+        if not isinstance(data, dict) or data.get("journal_version") != JOURNAL_VERSION:
+            raise UpgradeError(f"{uri}: not an upgrade journal of version {JOURNAL_VERSION}")
+        return cls(uri, data, found[1])
+
+    @classmethod
+    def for_deployment(cls, savepoint_base: str, deployment: str) -> UpgradeJournal | None:
+        uri = journal_uri(savepoint_base, deployment)
+        return cls.load(uri) if exists(uri) else None
+
+    @classmethod
+    def all(cls, savepoint_base: str) -> list[UpgradeJournal]:
+        """Every deployment's journal under ``savepoint_base`` (local folder or ``s3://``)."""
+        folder = f"{savepoint_base.rstrip('/')}/{JOURNAL_DIR}"
+        if urlparse(folder).scheme in ("s3", "s3a"):
+            bucket, prefix = split_s3_uri(folder)
+            pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/")
+            uris = [f"s3://{bucket}/{o['Key']}" for page in pages for o in page.get("Contents", [])
+                    if o["Key"].endswith(".json")]
+        else:
+            path = Path(local_path(folder))
+            uris = [str(p) for p in sorted(path.glob("*.json"))] if path.is_dir() else []
+        return [cls.load(uri) for uri in uris]
+
+    def save(self) -> None:
+        """Writes the journal, durably, if nobody else wrote it since this process read it (else raises
+        :class:`JournalConflict` and keeps what it had: two actors never both act on one run)."""
+        revision = int(self.data.get("revision", 0))
+        self.data.update(updated_at=_now(), updated_epoch=time.time(), revision=revision + 1)
+        try:
+            self.token = write_if_unchanged(self.uri, (json.dumps(self.data, indent=2) + "\n").encode(), self.token)
+        except JournalConflict:
+            self.data["revision"] = revision
+            raise
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def phase(self) -> str:
+        return str(self.data["phase"])
+
+    @property
+    def finished(self) -> bool:
+        return self.phase == Phase.DONE
+
+    def reached(self, phase: str) -> bool:
+        """Whether the run ever entered ``phase``."""
+        return any(step["phase"] == phase for step in self.data["history"])
+
+    def entered_at(self, phase: str) -> float | None:
+        times = [step["epoch"] for step in self.data["history"] if step["phase"] == phase]
+        return times[0] if times else None
+
+    def advance(self, phase: str, actor: str, **details: Any) -> None:
+        """Records a phase (and its details: job ids, savepoint paths) durably, before the caller goes on."""
+        self.data.update({k: v for k, v in details.items() if k in self.data})
+        self.data["phase"] = phase
+        self.data["owner"] = this_owner(actor)
+        self.data["history"].append({"phase": phase, "at": _now(), "epoch": time.time(), "actor": actor,
+                                     **{k: v for k, v in details.items() if v is not None}})
+        self.save()
+
+    def touch(self, actor: str) -> None:
+        """The process now working on the run (each task claims it when it starts)."""
+        self.data["owner"] = this_owner(actor)
+        self.save()
+
+    def note_failure(self, what: str) -> None:
+        self.data["failures"].append(what)
+        self.save()
+
+    def finish(self, outcome: str, actor: str, *, running: dict[str, Any] | None, **details: Any) -> None:
+        """Closes the journal: the outcome and what runs now (``running``: version label, job id; None: nothing)."""
+        self.data["outcome"] = outcome
+        self.data["running"] = running
+        self.advance(Phase.DONE, actor, **details)
+
+    def owner_alive(self, *, stale_after: float) -> bool:
+        """Whether the process that last wrote the journal may still be working on it. On this host: the process
+        (same pid and start time) exists. Elsewhere it cannot be asked, so the last write must be recent."""
+        owner = self.data.get("owner") or {}
+        age = time.time() - float(self.data.get("updated_epoch") or 0)
+        if owner.get("host") == socket.gethostname() and owner.get("pid"):
+            start = _process_start(int(owner["pid"]))
+            if start is None:
+                return os.path.exists(f"/proc/{owner['pid']}") if os.path.isdir("/proc") else age < stale_after
+            return owner.get("pid_start") in (None, start)
+        return age < stale_after
+
+    def durations(self) -> dict[str, float]:
+        """Seconds per step, from the phases' times: stop, migrate (with its re-check), submit, gate, rollback, and
+        ``down``: from the stop until a job ran again (or until now when none does)."""
+        def span(start: str, *ends: str) -> float | None:
+            began = self.entered_at(start)
+            ended = min((t for t in (self.entered_at(e) for e in ends) if t is not None), default=None)
+            return round(ended - began, 1) if began is not None and ended is not None else None
+
+        spans = {"stop": span(Phase.STOPPING, Phase.STOPPED),
+                 "migrate": span(Phase.MIGRATING, Phase.VERIFIED, Phase.MIGRATED),
+                 "submit": span(Phase.SUBMITTING, Phase.SUBMITTED), "gate": span(Phase.GATING, Phase.GATE_PASSED),
+                 "rollback": span(Phase.ROLLING_BACK, Phase.DONE)}
+        if self.reached(Phase.STOPPED):
+            running_again = Phase.GATE_PASSED if self.data.get("outcome") == Outcome.UPGRADED else Phase.DONE
+            spans["down"] = span(Phase.STOPPING, running_again) if self.data.get("running") else None
+        return {k: v for k, v in spans.items() if v is not None}
+
+    def restore_command(self) -> str:
+        """The command that restores production from this journal (what an alert tells a person to run)."""
+        url = self.data.get("flink_url") or "<flink REST URL>"
+        return (f"flinkstate upgrade recover --savepoint-base {self.data['savepoint_base']} --flink-url {url} "
+                f"--deployment {self.data['deployment']} --force")
