@@ -48,6 +48,16 @@ from flinkstate.serializers.primitives import ARRAY, BASE, SIMPLE_TYPES, SimpleS
 from flinkstate.serializers.registry import read_snapshot, snapshot_bytes
 from flinkstate.serializers.row import KindedRow, RowSnapshot
 from flinkstate.serializers.runtimelists import ArrayListSnapshot, LinkedListSnapshot, ListViewSnapshot, MapViewSnapshot
+from flinkstate.serializers.scala import (
+    ScalaCaseClassSnapshot,
+    ScalaEitherSnapshot,
+    ScalaEnumSnapshot,
+    ScalaOptionSnapshot,
+    ScalaSome,
+    ScalaTry,
+    ScalaTrySnapshot,
+    TraversableSnapshot,
+)
 from flinkstate.serializers.timer import Timer, TimerSnapshot
 from flinkstate.serializers.times import (
     INSTANT_MAX_SECONDS,
@@ -172,6 +182,15 @@ EXPECTED: dict[str, Any] = {
                                              "CopyableSerializerUpgradeTest$SimpleCopyable>", I64.pack(123456)),
     # JavaSerializerUpgradeTest: the Integer 26, Java-serialized
     "java-serializer": {"class": "java.lang.Integer", "value": 26},
+    # The Scala API's upgrade tests (the Try's Failure holds a Kryo value: tests/test_runtime_families.py)
+    "scala-option-serializer": None, "scala-either-serializer": Either.right("Hello world"),
+    "scala-enum-serializer": "A", "scala-case-class-serializer": ("flink", 11),
+    "traversable-serializer-bitset": [0, 2, 3], "traversable-serializer-indexedseq": [1, 2, 3],
+    "traversable-serializer-linearseq": [2, 3, 4], "traversable-serializer-list-buffer": [1, 2, 3],
+    "traversable-serializer-map": [("Apache", 0), ("Flink", 1)], "traversable-serializer-seq": [1, 2, 3],
+    "traversable-serializer-set": [2, 3, 4],
+    "traversable-serializer-with-case-class": [(0, "Apache"), (1, "Flink")],
+    "traversable-serializer-with-pojo": [{"count": 0, "name": "Apache"}, {"count": 1, "name": "Flink"}],
 }
 
 
@@ -181,7 +200,7 @@ def _family(folder: Path) -> str:
 
 def test_corpus_is_vendored() -> None:
     # The families flinkstate reads, each in every Flink version of the corpus (1.11 .. 2.3).
-    assert len(FOLDERS) == 1045
+    assert len(FOLDERS) == 1101
     families = {_family(f) for f in FOLDERS}
     assert set(EXPECTED) <= families
     assert {f.name for f in FOLDERS if _family(f) == "instant-serializer"} == set()  # Flink has no such test
@@ -484,6 +503,27 @@ def _runtime_family_cases(long_: TypeSerializerSnapshot, string: TypeSerializerS
         "java-integer": (java, _ints(32).map(_java_integer)),
         "list-of-java": (ListSnapshot(ListSnapshot.CLASS_NAMES[0], [java]),
                          st.lists(_ints(32).map(_java_integer), max_size=4)),
+        **_scala_cases(long_, string),
+    }
+
+
+def _scala_cases(long_: TypeSerializerSnapshot, string: TypeSerializerSnapshot
+                 ) -> dict[str, tuple[TypeSerializerSnapshot, st.SearchStrategy[Any]]]:
+    case_class = ScalaCaseClassSnapshot(ScalaCaseClassSnapshot.CLASS_NAMES[0], [string, long_], outer_text="x.Pair")
+    builder = "implicitly[scala.collection.generic.CanBuildFrom[Seq[Long], Long, Seq[Long]]]"
+    return {
+        "scala-option": (ScalaOptionSnapshot(ScalaOptionSnapshot.CLASS_NAMES[0], [string]),
+                         st.one_of(st.none(), st.builds(lambda v: ScalaSome({"some": v}), _nullable(JAVA_STRINGS)))),
+        "scala-either": (ScalaEitherSnapshot(ScalaEitherSnapshot.CLASS_NAMES[0], [long_, string]),
+                         st.one_of(st.builds(Either.left, _ints(64)), st.builds(Either.right, JAVA_STRINGS))),
+        "scala-try": (ScalaTrySnapshot(ScalaTrySnapshot.CLASS_NAMES[0], [long_, string]),
+                      st.builds(lambda ok, v, t: ScalaTry({"success": v} if ok else {"failure": t}), st.booleans(),
+                                _ints(64), JAVA_STRINGS)),
+        "scala-case-class": (case_class, st.tuples(_nullable(JAVA_STRINGS), _ints(64))),
+        "scala-traversable": (TraversableSnapshot(TraversableSnapshot.CLASS_NAMES[0], [case_class],
+                                                  outer_text=builder),
+                              st.lists(_nullable(st.tuples(_nullable(JAVA_STRINGS), _ints(64))), max_size=5)),
+        "scala-enum": (ScalaEnumSnapshot("x.Letters$", [("A", 0), ("B", 1), ("C", 7)]), st.sampled_from("ABC")),
     }
 
 

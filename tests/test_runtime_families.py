@@ -1,5 +1,6 @@
-"""The Either, runtime list (ArrayList, LinkedList, ListView, MapView), TtlAware, Value/CopyableValue and Java
-serialization families, beyond the corpus round trip of tests/test_codec_roundtrip.py:
+"""The Either, runtime list (ArrayList, LinkedList, ListView, MapView), TtlAware, Value/CopyableValue, Java
+serialization and Scala (Option, Either, Try, case class, traversables, Enumeration) families, beyond the corpus
+round trip of tests/test_codec_roundtrip.py:
 
 1. Flink's compatibility verdicts, as its upgrade tests assert them, on the snapshots Flink wrote for every version
    of the serializer corpus (the new snapshot being what Flink 2.3 writes for the upgraded serializer), and the
@@ -23,7 +24,7 @@ import pytest
 from flinkstate.binary import Reader
 from flinkstate.compatibility import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, Compatibility
 from flinkstate.engine.local import find_flink_home
-from flinkstate.format_errors import UnsupportedFormat
+from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
 from flinkstate.jsonify import to_json
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
@@ -67,6 +68,13 @@ UPGRADES = {
     # TtlAwareSerializerUpgradeTest: written with TTL, read without it, and the other way round
     "ttl-aware-serializer-ttl-value": ("ttl-aware-serializer-string-value", AFTER_MIGRATION),
     "ttl-aware-serializer-string-value": ("ttl-aware-serializer-ttl-value", AFTER_MIGRATION),
+    # the Scala API's upgrade tests: all as is
+    **{family: (family, AS_IS) for family in (
+        "scala-option-serializer", "scala-either-serializer", "scala-try-serializer", "scala-enum-serializer",
+        "scala-case-class-serializer", "traversable-serializer-bitset", "traversable-serializer-indexedseq",
+        "traversable-serializer-linearseq", "traversable-serializer-list-buffer", "traversable-serializer-map",
+        "traversable-serializer-seq", "traversable-serializer-set", "traversable-serializer-with-case-class",
+        "traversable-serializer-with-pojo")},
 }
 UPGRADE_CASES = [(folder, family) for family in UPGRADES for folder in versions(family)]
 
@@ -114,6 +122,22 @@ def resolve(old: Any, new: Any) -> Compatibility:
     ({"value": "x.Name"}, {"copyable_value": "x.Name"}, INCOMPATIBLE, [("TYPE_CHANGED", "value")]),
     ("JavaSerializable", "JavaSerializable", AS_IS, []),
     ("JavaSerializable", "String", INCOMPATIBLE, [("TYPE_CHANGED", "value")]),
+    ("ScalaEither<Long, String>", "Either<Long, String>", INCOMPATIBLE, [("TYPE_CHANGED", "value")]),
+    ("ScalaOption<Long>", "ScalaOption<String>", INCOMPATIBLE, [("TYPE_CHANGED", "value.some")]),
+    ("ScalaTry<Long, String>", "ScalaTry<Integer, String>", INCOMPATIBLE, [("TYPE_CHANGED", "value.success")]),
+    ({"scala_case_class": "x.P", "fields": ["Long"]}, {"scala_case_class": "x.Q", "fields": ["Long"]}, INCOMPATIBLE,
+     [("SCALA_CASE_CLASS_CHANGED", "value")]),
+    ({"scala_case_class": "x.P", "fields": ["Long"]}, {"scala_case_class": "x.P", "fields": ["Long", "Long"]},
+     INCOMPATIBLE, [("ARITY_CHANGED", "value")]),
+    ({"scala_traversable": "Long", "builder": "a"}, {"scala_traversable": "Long", "builder": "b"}, INCOMPATIBLE,
+     [("SCALA_COLLECTION_BUILDER_CHANGED", "value")]),
+    # ScalaEnumSerializerSnapshot: an old constant's id, as a position in the new list, must hold its name
+    ({"scala_enum": "x.L$", "constants": {"A": 0, "B": 1}}, {"scala_enum": "x.L$", "constants": {"A": 0, "B": 1,
+                                                                                               "C": 2}}, AS_IS, []),
+    ({"scala_enum": "x.L$", "constants": {"A": 0, "B": 1}}, {"scala_enum": "x.L$", "constants": {"B": 1, "A": 0}},
+     INCOMPATIBLE, [("SCALA_ENUM_CHANGED", "value")]),
+    ({"scala_enum": "x.L$", "constants": {"A": 0, "B": 1}}, {"scala_enum": "x.L$", "constants": {"A": 0}},
+     INCOMPATIBLE, [("SCALA_ENUM_CHANGED", "value")]),
 ])
 def test_family_rules(old: Any, new: Any, verdict: Any, found: list[tuple[str, str]]) -> None:
     result = resolve(old, new)
@@ -133,6 +157,11 @@ def test_family_rules(old: Any, new: Any, verdict: Any, found: list[tuple[str, s
     {"ttl_aware": {"ttl": {"row": {"f0": "Long"}}}},
     {"value": "org.apache.flink.types.IntValue"}, {"copyable_value": "x.MyCopyable"},
     {"array_list": {"row": {"f0": "Long"}}},
+    "ScalaOption<String>", "ScalaEither<Integer, String>", "ScalaTry<String, JavaSerializable>",
+    {"scala_option": {"row": {"f0": "Long"}}}, {"scala_either": {"left": "Long", "right": {"row": {"f0": "Long"}}}},
+    {"scala_try": {"row": {"f0": "Long"}}, "throwable": "JavaSerializable"},
+    {"scala_case_class": "x.P", "fields": ["Long", {"scala_enum": "x.L$", "constants": {"A": 0, "B": 5}}]},
+    {"scala_traversable": "Long", "builder": "implicitly[CanBuildFrom[Seq[Long], Long, Seq[Long]]]"},
 ])
 def test_notation_round_trip(notation: Any) -> None:
     snapshot = to_snapshot(notation)
@@ -145,7 +174,8 @@ def test_notation_round_trip(notation: Any) -> None:
 @pytest.mark.parametrize("folder", [f"{family}-2.3" for family in (
     "either-serializer", "arraylist-serializer", "linked-list-serializer", "ttl-aware-serializer-ttl-value",
     "ttl-aware-serializer-string-value", "value-serializer", "copyable-value-serializer", "java-serializer")]
-    + ["list-view-serializer-1.13", "map-view-serializer-1.13"])
+    + ["list-view-serializer-1.13", "map-view-serializer-1.13"]
+    + [f.name for f in SERIALIZERS.glob("*-2.3") if f.name.startswith(("scala-", "traversable-"))])
 def test_notation_gives_back_flinks_snapshot(folder: str) -> None:
     raw = (SERIALIZERS / folder / "serializer-snapshot").read_bytes()
     assert snapshot_bytes(to_snapshot(to_notation(corpus_snapshot(folder))), top_level=True) == raw
@@ -185,6 +215,30 @@ def test_dump_json_of_each_family() -> None:
     opaque = corpus_snapshot("value-serializer-2.3").tail_decoder()(b"\x00\x07klion26", 0)[0]
     assert to_json(opaque) == {"type": "Value<org.apache.flink.api.java.typeutils.runtime.ValueSerializerUpgradeTest"
                                        "$NameValue>", "base64": "AAdrbGlvbjI2"}
+
+
+def test_scala_try_failure_written_by_flink() -> None:
+    # ScalaTrySerializerUpgradeTest: Failure(new SpecifiedException("Specified exception for ScalaTry.")), the
+    # exception written by Kryo (passed through whole); its Java-serialized message is in the bytes.
+    for folder in versions("scala-try-serializer"):
+        snapshot = corpus_snapshot(folder)
+        data = (SERIALIZERS / folder / "test-data").read_bytes()
+        value, end = snapshot.tail_decoder()(data, 0)
+        assert end == len(data) and list(value) == ["failure"]
+        failure = value["failure"]
+        assert isinstance(failure, OpaqueValue) and failure.type_name == "Kryo<java.lang.Throwable>"
+        assert failure.data == data[1:] and b"Specified exception for ScalaTry." in failure.data
+        assert to_json(value) == {"failure": to_json(failure)}
+
+
+def test_scala_json() -> None:
+    option = to_snapshot("ScalaOption<String>")
+    assert [to_json(option.decode(option.encode(v))) for v in (None, {"some": None}, {"some": "x"})] == \
+        [None, {"some": None}, {"some": "x"}]
+    enum = to_snapshot({"scala_enum": "x.L$", "constants": {"A": 0, "B": 5}})
+    assert enum.encode("B") == bytes.fromhex("00000005") and enum.decode(bytes.fromhex("00000005")) == "B"
+    with pytest.raises(SavepointFormatError, match=r"x\.L\$ has no value with id 3"):
+        enum.decode(bytes.fromhex("00000003"))
 
 
 def test_flink_value_types_decode_with_their_codecs() -> None:
