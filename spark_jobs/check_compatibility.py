@@ -44,7 +44,7 @@ from flinkstate import (
 )
 from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument
 from flinkstate.migration.units import verify_published
-from spark_jobs.common import collect_guarded, guarded, run_main, spark_map, spark_session, unit_count
+from spark_jobs.common import collect_guarded, guarded, run_main, shared, spark_map, spark_session, unit_count
 
 REPORT_JSON = "check-report.json"
 REPORT_MARKDOWN = "check-report.md"
@@ -108,6 +108,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    for name in ("savepoint", "schema", "previous", "verify_against", "verify_old_schema"):
+        setattr(args, name, shared(getattr(args, name)))
     policy = CodePolicy.resolve(args.allow_code)
     report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=plan_state_migration,
                    backend=args.backend, allow_non_restored_state=args.allow_non_restored_state == "true")

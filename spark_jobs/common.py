@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -67,6 +68,14 @@ def collect_guarded(results: list[Any]) -> list[Any]:
         if isinstance(result, TaskFailure):
             raise FlinkStateError(result.message if result.located else f"{result.unit}: {result.message}")
     return results
+
+
+def shared(location: str | None) -> str | None:
+    """A local path as an absolute one (executors of a cluster run in work directories of their own, so a relative
+    path would name another file there); URIs (``s3://``, ``file:``) as they are."""
+    if location is None or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]+:", location):
+        return location
+    return os.path.abspath(location)
 
 
 def spark_map(spark: Any) -> Callable[[Callable[[Any], Any], list[Any]], list[Any]]:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.commo
 
 from flinkstate import CodePolicy, MigrationJob
 from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument, render_text
-from spark_jobs.common import run_main, spark_map, spark_session, unit_count
+from spark_jobs.common import run_main, shared, spark_map, spark_session, unit_count
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -49,6 +49,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    for name in ("savepoint", "schema", "old_schema", "output", "report"):
+        setattr(args, name, shared(getattr(args, name)))
     job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
                        metadata_version=args.metadata_version,
                        compression=None if args.compression is None else args.compression == "on",
