@@ -247,6 +247,7 @@ class Savepoint:
             "key_group_ranges": [],
             "keyed_states": [],
         }
+        result["operator_state_details"] = self._describe_operator_states(op)
         try:
             result["key_group_ranges"] = [[i, r.start, r.end] for i, r in self.key_group_ranges(op)]
             header = self.keyed_header(op, tolerant=True)
@@ -258,6 +259,29 @@ class Savepoint:
             if header.error is not None:
                 result["error"] = str(header.error)
         return result
+
+
+    def _describe_operator_states(self, op: OperatorState) -> list[dict[str, Any]]:
+        """Per managed operator state: name, distribution mode and stored type (from the first subtask's stream that
+        registers it), or why the type is unknown."""
+        details: dict[str, dict[str, Any]] = {name: {"name": name, "mode": mode, "type": None}
+                                              for name, mode in sorted(self.operator_state_modes(op).items())}
+        for _, stream in self.operator_state_streams(op):
+            try:
+                header = stream.header()
+            except (SavepointFormatError, StorageError) as exc:
+                for detail in details.values():
+                    detail.setdefault("error", str(exc))
+                continue
+            for state in [*header.list_states, *header.broadcast_states]:
+                entry = details.get(state.name)
+                if entry is None or entry["type"] is not None:
+                    continue
+                value, key = state.serializer("VALUE_SERIALIZER"), state.serializer("KEY_SERIALIZER")
+                value_type = value.type_name() if value is not None else "?"
+                entry["type"] = f"Map<{key.type_name()}, {value_type}>" if key is not None else value_type
+                entry.pop("error", None)
+        return list(details.values())
 
 
 def _file_name(handle: FileStateHandle | RelativeFileStateHandle) -> str:

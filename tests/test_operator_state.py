@@ -224,3 +224,36 @@ def test_unknown_serializer_gives_bytes_with_the_class_named(tmp_path: Path) -> 
                         "bytes": base64.b64encode(bytes([len(d) + 1]) + d.encode()).decode(),
                         "undecoded": f"serializer snapshot class {unknown} is not known to flinkstate"}
                        for i, d in enumerate(DRAGONS)]
+
+
+@pytest.mark.parametrize("variant", ["heap-p2", "rocksdb-p2-snappy"])
+def test_sample_job_source_split_matches_its_keyed_state(flink_savepoints: dict[str, Path], variant: str) -> None:
+    """The sample job's DataGen source (uid ``sequence-source``, parallelism 1) in a savepoint Flink 2.3 wrote in
+    this run: its one split (NumberSequenceSplit: id, next number, last number) has got exactly as far as the events
+    the keyed operator counted, since stop-with-savepoint takes the source's and the operator's state at one
+    barrier: the split's next number is the sum of every key's count."""
+    path = flink_savepoints[variant]
+    records = _dump(path, "sequence-source", "SourceReaderState")
+    assert [(r["subtask"], r["mode"], r["index"]) for r in records] == [(0, "SPLIT_DISTRIBUTE", 0)]
+    reader = Reader(base64.b64decode(records[0]["split"]["split_bytes"]))
+    split_id, next_number, last = reader.utf(), reader.i64(), reader.i64()
+    assert reader.remaining() == 0
+    assert (split_id, last) == ("1", (1 << 63) - 2)  # one split (id 1) of the numbers 0 .. Long.MAX_VALUE - 1
+    counts = {key: value for key, _, value in Savepoint.open(path).iter_entries("stats", "count")}
+    assert len(counts) == 20
+    assert sum(counts.values()) == next_number
+
+
+def test_describe_names_each_operator_state_with_mode_and_type() -> None:
+    path = CORPUS / (BROADCAST + "1.8-rocksdb-savepoint")  # _metadata version 2, operator state proxy version 5
+    status, out, err = _run_cli(["describe", str(path)])
+    assert (status, err) == (0, "")
+    assert ("operator 12d7d939fd56473cac7cff0603179a41\n  parallelism 4, max parallelism 4\n"
+            "  operator state: broadcast-state-1, broadcast-state-2\n"
+            "    broadcast-state-1: BROADCAST, Map<Long, Long>\n"
+            "    broadcast-state-2: BROADCAST, Map<String, Long>\n") in out
+    assert "  operator state: source-state\n    source-state: UNION, String\n" in out
+    status, out, err = _run_cli(["describe", str(path), "--json"])
+    ops = {op["id"]: op for op in json.loads(out)["operators"]}
+    assert ops["81afaf64abeedc40a0f29989b81a3659"]["operator_state_details"] == \
+        [{"name": "source-state", "mode": "SPLIT_DISTRIBUTE", "type": "String"}]

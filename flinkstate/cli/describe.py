@@ -51,6 +51,9 @@ def render_text(description: dict[str, Any]) -> str:
         lines.append(f"  parallelism {op['parallelism']}, max parallelism {op['max_parallelism']}")
         if op["operator_states"]:
             lines.append(f"  operator state: {', '.join(op['operator_states'])}")
+        for state in op.get("operator_state_details", []):
+            what = state["type"] or f"type unknown ({state.get('error', 'no subtask registers it')})"
+            lines.append(f"    {state['name']}: {state['mode']}, {what}")
         if op["coordinator_state_bytes"] is not None:
             lines.append(f"  coordinator state: {op['coordinator_state_bytes']} bytes")
         for state in op["keyed_states"]:
