@@ -34,6 +34,7 @@ from flinkstate.serializers.kryo import OpaqueValue
 from flinkstate.serializers.registry import read_snapshot, snapshot_bytes
 from flinkstate.serializers.rowdata import RawValueDataSnapshot
 from flinkstate.serializers.runtimelists import LinkedListSnapshot
+from flinkstate.serializers.ttl import TtlValue
 from flinkstate.typenotation import TypeNotationError, to_notation, to_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -284,6 +285,19 @@ def test_user_value_types_only_pass_through_whole() -> None:
     assert either.needs_end
     assert either.tail_decoder()(b"\x00\x01\x02", 0) == (Either.right(OpaqueValue(
         "CopyableValue<x.MyCopyable>", b"\x01\x02")), 3)
+
+
+def test_ttl_of_a_value_without_length_reads_as_a_whole_value() -> None:
+    # TTL<Kryo>: the timestamp, then Kryo bytes that run to the end of the stored value.
+    for notation, opaque in (({"ttl": {"kryo": "x.Foo"}}, "Kryo<x.Foo>"),
+                             ({"ttl": {"value": "x.Name"}}, "Value<x.Name>")):
+        snapshot = to_snapshot(notation)
+        assert snapshot.needs_end
+        data = (5).to_bytes(8, "big") + b"abc"
+        value = snapshot.tail_decoder()(data, 0)
+        assert value == (TtlValue(OpaqueValue(opaque, b"abc"), 5), len(data))
+        assert snapshot.encode(value[0]) == data
+    assert not to_snapshot("TTL<Long>").needs_end
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -31,9 +31,19 @@ class TtlSnapshot(CompositeSnapshot):
     def user(self) -> Any:
         return self.nested[1]
 
-    def make_decoder(self) -> Decoder:
-        user = self.user.decoder()
+    @property
+    def needs_end(self) -> bool:  # type: ignore[override]
+        # A user value without length (Kryo, a user Value type) ends the record: read as a whole stored value.
+        return bool(self.user.needs_end)
 
+    def tail_decoder(self) -> Decoder:
+        return self._with_user(self.user.tail_decoder())
+
+    def make_decoder(self) -> Decoder:
+        return self._with_user(self.user.decoder())
+
+    @staticmethod
+    def _with_user(user: Decoder) -> Decoder:
         def decode(buf: bytes, off: int) -> tuple[TtlValue, int]:
             last_access = _unpack_i64(buf, off)[0]
             value, off = user(buf, off + 8)
