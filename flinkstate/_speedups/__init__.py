@@ -179,6 +179,21 @@ def scan_compiled(decoder: object, data: bytes, key_group: int, wanted: int, sta
     return entries
 
 
+def raw_entries_compiled(data: bytes, state_count: int | None, key_group: int | None = None, prefix_bytes: int = 1
+                         ) -> list[tuple[int, int, int, int, int]] | None:
+    """``(state id, ks, ke, vs, ve)`` of every entry of an uncompressed block, split in one compiled pass (state ids
+    checked against ``state_count`` and key-group prefixes against ``key_group`` when given); None when the fast
+    path is off or the block is malformed (the caller's reference walk then reports where)."""
+    if not enabled() or type(data) is not bytes:
+        return None
+    try:
+        entries: list[tuple[int, int, int, int, int]] = _cdecode.raw_entries(
+            data, -1 if state_count is None else state_count, -1 if key_group is None else key_group, prefix_bytes)
+    except Exception:
+        return None
+    return entries
+
+
 __all__ = ["BUILD_ERROR", "PURE_PYTHON_VARIABLE", "codec_spec", "enabled", "fast_codec", "fast_entry_decoder",
            "is_compiled", "pure_python_requested",
-           "scan_compiled"]
+           "raw_entries_compiled", "scan_compiled"]

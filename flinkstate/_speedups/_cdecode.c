@@ -797,8 +797,68 @@ static PyTypeObject EntryType = {
     .tp_methods = Entry_methods,
 };
 
+/* raw_entries(data, state_count, key_group, prefix_bytes) -> [(state id, ks, ke, vs, ve), ...]: the reference's
+ * iter_raw_entries (state ids checked when state_count >= 0) and KeyedStateStream.raw_entries (key groups checked
+ * when key_group >= 0), for the whole block at once; DecodeError on anything the reference would refuse. */
+static PyObject *raw_entries(PyObject *module, PyObject *args) {
+    PyObject *data;
+    Py_ssize_t state_count, key_group;
+    int prefix_bytes;
+    if (!PyArg_ParseTuple(args, "O!nni", &PyBytes_Type, &data, &state_count, &key_group, &prefix_bytes)) return NULL;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    if (size < 2) return block_error("empty key-group block", 0);
+    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
+    Py_ssize_t pos = 2;
+    if (state_count >= 0 && state_id >= state_count) return block_error("bad state id", 0);
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    while (pos + 4 <= size) {
+        int32_t key_len = (int32_t)be32(p + pos);
+        Py_ssize_t ks = pos + 4, ke = ks + key_len;
+        if (key_len <= 0 || ke + 4 > size) goto bad;
+        int32_t value_len = (int32_t)be32(p + ke);
+        Py_ssize_t vs = ke + 4;
+        pos = vs + value_len;
+        if (value_len < 0 || pos > size) goto bad;
+        unsigned char first = p[ks];
+        if (key_group >= 0) {
+            Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[ks + 1])
+                                                 : (Py_ssize_t)(first & 0x7F);
+            if (group != key_group) goto bad;
+        }
+        PyObject *entry = Py_BuildValue("(nnnnn)", state_id, ks, ke, vs, pos);
+        if (entry == NULL || PyList_Append(out, entry) < 0) {
+            Py_XDECREF(entry);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(entry);
+        if (first & 0x80) {
+            if (pos + 2 > size) goto bad;
+            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
+            pos += 2;
+            if (state_id == 0xFFFF) {
+                if (pos != size) goto bad;
+                return out;
+            }
+            if (state_count >= 0 && state_id >= state_count) goto bad;
+        }
+    }
+bad:
+    Py_DECREF(out);
+    return block_error("malformed block", pos);
+}
+
+static PyMethodDef module_methods[] = {
+    {"raw_entries", raw_entries, METH_VARARGS,
+     "raw_entries(data, state_count, key_group, prefix_bytes) -> list of (state id, ks, ke, vs, ve)"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_cdecode", "Compiled keyed-state decoding (see flinkstate._speedups).", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_cdecode", "Compiled keyed-state decoding (see flinkstate._speedups).", -1,
+    module_methods,
 };
 
 PyMODINIT_FUNC PyInit__cdecode(void) {

@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 
 import cramjam
 
-from flinkstate._speedups import scan_compiled
+from flinkstate._speedups import raw_entries_compiled, scan_compiled
 from flinkstate.binary import I32, U16, KeyGroupRange, Reader
 from flinkstate.errors import WriteError
 from flinkstate.format.handles import (
@@ -49,9 +49,6 @@ from flinkstate.format.keyed_header import (
 )
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
 from flinkstate.storage.locations import SavepointLocation
-
-_I32_PAIR = struct.Struct(">i")
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # Byte sources
@@ -92,6 +89,10 @@ def iter_raw_entries(data: bytes, state_count: int | None = None) -> Iterator[tu
     """``(state id, key start, key end, value start, value end)`` of every entry of an uncompressed key-group block,
     without decoding anything (copying, counting and byte-level comparison). Lengths are checked here, and state ids
     against ``state_count`` (the header's number of states) when given."""
+    compiled = raw_entries_compiled(data, state_count)
+    if compiled is not None:  # else the walk below reports what the compiled one refused
+        yield from compiled
+        return
     unpack_i32, unpack_u16 = I32.unpack_from, U16.unpack_from
     size = len(data)
     if size < 2:
@@ -345,6 +346,9 @@ class KeyedStateStream:
         against ``key_group`` (as the decoding reader does: a block found at another key group's offset is refused,
         not copied), and a malformed block reported in one line naming the file, the offset, the operator and the
         key group."""
+        if (compiled := raw_entries_compiled(data, len(self.header().states), key_group, self.prefix_bytes)):
+            yield from compiled
+            return
         two_byte_prefix = self.prefix_bytes == 2
         try:
             for entry in iter_raw_entries(data, len(self.header().states)):
