@@ -709,8 +709,8 @@ HEAP_FORMAT: list[str] = [
     _T + 'operatorstate/complexKeyed-flink1.9',
 ]
 # fmt: on
-HEAP_MIGRATION = "migrating or copying entries (canonical key-group blocks) is not supported for keyed state in " \
-    "the HashMap (heap) backend's native snapshot format"
+HEAP_MIGRATION = "keyed state is in the HashMap (heap) backend's native snapshot format (a checkpoint or native " \
+    "savepoint): migrate needs a savepoint in the canonical format"
 
 #: path -> reason substring of savepoints whose identity migration is refused (one line).
 MIGRATION_REFUSED: dict[str, str] = dict.fromkeys(HEAP_FORMAT, HEAP_MIGRATION)

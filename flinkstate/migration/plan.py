@@ -172,6 +172,12 @@ def plan_migration(source: Savepoint, targets: list[OperatorTarget], *, compress
     return MigrationPlan(plans, compressed)
 
 
+#: Why keyed state in the HashMap backend's native format (checkpoints, native savepoints) cannot be migrated.
+HEAP_FORMAT_REFUSAL = ("keyed state is in the HashMap (heap) backend's native snapshot format (a checkpoint or native "
+                       "savepoint): migrate needs a savepoint in the canonical format (Flink's default savepoint "
+                       "format)")
+
+
 def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget, reencode: bool,
                    code: CodePolicy) -> OperatorPlan:
     label = f"operator {target.uid}"
@@ -190,6 +196,10 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
         if target.states or target.dropped_states:
             raise MigrationError(f"{label}: the savepoint holds no keyed state for it")
         return OperatorPlan(op, new_id, new_uid, None, None, [])
+    for _, stream in streams:
+        stream.header()
+        if stream.heap_format:  # refused before anything is written (the writer emits canonical blocks only)
+            raise MigrationError(f"{where}{label}: {HEAP_FORMAT_REFUSAL}")
     by_old_name = {(t.renamed_from or t.name): t for t in target.states}
     known = {s.name for s in header.states}
     for name in [*by_old_name, *target.dropped_states]:
