@@ -22,13 +22,9 @@ A difference raises :class:`VerificationError` naming the operator, the state, t
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import struct
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from flinkstate.binary import KeyGroupRange, assign_key_group
@@ -37,14 +33,12 @@ from flinkstate.format.handles import KeyGroupsStateHandle, StreamStateHandle
 from flinkstate.format.keyed_header import KeyedBackendHeader
 from flinkstate.format.keyed_stream import StreamSource, raw_key
 from flinkstate.format.metadata import OperatorState
-from flinkstate.jsonify import to_json
+from flinkstate.migration.canonical import canonical, show, uncanonical
 from flinkstate.migration.plan import MigrationPlan, OperatorPlan, StateRewrite
 from flinkstate.migration.rewrite import StateCodec, migrate_entry
 from flinkstate.progress import track
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.registry import snapshot_bytes
-
-_F64 = struct.Struct(">d")
 
 
 class VerificationError(FlinkStateError):
@@ -87,37 +81,6 @@ class VerificationReport:
                      f"non-keyed state handles byte for byte, {self.untargeted_keyed_streams} untouched keyed "
                      f"streams byte for byte, {len(self.states)} keyed states with {self.entries} entries")
         return lines
-
-
-def canonical(value: Any) -> Any:
-    """A hashable form of a decoded value in which equal means equal to Java: floats by bits (NaN equals NaN,
-    -0.0 differs from 0.0), BigDecimal by its text (scale counts), rows with their RowKind, records by field."""
-    if value is None or isinstance(value, (bool, str, bytes)):
-        return (type(value).__name__, value)
-    if isinstance(value, int):
-        return ("int", value)
-    if isinstance(value, float):
-        return ("float", b"NaN" if math.isnan(value) else _F64.pack(value))
-    if isinstance(value, Decimal):
-        return ("decimal", str(value))
-    if isinstance(value, dict):
-        return ("map", tuple(sorted((canonical(k), canonical(v)) for k, v in value.items())))
-    if isinstance(value, (list, tuple)):
-        return ("seq", getattr(value, "kind", 0) or 0, tuple(canonical(v) for v in value))
-    if isinstance(value, (set, frozenset)):
-        return ("set", tuple(sorted(canonical(v) for v in value)))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (type(value).__name__, tuple(canonical(getattr(value, f.name)) for f in dataclasses.fields(value)))
-    return (type(value).__name__, repr(value))
-
-
-def _show(entry: Any) -> str:
-    try:
-        text = str(to_json(entry))
-    except Exception:
-        text = repr(entry)
-    text = text.encode("unicode_escape").decode("ascii")
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def verify_migration(source: Savepoint, output: Savepoint, plan: MigrationPlan) -> VerificationReport:
@@ -438,7 +401,7 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
                     raise VerificationError(f"{where}, key group {kg}: a source entry cannot be decoded and "
                                             f"re-encoded ({type(exc).__name__}: {exc})") from None
                 if again != (raw_key(data, ks, ke), data[vs:ve]):
-                    raise VerificationError(f"{where}, key group {kg}: the source entry {_show(entry)} does not "
+                    raise VerificationError(f"{where}, key group {kg}: the source entry {show(entry)} does not "
                                             f"re-encode to the bytes Flink wrote: this tool's codec for {type_name} "
                                             f"would change it, so the state cannot be migrated exactly")
                 entries.append(entry)
@@ -461,7 +424,7 @@ def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_
                 except Exception as exc:
                     if not (rewrite.dead_letter or (rekeyed and op_plan.key_dead_letter)):
                         raise VerificationError(f"{where}, key group {kg}: the declared migration fails on the "
-                                                f"source entry {_show(entry)} ({type(exc).__name__}: {exc}) and "
+                                                f"source entry {show(entry)} ({type(exc).__name__}: {exc}) and "
                                                 f"the state's policy is fail") from None
                     result.dead_lettered += 1
                     continue
@@ -477,7 +440,7 @@ def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_
                 for entry in entries:
                     want = assign_key_group(key_snapshot.hash_code(entry[0]), new_op.max_parallelism)
                     if want != kg:
-                        raise VerificationError(f"{where}: key {_show(entry[0])} is stored in key group {kg}, "
+                        raise VerificationError(f"{where}: key {show(entry[0])} is stored in key group {kg}, "
                                                 f"Flink assigns it to {want}")
             yield kg, [canonical(entry) for entry in entries]
 
@@ -499,33 +462,13 @@ def _compare(want: Counter[Any], got: Counter[Any], where: str) -> None:
     missing, extra = want - got, got - want
     detail = []
     if missing:
-        example = _show(_uncanonical(next(iter(missing))))
+        example = show(uncanonical(next(iter(missing))))
         detail.append(f"expected {sum(missing.values())} entries not found (e.g. {example})")
     if extra:
         detail.append(f"{sum(extra.values())} written entries not expected (e.g. "
-                      f"{_show(_uncanonical(next(iter(extra))))})")
+                      f"{show(uncanonical(next(iter(extra))))})")
     raise VerificationError(f"{where}: {'; '.join(detail)} (values decoded from the written bytes compared with "
                             f"the declared migration of the source's)")
-
-
-def _uncanonical(item: Any) -> Any:
-    """A readable form of a canonical value for messages."""
-    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-        tag, payload = item
-        if tag == "float":
-            return "NaN" if payload == b"NaN" else _F64.unpack(payload)[0]
-        if tag == "map":
-            return {str(_uncanonical(k)): _uncanonical(v) for k, v in payload}
-        if tag == "set":
-            return [_uncanonical(v) for v in payload]
-        if tag in ("decimal",):
-            return payload
-        if isinstance(payload, tuple):
-            return [_uncanonical(v) for v in payload]
-        return payload
-    if isinstance(item, tuple) and len(item) == 3 and item[0] == "seq":
-        return [_uncanonical(v) for v in item[2]]
-    return item
 
 
 __all__ = ["StateVerification", "VerificationError", "VerificationReport", "canonical", "verify_key_groups",
