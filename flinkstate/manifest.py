@@ -44,7 +44,8 @@ from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.collections import ListSnapshot, MapSnapshot
 from flinkstate.serializers.namespaces import VoidNamespaceSnapshot
 from flinkstate.serializers.timer import TimerSnapshot
-from flinkstate.typenotation import TypeNotationError, to_notation, to_snapshot
+from flinkstate.snapshotnotation import to_notation
+from flinkstate.typenotation import TypeNotationError, to_snapshot
 
 MANIFEST_VERSION = 1
 KINDS = ("VALUE", "LIST", "MAP", "REDUCING", "AGGREGATING", TIMERS)

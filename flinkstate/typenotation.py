@@ -1,9 +1,11 @@
-"""The readable type notation of schema manifests, both ways:
+"""The readable type notation of schema manifests, from notation to snapshot (the other way,
+:func:`flinkstate.snapshotnotation.to_notation`, is its own module):
 
 * :func:`to_snapshot` turns a notation into the exact ``TypeSerializerSnapshot`` Flink writes for that type (current
   snapshot versions; POJO fields sorted like ``PojoTypeInfo``; Row with the RowKind header; ``TupleN`` classes), so
   a savepoint writer can write new states from a manifest;
-* :func:`to_notation` turns any snapshot the reader parses into a notation (``flinkstate schema``).
+* :func:`flinkstate.snapshotnotation.to_notation` turns any snapshot the reader parses into a notation
+  (``flinkstate schema``).
 
 Notation (YAML values):
 
@@ -78,8 +80,8 @@ _ALIASES = {"Int": "Integer", "int": "Integer", "long": "Long", "short": "Short"
             "java.lang.Short": "Short", "java.lang.Byte": "Byte", "java.lang.Float": "Float",
             "java.lang.Double": "Double", "java.lang.Boolean": "Boolean", "java.lang.Character": "Character"}
 _NAMESPACES = {cls.NAME: cls for cls in (VoidNamespaceSnapshot, TimeWindowSnapshot, GlobalWindowSnapshot)}
-#: Java classes of the simple types, the component class of their boxed arrays (``Long[]``).
-_JAVA_CLASSES = {"Long": "java.lang.Long", "Integer": "java.lang.Integer", "Short": "java.lang.Short",
+#: Java classes of the simple types, the component class of their boxed arrays (``Long[]``); both directions.
+JAVA_CLASSES = {"Long": "java.lang.Long", "Integer": "java.lang.Integer", "Short": "java.lang.Short",
                  "Byte": "java.lang.Byte", "Float": "java.lang.Float", "Double": "java.lang.Double",
                  "Boolean": "java.lang.Boolean", "Character": "java.lang.Character", "String": "java.lang.String",
                  "BigInteger": "java.math.BigInteger", "BigDecimal": "java.math.BigDecimal",
@@ -209,7 +211,7 @@ def tuple_snapshot(fields: list[TypeSerializerSnapshot]) -> TupleSnapshot:
 
 
 def _boxed_array(component: TypeSerializerSnapshot, text: str) -> GenericArraySnapshot:
-    java_class = _JAVA_CLASSES.get(component.type_name())
+    java_class = JAVA_CLASSES.get(component.type_name())
     if java_class is None:
         raise TypeNotationError(f"the component class of {component.type_name()}[] is unknown: write "
                                 f"{{array: TYPE, component_class: CLASS}} (in {text!r})")
@@ -258,10 +260,10 @@ def _nested(notation: Any, path: str) -> TypeSerializerSnapshot:
 #: Java primitive type names: in a POJO's fields they say the field is primitive (same serializer as the boxed
 #: type, but an added primitive field holds 0/false, not null).
 _PRIMITIVE_NAMES = {"long", "int", "short", "byte", "float", "double", "boolean", "char"}
-_PRIMITIVE_BY_TYPE = {"Long": "long", "Integer": "int", "Short": "short", "Byte": "byte", "Float": "float",
+PRIMITIVE_BY_TYPE = {"Long": "long", "Integer": "int", "Short": "short", "Byte": "byte", "Float": "float",
                       "Double": "double", "Boolean": "boolean", "Character": "char"}
 #: ``java.lang.Long`` and the like: the field is the boxed type (an added one holds null).
-_BOXED_NAMES = {f"java.lang.{name}" for name in _PRIMITIVE_BY_TYPE}
+_BOXED_NAMES = {f"java.lang.{name}" for name in PRIMITIVE_BY_TYPE}
 
 
 def _primitive(notation: Any) -> bool | None:
@@ -385,7 +387,7 @@ def _nullable_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
 
 def _array_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
     component = _nested(n["array"], "array")
-    component_class = n.get("component_class") or _JAVA_CLASSES.get(component.type_name())
+    component_class = n.get("component_class") or JAVA_CLASSES.get(component.type_name())
     if not isinstance(component_class, str):
         raise TypeNotationError("needs the Java class of the elements", "component_class")
     return GenericArraySnapshot(GenericArraySnapshot.CLASS_NAMES[0], [component], component_class=component_class)
@@ -395,114 +397,6 @@ def _unknown_form(n: Mapping[str, Any]) -> TypeSerializerSnapshot:
     class_name = _require(n, "unknown", str, "unknown needs the snapshot class name")
     version = n.get("version", 1)
     return UnknownSnapshot(class_name, int(version), _b64(n.get("raw", ""), "raw"))
-
-
-# -- snapshot -> notation ---------------------------------------------------------------------------------------------
-
-
-def to_notation(snapshot: TypeSerializerSnapshot) -> Notation:
-    """The notation of a snapshot: a string when it fits on one line, else a mapping."""
-    if isinstance(snapshot, TABLE_SNAPSHOTS):
-        return _table_notation(snapshot)
-    family = familynotation.notation_of(snapshot, to_notation)
-    if family is not None:
-        return family
-    if isinstance(snapshot, SimpleSnapshot):
-        return snapshot.type_name()
-    if isinstance(snapshot, (VoidNamespaceSnapshot, TimeWindowSnapshot, GlobalWindowSnapshot)):
-        return snapshot.type_name()
-    if isinstance(snapshot, PojoSnapshot):
-        return _pojo_notation(snapshot)
-    if isinstance(snapshot, RowSnapshot):
-        result: dict[str, Any] = {"row": {name: to_notation(n) for name, n in zip(snapshot.names(),
-                                                                                    snapshot.nested, strict=True)}}
-        if not snapshot.supports_row_kind:
-            result["row_kind"] = False
-        return result
-    if isinstance(snapshot, EnumSnapshot):
-        return {"enum": snapshot.enum_class, "constants": list(snapshot.constants)}
-    if isinstance(snapshot, AvroSnapshot):
-        return _avro_notation(snapshot)
-    if isinstance(snapshot, KryoSnapshot):
-        return _kryo_notation(snapshot)
-    if isinstance(snapshot, UnknownSnapshot):
-        return {"unknown": snapshot.class_name, "version": snapshot.version,
-                "raw": base64.b64encode(snapshot.raw).decode()}
-    return _composite_notation(snapshot)
-
-
-def _composite_notation(snapshot: TypeSerializerSnapshot) -> Notation:
-    args = [to_notation(n) for n in snapshot.nested]
-    inline = all(isinstance(a, str) for a in args)
-    if isinstance(snapshot, TupleSnapshot):
-        if snapshot.tuple_class != f"{TUPLE_PACKAGE}Tuple{len(args)}":
-            raise TypeNotationError(f"tuple class {snapshot.tuple_class} has no notation")
-        return f"Tuple{len(args)}<{', '.join(args)}>" if inline else {"tuple": args}  # type: ignore[arg-type]
-    if isinstance(snapshot, NullableSnapshot):
-        if snapshot.null_padding or not inline:
-            return {"nullable": args[0], **({"padding": snapshot.null_padding} if snapshot.null_padding else {})}
-        return f"Nullable<{args[0]}>"
-    if isinstance(snapshot, GenericArraySnapshot):
-        if inline and _JAVA_CLASSES.get(snapshot.nested[0].type_name()) == snapshot.component_class:
-            return f"{args[0]}[]"
-        return {"array": args[0], "component_class": snapshot.component_class}
-    if isinstance(snapshot, TtlSnapshot):
-        return f"TTL<{args[1]}>" if inline else {"ttl": args[1]}
-    if isinstance(snapshot, (ListSnapshot, SetSnapshot)):
-        name = "List" if isinstance(snapshot, ListSnapshot) else "Set"
-        return f"{name}<{args[0]}>" if inline else {name.lower(): args[0]}
-    if isinstance(snapshot, MapSnapshot):
-        return f"Map<{args[0]}, {args[1]}>" if inline else {"map": {"key": args[0], "value": args[1]}}
-    if isinstance(snapshot, TimerSnapshot):
-        return f"Timer<{args[0]}, {args[1]}>"
-    raise TypeNotationError(f"no notation for serializer snapshot {snapshot.class_name}")
-
-
-def _pojo_notation(snapshot: PojoSnapshot) -> dict[str, Any]:
-    fields, declaring = {}, {}
-    for field in snapshot.fields:
-        if field.snapshot is None:
-            raise TypeNotationError(f"POJO {snapshot.pojo_class}: field {field.name} has no serializer snapshot")
-        notation = to_notation(field.snapshot)
-        if field.primitive is not None and isinstance(notation, str) and notation in _PRIMITIVE_BY_TYPE:
-            notation = _PRIMITIVE_BY_TYPE[notation] if field.primitive else f"java.lang.{notation}"
-        fields[field.name] = notation
-        if field.declaring_class != snapshot.pojo_class:
-            declaring[field.name] = field.declaring_class
-    result: dict[str, Any] = {"pojo": snapshot.pojo_class, "fields": fields}
-    if declaring:
-        result["declaring_classes"] = declaring
-    for key, entries in (("subclasses", snapshot.registered_subclasses),
-                         ("nonregistered_subclasses", snapshot.nonregistered_subclasses)):
-        if not entries:
-            continue
-        if any(e.value is None or e.key is None for e in entries):
-            raise TypeNotationError(f"POJO {snapshot.pojo_class}: a subclass in {key} is no longer loadable")
-        result[key] = {e.name: to_notation(e.value) for e in entries}
-    return result
-
-
-def _avro_notation(snapshot: AvroSnapshot) -> dict[str, Any]:
-    schema: Any = json.loads(snapshot.schema_json)
-    if json.dumps(schema, separators=(",", ":"), ensure_ascii=False) != snapshot.schema_json:
-        schema = snapshot.schema_json  # keep Avro's exact text when JSON re-encoding would change it
-    return {"avro": snapshot.runtime_type or GENERIC_RECORD, "schema": schema}
-
-
-def _kryo_notation(snapshot: KryoSnapshot) -> dict[str, Any]:
-    result: dict[str, Any] = {"kryo": snapshot.type_class}
-    for key, entries in (("registrations", snapshot.registrations),
-                         ("default_serializers", snapshot.default_serializers),
-                         ("default_serializer_classes", snapshot.default_serializer_classes)):
-        if entries:
-            result[key] = {e.name: base64.b64encode(e.value or b"").decode() for e in entries}
-    return result
-
-
-def _table_notation(snapshot: TypeSerializerSnapshot) -> dict[str, Any]:
-    # The Table runtime's snapshots hold Java-serialized LogicalTypes, which this tool reads but cannot build from
-    # a type's text: the notation shows Flink SQL's type and carries the snapshot's exact bytes.
-    return {"table": snapshot.type_name(), "snapshot": base64.b64encode(registry.snapshot_bytes(snapshot)).decode()}
 
 
 def _table_form(notation: Mapping[str, Any]) -> TypeSerializerSnapshot:
@@ -532,5 +426,5 @@ def snapshot_from_bytes(data: bytes) -> TypeSerializerSnapshot:
     return registry.read_snapshot(Reader(data, 0, "<bytes>", 0))
 
 
-__all__ = ["Notation", "TypeNotationError", "simple_type_names", "snapshot_from_bytes", "to_notation",
-           "to_snapshot", "tuple_snapshot"]
+__all__ = ["JAVA_CLASSES", "PRIMITIVE_BY_TYPE", "Notation", "TypeNotationError", "simple_type_names",
+           "snapshot_from_bytes", "to_snapshot", "tuple_snapshot"]

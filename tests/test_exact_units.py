@@ -18,7 +18,8 @@ from flinkstate.migration.verify import canonical
 from flinkstate.serializers.kryo import KryoSnapshot, OpaqueValue
 from flinkstate.serializers.pojo import OptionalMapEntry, PojoSnapshot
 from flinkstate.serializers.primitives import simple
-from flinkstate.typenotation import to_notation, to_snapshot
+from flinkstate.snapshotnotation import to_notation
+from flinkstate.typenotation import to_snapshot
 
 
 def _pojo(fields: dict[str, str]) -> PojoSnapshot:

@@ -18,8 +18,6 @@ MAX_LINES = 500
 OVERSIZED = {
     # Java serialization of one class graph (CheckpointProperties), reader and writer side by side; 8 lines over.
     "flinkstate/format/checkpoint_properties.py",
-    # The manifest's type notation, grown by the RowData family being added.
-    "flinkstate/typenotation.py",
 }
 
 

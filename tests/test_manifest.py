@@ -13,7 +13,8 @@ from flinkstate.serializers.primitives import simple
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.row import RowSnapshot
 from flinkstate.serializers.tuple import TupleSnapshot
-from flinkstate.typenotation import TypeNotationError, simple_type_names, to_notation, to_snapshot
+from flinkstate.snapshotnotation import to_notation
+from flinkstate.typenotation import TypeNotationError, simple_type_names, to_snapshot
 
 V1 = """
 manifest_version: 1

@@ -34,7 +34,8 @@ from flinkstate.serializers.logicaltypes import LogicalType
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.rowdata import TABLE_SNAPSHOTS, RowDataSnapshot, StringDataSnapshot
 from flinkstate.serializers.times import Instant, LocalDate, LocalDateTime, LocalTime
-from flinkstate.typenotation import to_notation, to_snapshot
+from flinkstate.snapshotnotation import to_notation
+from flinkstate.typenotation import to_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 RESTORE = ROOT / "tests/corpus/savepoints/flink-table/flink-table-planner/src/test/resources/restore-tests"

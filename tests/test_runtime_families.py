@@ -35,7 +35,8 @@ from flinkstate.serializers.registry import read_snapshot, snapshot_bytes
 from flinkstate.serializers.rowdata import RawValueDataSnapshot
 from flinkstate.serializers.runtimelists import LinkedListSnapshot
 from flinkstate.serializers.ttl import TtlValue
-from flinkstate.typenotation import TypeNotationError, to_notation, to_snapshot
+from flinkstate.snapshotnotation import to_notation
+from flinkstate.typenotation import TypeNotationError, to_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 SERIALIZERS = ROOT / "tests" / "corpus" / "serializers"
