@@ -1,0 +1,333 @@
+"""The compiled fast path (flinkstate/_speedups) against its reference, the pure-Python codecs: differential tests on
+Flink-written bytes (the serializer corpus, the savepoint corpus) and on generated values and mutated bytes.
+
+The compiled decoders must return exactly the reference's values (types too: bool vs int, float bits, Decimal,
+time models) or fail, and every failure is reported by the reference: so a savepoint read with the compiled path on
+gives the same entries, or the same one-line error, as with ``FLINKSTATE_PURE_PYTHON=1``.
+
+No test here is skipped when the extension is missing: ``test_extension_is_built`` fails then (unless
+FLINKSTATE_PURE_PYTHON is set, which is how the pure-Python reference is run on purpose).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flinkstate import _speedups
+from flinkstate.binary import Reader
+from flinkstate.errors import FlinkStateError
+from flinkstate.format.keyed_stream import iter_raw_entries
+from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.registry import read_snapshot
+from tests.test_codec_roundtrip import CASES, FOLDERS, same
+
+pytestmark = pytest.mark.corpus
+
+SAVEPOINTS = Path(__file__).parent / "corpus" / "savepoints"
+SAVEPOINT_DIRS = (SAVEPOINTS / "dirs.txt").read_text(encoding="utf-8").split()
+COMPILED = _speedups.enabled()
+needs_compiled = pytest.mark.skipif(not COMPILED and _speedups.pure_python_requested(),
+                                    reason="FLINKSTATE_PURE_PYTHON is set: the reference alone is under test")
+
+#: Generated families whose bytes are mutated (each has a compiled node of its own).
+MUTATED = ["simple-String", "simple-Long", "simple-Char", "simple-Double", "pojo", "row-3", "row-7-kinds", "tuple3",
+           "list-long", "list-tuple2", "map-string-long", "map-long-row", "nullable-padded", "nullable-not-padded"]
+PROPERTY = settings(max_examples=60, derandomize=True, database=None, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def test_extension_is_built() -> None:
+    """CI builds the extension (pip install): it must import, unless the reference was asked for."""
+    if _speedups.pure_python_requested():
+        assert not _speedups.enabled()
+        return
+    assert _speedups.BUILD_ERROR is None, f"the compiled fast path did not build: {_speedups.BUILD_ERROR}"
+    assert _speedups.enabled()
+
+
+def test_pure_python_variable_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_speedups.PURE_PYTHON_VARIABLE, "1")
+    assert not _speedups.enabled()
+    assert _speedups.fast_codec(CASES["simple-Long"][0]) is None
+    monkeypatch.setenv(_speedups.PURE_PYTHON_VARIABLE, "0")
+    assert _speedups.enabled() == (_speedups.BUILD_ERROR is None)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Record codecs: compiled vs reference
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _outcome(action: Any) -> tuple[str, Any]:
+    try:
+        return "ok", action()
+    except Exception as exc:  # the outcome is compared, whatever it is
+        return "error", f"{type(exc).__name__}: {exc}"
+
+
+def _compiled(snapshot: TypeSerializerSnapshot) -> Any:
+    codec = _speedups.fast_codec(snapshot)
+    assert codec is not None
+    return codec
+
+
+def _check_codec(snapshot: TypeSerializerSnapshot, data: bytes, must_decode: bool) -> tuple[str, Any]:
+    """Decodes ``data`` with both; the compiled one may only fail where the reference fails (or, when
+    ``must_decode``, not at all), and when it decodes, its value and end are the reference's."""
+    reference = _outcome(lambda: snapshot.decoder()(data, 0))
+    compiled = _outcome(lambda: _compiled(snapshot)(data, 0))
+    if compiled[0] == "ok":
+        assert reference[0] == "ok", f"compiled decoded {compiled[1]!r} where the reference failed: {reference[1]}"
+        assert compiled[1][1] == reference[1][1], "ends differ"
+        assert same(compiled[1][0], reference[1][0]), f"{compiled[1][0]!r} != {reference[1][0]!r}"
+    elif must_decode:
+        assert reference[0] == "error", f"compiled failed ({compiled[1]}) where the reference decoded"
+    return compiled
+
+
+#: Families whose every node the compiled path decodes itself (no call back into Python): the fast path is real.
+NATIVE = ("long-serializer", "int-serializer", "short-serializer", "byte-serializer", "boolean-serializer",
+          "double-serializer", "float-serializer", "char-serializer", "string-serializer", "long-value-serializer",
+          "boolean-value-serializer", "char-value-serializer", "null-value-serializer", "list-serializer",
+          "map-serializer", "nullable-not-padded-serializer", "nullable-padded-serializer", "row-serializer",
+          "tuple-serializer", "pojo-serializer-with-modified-schema", "void-namespace-serializer",
+          "global-window-serializer")
+
+
+def _python_nodes(spec: tuple[Any, ...]) -> int:
+    """How many nodes of a spec call back into a Python decoder."""
+    if spec[0] == _speedups.K_PY:
+        return 1
+    total = 0
+    for item in spec[1:]:
+        if isinstance(item, tuple) and item and isinstance(item[0], int):  # one nested spec
+            total += _python_nodes(item)
+        elif isinstance(item, tuple):  # children (or POJO field names, which are no specs)
+            total += sum(_python_nodes(child) for child in item if isinstance(child, tuple))
+    return total
+
+
+@needs_compiled
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_flink_serializer_corpus(folder: Path) -> None:
+    """Every record Flink's upgrade tests wrote: the compiled decoder gives the reference's value and end."""
+    snapshot = read_snapshot(Reader((folder / "serializer-snapshot").read_bytes()), top_level=True)
+    data = (folder / "test-data").read_bytes() + b"\xa5trailing"
+    reference_codec = _outcome(snapshot.decoder)
+    spec = _outcome(lambda: _speedups.codec_spec(snapshot))
+    if reference_codec[0] == "error":  # e.g. a POJO ending in a Kryo field: refused alike, with the same error
+        assert spec == reference_codec
+        return
+    assert spec[0] == "ok"
+    _check_codec(snapshot, data, must_decode=True)
+    if folder.name.rsplit("-", 1)[0] in NATIVE:
+        assert _python_nodes(spec[1]) == 0, f"{folder.name}: {spec[1]!r}"
+
+
+def test_native_families_are_in_the_corpus() -> None:
+    assert set(NATIVE) <= {f.name.rsplit("-", 1)[0] for f in FOLDERS}
+
+
+@needs_compiled
+@pytest.mark.parametrize("case", sorted(CASES))
+@PROPERTY
+@given(data=st.data())
+def test_generated_values(case: str, data: st.DataObject) -> None:
+    """Values of every family (test_codec_roundtrip's generators), written by the reference encoder: decoded alike."""
+    snapshot, strategy = CASES[case]
+    if snapshot.needs_end:
+        return  # decoded only as whole stored values, by the reference (fast_entry_decoder declines them)
+    encoded = snapshot.encode(data.draw(strategy))
+    _check_codec(snapshot, encoded + data.draw(st.binary(max_size=3)), must_decode=True)
+
+
+@needs_compiled
+@pytest.mark.parametrize("case", MUTATED)
+@PROPERTY
+@given(data=st.data())
+def test_mutated_bytes_never_decode_differently(case: str, data: st.DataObject) -> None:
+    """Garbage and near-miss bytes: whatever the compiled decoder accepts, the reference decodes to the same."""
+    snapshot, strategy = CASES[case]
+    encoded = bytearray(snapshot.encode(data.draw(strategy)))
+    if encoded:
+        for _ in range(data.draw(st.integers(1, 3))):
+            encoded[data.draw(st.integers(0, len(encoded) - 1))] = data.draw(st.integers(0, 255))
+    _check_codec(snapshot, bytes(encoded[:data.draw(st.integers(0, len(encoded)))]), must_decode=False)
+
+
+def test_mutation_cases_exist() -> None:
+    assert set(MUTATED) <= set(CASES)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Savepoints: entries, raw entries and errors, compiled vs reference
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def read_everything(path: Path) -> list[tuple[str, Any]]:
+    """Every keyed state of every stream, decoded block by block, and every block's raw entries: values, or the
+    one-line error the read ended with."""
+    found: list[tuple[str, Any]] = []
+    try:
+        sp = Savepoint.open(path)
+        operators = sp.operators
+    except FlinkStateError as exc:
+        return [("open", str(exc))]
+    for op in operators:
+        try:
+            streams = sp.keyed_streams(op)
+        except FlinkStateError as exc:
+            found.append((op.operator_id, str(exc)))
+            continue
+        for index, stream in streams:
+            where = f"{op.operator_id}/{index}"
+            try:
+                names = [s.name for s in stream.header().states]
+            except FlinkStateError as exc:
+                found.append((where, str(exc)))
+                continue
+            for name in names:
+                found.append((f"{where}/{name}", _outcome(lambda n=name, s=stream: list(s.iter_blocks(n)))))
+            if stream.heap_format:
+                continue
+            for key_group, start, end in stream.blocks:
+                def raw(kg: int = key_group, s: int = start, e: int = end, st: Any = stream, n: int = len(names)
+                        ) -> Any:
+                    block = st.read_block(kg, s, e)
+                    return list(iter_raw_entries(block, n)), list(st.raw_entries(block, kg, s))
+                found.append((f"{where}/raw/{key_group}", _outcome(raw)))
+    return found
+
+
+def _both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    compiled = read_everything(path)
+    with monkeypatch.context() as patch:
+        patch.setenv(_speedups.PURE_PYTHON_VARIABLE, "1")
+        reference = read_everything(path)
+    return compiled, reference
+
+
+def _assert_same_reading(compiled: list[tuple[str, Any]], reference: list[tuple[str, Any]]) -> None:
+    assert [where for where, _ in compiled] == [where for where, _ in reference]
+    for (where, got), (_, expected) in zip(compiled, reference, strict=True):
+        assert same(got, expected), f"{where}: {str(got)[:300]} != {str(expected)[:300]}"
+
+
+@needs_compiled
+@pytest.mark.parametrize("path", SAVEPOINT_DIRS, ids=lambda p: p.split("resources/")[-1])
+def test_flink_savepoint_corpus(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flink's own test savepoints, every keyed state: the same entries (or the same refusal) both ways, and the
+    compiled one-pass block walk really used for every block the reference reads."""
+    compiled, reference = _both(SAVEPOINTS / path, monkeypatch)
+    _assert_same_reading(compiled, reference)
+    if compiled and compiled[0][0] == "open":
+        return
+    sp = Savepoint.open(SAVEPOINTS / path)
+    for op in sp.operators:
+        streams = _outcome(lambda o=op: sp.keyed_streams(o))
+        for _, stream in streams[1] if streams[0] == "ok" else []:
+            if _outcome(stream.header)[0] == "error" or stream.heap_format:
+                continue
+            _assert_compiled_walk(stream)
+
+
+def _assert_compiled_walk(stream: Any) -> None:
+    from flinkstate.format.keyed_entries import make_entry_decoder
+
+    header = stream.header()
+    for index, state in enumerate(header.states):
+        layout = _outcome(lambda s=state: stream._key_layout(header, s))
+        decoder = _outcome(lambda s=state, lay=layout: make_entry_decoder(s, lay[1]))
+        if layout[0] == "error" or decoder[0] == "error" or not _speedups.is_compiled(decoder[1]):
+            continue
+        for key_group, start, end in stream.blocks:
+            data = stream.read_block(key_group, start, end)
+            if _outcome(lambda d=data, kg=key_group, i=index, dec=decoder[1]: stream._scan_block(
+                    d, kg, i, dec, [], len(header.states)))[0] == "ok":
+                assert _speedups.scan_compiled(decoder[1], data, key_group, index, len(header.states),
+                                               stream.prefix_bytes) is not None, f"{state.name} {key_group}"
+
+
+_T = "flink-tests/src/test/resources/"
+#: Savepoints to corrupt: keyed state in files (HashMap, RocksDB, snappy-compressed) and inline in _metadata (POJO,
+#: RowData with windows).
+CANONICAL = [_T + "new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint",
+             _T + "new-stateful-udf-migration-itcase-flink1.19-rocksdb-savepoint",
+             _T + "new-stateful-udf-migration-itcase-flink1.8-rocksdb-savepoint",
+             _T + "operatorstate/complexKeyed-flink2.3",
+             "flink-table/flink-table-planner/src/test/resources/restore-tests/stream-exec-window-join_1/"
+             "window-join-anti-tumble-event-time/savepoint"]
+
+
+@needs_compiled
+@pytest.mark.parametrize("path", CANONICAL, ids=lambda p: p.split("resources/")[-1])
+@settings(max_examples=15, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_corrupted_savepoints_fail_alike(path: str, data: st.DataObject, tmp_path_factory: pytest.TempPathFactory,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A byte of a keyed-state file changed: the same entries, or the same error naming file and offset."""
+    copy = tmp_path_factory.mktemp("corrupt") / "savepoint"
+    shutil.copytree(SAVEPOINTS / path, copy)
+    files = sorted(p for p in copy.iterdir() if p.name != "_metadata") or [copy / "_metadata"]
+    target = data.draw(st.sampled_from(files))
+    raw = bytearray(target.read_bytes())
+    for _ in range(data.draw(st.integers(1, 2))):
+        raw[data.draw(st.integers(len(raw) // 4, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    target.write_bytes(bytes(raw))
+    compiled, reference = _both(copy, monkeypatch)
+    _assert_same_reading(_relocated(compiled, copy), _relocated(reference, copy))
+
+
+def _relocated(found: list[tuple[str, Any]], copy: Path) -> list[tuple[str, Any]]:
+    return [(where, str(value).replace(str(copy), "<copy>")) for where, value in found]
+
+
+def test_corrupted_savepoints_are_vendored() -> None:
+    assert set(CANONICAL) <= set(SAVEPOINT_DIRS)
+
+
+def test_environment_reports_reference_runs() -> None:
+    """The variable is read when decoders are built, not at import: one process can run both (the benches do)."""
+    before = os.environ.get(_speedups.PURE_PYTHON_VARIABLE)
+    try:
+        os.environ[_speedups.PURE_PYTHON_VARIABLE] = "1"
+        assert not _speedups.enabled()
+    finally:
+        if before is None:
+            del os.environ[_speedups.PURE_PYTHON_VARIABLE]
+        else:
+            os.environ[_speedups.PURE_PYTHON_VARIABLE] = before
+
+
+@needs_compiled
+@pytest.mark.parametrize(("where", "byte", "message"),
+                         [(5, 0x7F, "bad key length"), (1, 0x05, "state id 5 in a key-group block")])
+def test_a_broken_block_is_reported_by_the_reference(where: int, byte: int, message: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block whose first entry is broken: the compiled walk refuses it, and the error is the reference's one line
+    naming the file, the operator, the key group and the offset."""
+    copy = tmp_path / "savepoint"
+    shutil.copytree(SAVEPOINTS / CANONICAL[0], copy)
+    sp = Savepoint.open(copy)
+    stream = next(stream for op in sp.operators for _, stream in sp.keyed_streams(op) if stream.blocks)
+    _, start, _ = stream.blocks[0]
+    assert stream.source.name is not None and not stream.header().compressed
+    path = copy / stream.source.name
+    raw = bytearray(path.read_bytes())
+    raw[start + where] = byte
+    path.write_bytes(bytes(raw))
+    compiled, reference = _both(copy, monkeypatch)
+    _assert_same_reading(compiled, reference)
+    errors = [value[1] for _, value in compiled if value[0] == "error"]
+    assert errors and all(message in error and "\n" not in error for error in errors), errors
+    # the decoding reader's error (the raw walk of iter_raw_entries alone knows no file) locates it fully
+    assert any(str(copy) in error and "key group" in error and "state " in error for error in errors), errors
