@@ -7,11 +7,14 @@ per stream has something to split):
    (``MigrationJob.run``, what ``flinkstate migrate`` runs);
 3. the same job as the Spark job ``spark_jobs/migrate_state.py`` on local[1] and local[2]: end to end (spark-submit,
    JVM and Spark session start included) and in the job (the report's migrate + verify seconds, without JVM start);
-   its output must be byte for byte the single-process one;
+   its output must be byte for byte the single-process one. The job splits every keyed stream by key-group ranges
+   (three units per core), so a parallelism-1 savepoint scales too: the scaling local[1] / local[2] in the job is
+   printed against its goal (1.8x). Each Spark figure is the best of ``--runs`` runs (the machine may be shared:
+   the load average is printed with each);
 4. Flink's own restore-time migration of the same savepoint by v2 on HashMap, at the savepoint's parallelism, timed
    from submit to the first completed checkpoint (which is when the migrated state is durable again).
 
-    .venv/bin/python bench/bench_migrate.py [--keys 200000]
+    .venv/bin/python bench/bench_migrate.py [--keys 200000] [--runs 3] [--parallelism 1,2] [--no-flink]
 
 Figures are printed, not asserted.
 """
@@ -41,6 +44,8 @@ from tests.support import sample_job  # noqa: E402
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 SPARK_MASTERS = ("local[1]", "local[2]")
+#: The issue's goal for local[2] against local[1] in the job.
+SPARK_SCALING_GOAL = 1.8
 
 
 def v2_manifest(savepoint: Path, directory: Path, label_default: str | None = None) -> Path:
@@ -95,7 +100,31 @@ def flink_restore_seconds(cluster: LocalFlinkCluster, savepoint: Path, keys: int
         client.cancel(run.job_id)
 
 
-def bench_savepoint(cluster: LocalFlinkCluster, savepoint: Path, keys: int, parallelism: int) -> None:
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def best_spark_run(master: str, savepoint: Path, manifest: Path, directory: Path, runs: int
+                   ) -> tuple[float, dict[str, float], Path, list[str]]:
+    """The best of ``runs`` spark-submits (by in-job seconds): wall seconds, the report's seconds, the output of
+    that run, and one note per run with the load average before it."""
+    best: tuple[float, dict[str, float], Path] | None = None
+    notes = []
+    for run in range(runs):
+        output = directory / f"spark-{master.removeprefix('local[').rstrip(']')}-{run}"
+        load = load_average()
+        wall = spark_submit("migrate_state.py", master, savepoint, "--schema", manifest, "--output", output)
+        seconds = json.loads((Path(f"{output}.report") / "report.json").read_text())["seconds"]
+        notes.append(f"Spark {master} run {run + 1}: migrate {seconds['migrate']:.2f} s + verify "
+                     f"{seconds['verify']:.2f} s, end to end {wall:.1f} s (load average before: {load})")
+        if best is None or seconds["migrate"] + seconds["verify"] < best[1]["migrate"] + best[1]["verify"]:
+            best = (wall, seconds, output)
+    assert best is not None
+    return (*best, notes)
+
+
+def bench_savepoint(cluster: LocalFlinkCluster | None, savepoint: Path, keys: int, parallelism: int,
+                    runs: int = 3) -> None:
     copy_seconds = copy_time(savepoint)
     rows: list[tuple[str, float]] = [("cp -r (floor)", copy_seconds)]
     notes: list[str] = []
@@ -106,25 +135,31 @@ def bench_savepoint(cluster: LocalFlinkCluster, savepoint: Path, keys: int, para
         report = MigrationJob(str(savepoint), str(manifest), str(single)).run()
         rows.append(("flinkstate migrate (1 process, incl. verify)", time.perf_counter() - start))
         notes.append(f"1 process: migrate {report.seconds['migrate']:.2f} s + verify {report.seconds['verify']:.2f} s")
-        for index, master in enumerate(SPARK_MASTERS):
-            output = Path(tmp) / f"spark-{index}"
-            wall = spark_submit("migrate_state.py", master, savepoint, "--schema", manifest, "--output", output)
-            seconds = json.loads((Path(f"{output}.report") / "report.json").read_text())["seconds"]
-            rows.append((f"Spark {master}, spark-submit end to end", wall))
-            rows.append((f"Spark {master}, in the job (migrate + verify)", seconds["migrate"] + seconds["verify"]))
-            notes.append(f"Spark {master}: migrate {seconds['migrate']:.2f} s + verify {seconds['verify']:.2f} s; "
-                         f"JVM and session start {wall - seconds['migrate'] - seconds['verify']:.1f} s; "
-                         f"same bytes as 1 process: {'yes' if same_files(single, output) else 'NO'}")
-    flink = flink_restore_seconds(cluster, savepoint, keys, parallelism)
-    rows.append((f"Flink v2 restore to 1st checkpoint (HashMap, p{parallelism})", flink))
+        in_job: dict[str, float] = {}
+        for master in SPARK_MASTERS:
+            wall, timings, output, run_notes = best_spark_run(master, savepoint, manifest, Path(tmp), runs)
+            in_job[master] = timings["migrate"] + timings["verify"]
+            rows.append((f"Spark {master}, spark-submit end to end (best of {runs})", wall))
+            rows.append((f"Spark {master}, in the job (migrate + verify)", in_job[master]))
+            notes += run_notes
+            notes.append(f"Spark {master} best: migrate {timings['migrate']:.2f} s + verify {timings['verify']:.2f} "
+                         f"s; JVM and session start {wall - in_job[master]:.1f} s; same bytes as 1 process: "
+                         f"{'yes' if same_files(single, output) else 'NO'}")
+        scaling = in_job["local[1]"] / in_job["local[2]"]
+        notes.append(f"Spark scaling local[1] / local[2] in the job: {scaling:.2f}x (goal >= {SPARK_SCALING_GOAL}x: "
+                     f"{'met' if scaling >= SPARK_SCALING_GOAL else 'NOT met'}; {os.cpu_count()} cores, load average "
+                     f"now {load_average()})")
+    flink = flink_restore_seconds(cluster, savepoint, keys, parallelism) if cluster is not None else None
+    if flink is not None:
+        rows.append((f"Flink v2 restore to 1st checkpoint (HashMap, p{parallelism})", flink))
 
     entries = sum(c.read for states in report.counts.values() for c in states.values())
     print(f"\nsavepoint {savepoint.name} (keyed operator parallelism {parallelism}): {entries:,} keyed entries, "
           f"{directory_bytes(savepoint) / 1e6:.1f} MB")
-    print(f"{'':<50}{'seconds':>9}{'entries/s':>13}{'x cp -r':>9}{'x Flink':>9}")
+    print(f"{'':<58}{'seconds':>9}{'entries/s':>13}{'x cp -r':>9}{'x Flink':>9}")
     for label, seconds in rows:
-        print(f"{label:<50}{seconds:>9.2f}{entries / seconds:>13,.0f}{seconds / copy_seconds:>9.1f}"
-              f"{seconds / flink:>9.2f}")
+        versus_flink = f"{seconds / flink:>9.2f}" if flink is not None else f"{'-':>9}"
+        print(f"{label:<58}{seconds:>9.2f}{entries / seconds:>13,.0f}{seconds / copy_seconds:>9.1f}{versus_flink}")
     for note in notes:
         print(f"  {note}")
 
@@ -132,12 +167,23 @@ def bench_savepoint(cluster: LocalFlinkCluster, savepoint: Path, keys: int, para
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=3, help="Spark runs per master; the best is shown (default 3)")
+    parser.add_argument("--parallelism", default="1,2", help="the savepoints' keyed parallelisms (default 1,2)")
+    parser.add_argument("--no-flink", action="store_true",
+                        help="leave out Flink's restore (no Flink cluster is started if the savepoints are cached)")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
+    parallelisms = [int(p) for p in args.parallelism.split(",")]
+    if args.no_flink and all((WORK / f"savepoint-hashmap-{args.keys}{'' if p == 1 else f'-p{p}'}" / "_metadata")
+                             .exists() for p in parallelisms):
+        for parallelism in parallelisms:
+            suffix = "" if parallelism == 1 else f"-p{parallelism}"
+            bench_savepoint(None, WORK / f"savepoint-hashmap-{args.keys}{suffix}", args.keys, parallelism, args.runs)
+        return 0
     with LocalFlinkCluster(WORK / "cluster", slots=2) as cluster:
-        for parallelism in (1, 2):
+        for parallelism in parallelisms:
             savepoint = write_savepoint(cluster, args.keys, "hashmap", parallelism)
-            bench_savepoint(cluster, savepoint, args.keys, parallelism)
+            bench_savepoint(None if args.no_flink else cluster, savepoint, args.keys, parallelism, args.runs)
     return 0
 
 
