@@ -40,7 +40,12 @@ PURE_PYTHON_VARIABLE = "FLINKSTATE_PURE_PYTHON"
 
 # Spec kinds: keep in sync with _cdecode.c.
 K_LONG, K_INT, K_SHORT, K_BYTE, K_BOOL, K_FLOAT, K_DOUBLE, K_CHAR = range(8)
-K_STRING, K_CONST, K_POJO, K_TUPLE, K_ROW, K_LIST, K_MAP, K_NULLABLE, K_PY = range(8, 17)
+K_STRING, K_CONST, K_POJO, K_TUPLE, K_ROW, K_LIST, K_MAP, K_NULLABLE, K_PY, K_BROW = range(8, 18)
+# BinaryRowData slots (K_BROW)
+S_NULL, S_BOOL, S_I8, S_I16, S_I32, S_I64, S_F32, S_F64, S_TEXT, S_BYTES, S_PY = range(11)
+_SLOTS = {"BOOLEAN": S_BOOL, "TINYINT": S_I8, "SMALLINT": S_I16, "INTEGER": S_I32, "INTERVAL_YEAR_MONTH": S_I32,
+          "BIGINT": S_I64, "INTERVAL_DAY_TIME": S_I64, "FLOAT": S_F32, "DOUBLE": S_F64, "CHAR": S_TEXT,
+          "VARCHAR": S_TEXT, "BINARY": S_BYTES, "VARBINARY": S_BYTES, "NULL": S_NULL}
 E_VALUE, E_LIST, E_MAP, E_TIMER = range(4)
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
@@ -100,7 +105,24 @@ def codec_spec(snapshot: TypeSerializerSnapshot) -> tuple[Any, ...]:
     elif kind is NullableSnapshot:
         assert isinstance(snapshot, NullableSnapshot)
         return (K_NULLABLE, codec_spec(snapshot.nested[0]), int(snapshot.null_padding))
+    elif kind.__name__ == "RowDataSnapshot":
+        return _binary_row_spec(snapshot, reference)
     return (K_PY, reference)
+
+
+def _binary_row_spec(snapshot: Any, reference: Callable[[bytes, int], tuple[Any, int]]) -> tuple[Any, ...]:
+    """A RowData record: common slots decoded in C, the others by the reference's own slot readers."""
+    from flinkstate.serializers import binaryrow
+
+    fields: list[tuple[int, int, Any]] = []
+    for t in snapshot.types:
+        root = binaryrow.source(t).root
+        reservation = binaryrow._reservation(t)  # the reference rule itself, not a copy
+        if root in _SLOTS:
+            fields.append((_SLOTS[root], reservation, None))
+        else:
+            fields.append((S_PY, reservation, binaryrow.slot_codec(t, 8)[0]))
+    return (K_BROW, tuple(fields), reference)
 
 
 def fast_codec(snapshot: TypeSerializerSnapshot) -> Callable[[bytes, int], tuple[Any, int]] | None:

@@ -21,8 +21,12 @@
 enum {
     K_LONG = 0, K_INT = 1, K_SHORT = 2, K_BYTE = 3, K_BOOL = 4, K_FLOAT = 5, K_DOUBLE = 6, K_CHAR = 7,
     K_STRING = 8, K_CONST = 9, K_POJO = 10, K_TUPLE = 11, K_ROW = 12, K_LIST = 13, K_MAP = 14, K_NULLABLE = 15,
-    K_PY = 16
+    K_PY = 16, K_BROW = 17
 };
+
+/* BinaryRowData slot kinds (K_BROW). */
+enum { S_NULL = 0, S_BOOL = 1, S_I8 = 2, S_I16 = 3, S_I32 = 4, S_I64 = 5, S_F32 = 6, S_F64 = 7, S_TEXT = 8,
+       S_BYTES = 9, S_PY = 10 };
 
 /* Entry kinds. */
 enum { E_VALUE = 0, E_LIST = 1, E_MAP = 2, E_TIMER = 3 };
@@ -36,6 +40,9 @@ typedef struct Node {
     PyObject *obj;         /* POJO: names tuple; CONST: the value; PY: the decoder; */
     PyObject *fallback;    /* POJO/ROW: the reference decoder, for subclasses and row kinds */
     Py_ssize_t param;      /* CONST: bytes consumed; ROW: with_kind; NULLABLE: padding */
+    int *slots;            /* K_BROW: per field, slot kind; reservations in `reserve` */
+    int *reserve;
+    PyObject **readers;    /* K_BROW: per field, the reference slot reader for S_PY (borrowed from obj) */
 } Node;
 
 typedef struct {
@@ -48,6 +55,9 @@ static void node_free(Node *node) {
     if (node == NULL) return;
     for (Py_ssize_t i = 0; i < node->n; i++) node_free(node->children[i]);
     PyMem_Free(node->children);
+    PyMem_Free(node->slots);
+    PyMem_Free(node->reserve);
+    PyMem_Free(node->readers);
     Py_XDECREF(node->obj);
     Py_XDECREF(node->fallback);
     PyMem_Free(node);
@@ -151,6 +161,33 @@ static Node *node_compile(PyObject *spec) {
     case K_PY:  /* (K_PY, decoder) */
         NEED(2);
         node->obj = Py_NewRef(ARG(1));
+        break;
+    case K_BROW:  /* (K_BROW, ((slot kind, reservation, reader or None), ...), fallback) */
+        NEED(3);
+        if (!PyTuple_Check(ARG(1))) { PyErr_SetString(PyExc_TypeError, "BinaryRowData fields: a tuple"); goto fail; }
+        node->obj = Py_NewRef(ARG(1));
+        node->fallback = Py_NewRef(ARG(2));
+        node->param = PyTuple_GET_SIZE(ARG(1));
+        node->slots = PyMem_Calloc(node->param + 1, sizeof(int));
+        node->reserve = PyMem_Calloc(node->param + 1, sizeof(int));
+        node->readers = PyMem_Calloc(node->param + 1, sizeof(PyObject *));
+        if (node->slots == NULL || node->reserve == NULL || node->readers == NULL) { PyErr_NoMemory(); goto fail; }
+        for (Py_ssize_t i = 0; i < node->param; i++) {
+            PyObject *field = PyTuple_GET_ITEM(ARG(1), i);
+            if (!PyTuple_Check(field) || PyTuple_GET_SIZE(field) != 3) {
+                PyErr_SetString(PyExc_TypeError, "a BinaryRowData field is (kind, reservation, reader)");
+                goto fail;
+            }
+            node->slots[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(field, 0));
+            node->reserve[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(field, 1));
+            if (PyErr_Occurred()) goto fail;
+            node->readers[i] = PyTuple_GET_ITEM(field, 2);
+            if (node->slots[i] < S_NULL || node->slots[i] > S_PY ||
+                (node->slots[i] == S_PY && !PyCallable_Check(node->readers[i]))) {
+                PyErr_SetString(PyExc_ValueError, "bad BinaryRowData slot kind");
+                goto fail;
+            }
+        }
         break;
     default:
         PyErr_Format(PyExc_ValueError, "unknown spec kind %ld", kind);
@@ -259,6 +296,105 @@ static PyObject *call_py(PyObject *decoder, Ctx *ctx, Py_ssize_t *off) {
 }
 
 static PyObject *decode_node(Node *node, Ctx *ctx, Py_ssize_t *off);
+
+static inline uint64_t le64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if PY_BIG_ENDIAN
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+/* b[start:start + length] of a row's bytes, clamped as Python slicing clamps. */
+static void clamp(Py_ssize_t size, Py_ssize_t *start, Py_ssize_t *length) {
+    if (*start > size) *start = size;
+    if (*length > size - *start) *length = size - *start;
+}
+
+/* The Table runtime's RowDataSerializer record: i32 size (big-endian), then a BinaryRowData (little-endian slots).
+ * The reference (binaryrow.row_codec) is followed slot by slot; a RowKind other than INSERT or a reserved var-part
+ * slot of a null field makes a RowDataValue, which the reference builds. */
+static PyObject *decode_binary_row(Node *node, Ctx *ctx, Py_ssize_t *off) {
+    Py_ssize_t o = *off;
+    NEED_BYTES(ctx, o, 4);
+    int32_t size = (int32_t)be32(ctx->p + o);
+    if (size < 0 || size > ctx->size - o - 4) return short_read(o);
+    const unsigned char *b = ctx->p + o + 4;
+    Py_ssize_t arity = node->param;
+    Py_ssize_t header = ((arity + 63 + 8) / 64) * 8;
+    if (size < header + 8 * arity) return short_read(o);
+    if (b[0]) return call_py(node->fallback, ctx, off);  /* a RowKind */
+    PyObject *rowbytes = NULL;  /* the row's own bytes, made once for the reference's slot readers */
+    PyObject *result = PyTuple_New(arity);
+    if (result == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < arity; i++) {
+        Py_ssize_t slot = header + 8 * i;
+        const unsigned char *q = b + slot;
+        int kind = node->slots[i];
+        PyObject *value;
+        if ((b[(i + 8) >> 3] & (1 << ((i + 8) & 7))) || kind == S_NULL) {
+            if (node->reserve[i] && le64(q) != 0) {  /* reserved var-part space: a RowDataValue */
+                Py_DECREF(result);
+                Py_XDECREF(rowbytes);
+                return call_py(node->fallback, ctx, off);
+            }
+            value = Py_NewRef(Py_None);
+        } else {
+            switch (kind) {
+            case S_BOOL: value = Py_NewRef(q[0] ? Py_True : Py_False); break;
+            case S_I8: value = PyLong_FromLong((long)(int8_t)q[0]); break;
+            case S_I16: value = PyLong_FromLong((long)(int16_t)((uint16_t)q[0] | ((uint16_t)q[1] << 8))); break;
+            case S_I32: value = PyLong_FromLong((long)(int32_t)((uint32_t)le64(q))); break;
+            case S_I64: value = PyLong_FromLongLong((long long)(int64_t)le64(q)); break;
+            case S_F32: {
+                double v = PyFloat_Unpack4((const char *)q, 1);
+                value = (v == -1.0 && PyErr_Occurred()) ? NULL : PyFloat_FromDouble(v);
+                break;
+            }
+            case S_F64: {
+                double v = PyFloat_Unpack8((const char *)q, 1);
+                value = (v == -1.0 && PyErr_Occurred()) ? NULL : PyFloat_FromDouble(v);
+                break;
+            }
+            case S_TEXT: case S_BYTES: {
+                int64_t v = (int64_t)le64(q);
+                Py_ssize_t start, length;
+                if (v < 0) {  /* the mark bit: at most 7 bytes in the slot itself */
+                    start = slot;
+                    length = (Py_ssize_t)((v >> 56) & 0x7F);
+                } else {
+                    start = (Py_ssize_t)(v >> 32);
+                    length = (Py_ssize_t)(v & 0xFFFFFFFF);
+                }
+                clamp(size, &start, &length);
+                value = kind == S_TEXT ? PyUnicode_DecodeUTF8((const char *)b + start, length, "surrogateescape")
+                                       : PyBytes_FromStringAndSize((const char *)b + start, length);
+                break;
+            }
+            default: {  /* S_PY: the reference's slot reader, on the row's own bytes */
+                if (rowbytes == NULL) {
+                    rowbytes = PyBytes_FromStringAndSize((const char *)b, size);
+                    if (rowbytes == NULL) {
+                        Py_DECREF(result);
+                        return NULL;
+                    }
+                }
+                value = PyObject_CallFunction(node->readers[i], "Oin", rowbytes, 0, slot);
+            }
+            }
+            if (value == NULL) {
+                Py_DECREF(result);
+                Py_XDECREF(rowbytes);
+                return NULL;
+            }
+        }
+        PyTuple_SET_ITEM(result, i, value);
+    }
+    Py_XDECREF(rowbytes);
+    *off = o + 4 + size;
+    return result;
+}
 
 static PyObject *decode_node(Node *node, Ctx *ctx, Py_ssize_t *off) {
     Py_ssize_t o = *off;
@@ -463,6 +599,8 @@ static PyObject *decode_node(Node *node, Ctx *ctx, Py_ssize_t *off) {
         return decode_node(node->children[0], ctx, off);
     case K_PY:
         return call_py(node->obj, ctx, off);
+    case K_BROW:
+        return decode_binary_row(node, ctx, off);
     }
     PyErr_SetString(DecodeError, "bad node");
     return NULL;
