@@ -58,6 +58,13 @@ from flinkstate.serializers.scala import (
     ScalaTrySnapshot,
     TraversableSnapshot,
 )
+from flinkstate.serializers.streaming import (
+    BufferEntrySnapshot,
+    StreamElement,
+    StreamElementSnapshot,
+    TwoPhaseCommitStateSnapshot,
+    UnionSnapshot,
+)
 from flinkstate.serializers.timer import Timer, TimerSnapshot
 from flinkstate.serializers.times import (
     INSTANT_MAX_SECONDS,
@@ -191,6 +198,16 @@ EXPECTED: dict[str, Any] = {
     "traversable-serializer-set": [2, 3, 4],
     "traversable-serializer-with-case-class": [(0, "Apache"), (1, "Flink")],
     "traversable-serializer-with-pojo": [{"count": 0, "name": "Apache"}, {"count": 1, "name": "Flink"}],
+    # The streaming runtime's upgrade tests
+    "stream-element-serializer": StreamElement(record="key", timestamp=123456),
+    "union-serializer-one": {"one": "flink"}, "union-serializer-two": {"two": 23456},
+    "buffer-entry-serializer": {"element": "hello", "joined": False},
+    "two-phase-commit-sink-state-serializer": {"pending": {"handle": 12, "start_time": 1523467890},
+                                               "pending_commits": [{"handle": 123, "start_time": 1567234890}],
+                                               "context": "flink"},
+    # WritableSerializerUpgradeTest: WritableName("flink"), whose write() is out.writeUTF
+    "writeable-serializer": OpaqueValue("Writable<org.apache.flink.api.java.typeutils.runtime."
+                                        "WritableSerializerUpgradeTest$WritableName>", b"\x00\x05flink"),
 }
 
 
@@ -200,7 +217,7 @@ def _family(folder: Path) -> str:
 
 def test_corpus_is_vendored() -> None:
     # The families flinkstate reads, each in every Flink version of the corpus (1.11 .. 2.3).
-    assert len(FOLDERS) == 1101
+    assert len(FOLDERS) == 1181
     families = {_family(f) for f in FOLDERS}
     assert set(EXPECTED) <= families
     assert {f.name for f in FOLDERS if _family(f) == "instant-serializer"} == set()  # Flink has no such test
@@ -504,6 +521,45 @@ def _runtime_family_cases(long_: TypeSerializerSnapshot, string: TypeSerializerS
         "list-of-java": (ListSnapshot(ListSnapshot.CLASS_NAMES[0], [java]),
                          st.lists(_ints(32).map(_java_integer), max_size=4)),
         **_scala_cases(long_, string),
+        **_streaming_cases(long_, string),
+    }
+
+
+def _streaming_cases(long_: TypeSerializerSnapshot, string: TypeSerializerSnapshot
+                     ) -> dict[str, tuple[TypeSerializerSnapshot, st.SearchStrategy[Any]]]:
+    def element(**fields: Any) -> StreamElement:
+        return StreamElement(fields)
+
+    elements = st.one_of(
+        st.builds(lambda v, t: element(record=v, timestamp=t), _nullable(JAVA_STRINGS), _ints(64)),
+        st.builds(lambda v: element(record=v), _nullable(JAVA_STRINGS)),
+        st.builds(lambda t: element(watermark=t), _ints(64)),
+        st.builds(lambda t, i: element(watermark=t, subpartition=i), _ints(64), _ints(32)),
+        st.builds(lambda s: element(watermark_status=s), _ints(32)),
+        st.builds(lambda m, lo, hi, i: element(latency_marker={"marked_time": m, "operator_id": [lo, hi],
+                                                              "subtask": i}), _ints(64), _ints(64), _ints(64),
+                  _ints(32)),
+        st.builds(lambda b: element(record_attributes={"backlog": b}), st.booleans()))
+    def ordered(*keys: str) -> Any:  # dicts compare with their key order: the decoded one
+        return lambda d: {k: d[k] for k in keys}
+
+    holders = st.fixed_dictionaries({"handle": _ints(64), "start_time": _ints(64)}).map(
+        ordered("handle", "start_time"))
+    two_phase = TwoPhaseCommitStateSnapshot.CLASS_NAMES[1]
+    states = st.fixed_dictionaries({"pending": _nullable(holders), "pending_commits": st.lists(holders, max_size=3),
+                                    "context": _nullable(JAVA_STRINGS)}).map(
+        ordered("pending", "pending_commits", "context"))
+    return {
+        "stream-element": (StreamElementSnapshot(StreamElementSnapshot.CLASS_NAMES[0], [string]), elements),
+        "tagged-union": (UnionSnapshot(UnionSnapshot.CLASS_NAMES[0], [string, long_]),
+                         st.one_of(st.builds(lambda v: {"one": v}, _nullable(JAVA_STRINGS)),
+                                   st.builds(lambda v: {"two": v}, _ints(64)))),
+        "buffer-entry": (BufferEntrySnapshot(BufferEntrySnapshot.CLASS_NAMES[0], [long_]),
+                         st.fixed_dictionaries({"element": _ints(64), "joined": st.booleans()}).map(
+                             ordered("element", "joined"))),
+        "two-phase-commit": (TwoPhaseCommitStateSnapshot(two_phase, [long_, string]), states),
+        "two-phase-commit-no-nulls": (TwoPhaseCommitStateSnapshot(two_phase, [long_, string], supports_null=False),
+                                      states.filter(lambda s: s["pending"] is not None)),
     }
 
 

@@ -25,11 +25,13 @@ table is updated on purpose. Each "unsupported" reason was checked against the b
   checkpoints, HashMap native savepoints and heap savepoints of Flink 1.11/1.12 (before the unified format); read
   since ``flinkstate.format.heap_blocks`` (``HEAP_FORMAT`` lists them; their migration is refused in one line).
 - ``keyed state proxy version 5``: the Flink 1.6 heap savepoint's ``KeyedBackendSerializationProxy`` (state meta info
-  snapshots of version 5, Java-serialized serializers); ``EitherSerializerSnapshot``: the Either family (Flink 1.7).
+  snapshots of version 5, Java-serialized serializers); ``EitherSerializerSnapshot``: Flink 1.7's legacy Either
+  snapshot, read since the Either family (``flinkstate.serializers.either``), after which that savepoint stops at
+  ``ParameterlessTypeSerializerConfig``, Flink 1.7's legacy config snapshot of its VoidNamespace serializer.
 - ``RowDataSerializer$RowDataSerializerSnapshot``: the Table/SQL runtime's RowData serializer; read since the RowData
   family (``flinkstate.serializers.rowdata``), kept for the table's history. Three of the 32 savepoints it blocked
-  then stop at another family: ``StreamElementSerializer`` (the delta join's async-wait buffer) and CEP's
-  ``NFAStateSerializerSnapshot`` (MATCH_RECOGNIZE).
+  then stop at another family: ``StreamElementSerializer`` (the delta join's async-wait buffer; read since
+  ``flinkstate.serializers.streaming``) and CEP's ``NFAStateSerializerSnapshot`` (MATCH_RECOGNIZE).
 - ``TypeSerializerSnapshotMigrationITCase$TestSerializerSnapshot``: a serializer class defined by that Flink test.
 """
 
@@ -76,8 +78,10 @@ STREAM_ELEMENT = ("unknown serializer snapshot class org.apache.flink.streaming.
 CEP_NFA = "unknown serializer snapshot class org.apache.flink.cep.nfa.NFAStateSerializerSnapshot"
 PROXY_V5 = "keyed state proxy version 5 is not supported"
 EITHER = "unknown serializer snapshot class org.apache.flink.api.java.typeutils.runtime.EitherSerializerSnapshot"
+PARAMETERLESS = ("unknown serializer snapshot class "
+                 "org.apache.flink.api.common.typeutils.ParameterlessTypeSerializerConfig")
 REASONS = (V2, ROCKSDB_NATIVE, CHANGELOG, HEAP_NATIVE, ROW_DATA, TEST_SERIALIZER, STREAM_ELEMENT, CEP_NFA, PROXY_V5,
-           EITHER)
+           EITHER, PARAMETERLESS)
 #: Messages that describe a parse going wrong rather than what is unsupported: never acceptable for the corpus.
 MISLEADING = ("bad key length", "bad value length", "undecodable", "beyond its length", "implausible", "truncated",
               "end-of-key-group", "block ends", "Traceback")
@@ -91,7 +95,7 @@ _E = "flink-end-to-end-tests/flink-state-evolution-test/savepoints/"
 #: path below tests/corpus/savepoints -> "reads" | "unsupported: <reason>" (built from a first run, reasons checked).
 EXPECTED: dict[str, str] = {
     _E + '1.6': "unsupported: " + PROXY_V5,
-    _E + '1.7': "unsupported: " + EITHER,
+    _E + '1.7': "unsupported: " + PARAMETERLESS,
     _P + 'table-state': 'reads',
     _P + 'table-state-avro': 'reads',
     _P + 'table-state-nulls': 'reads',
@@ -104,8 +108,8 @@ EXPECTED: dict[str, str] = {
     _R + 'stream-exec-correlate_1/async-correlate-catalog-func/savepoint': 'reads',
     _R + 'stream-exec-correlate_1/correlate-cross-join-unnest-map/savepoint': 'reads',
     _R + 'stream-exec-deduplicate_1/deduplicate-asc-proctime/savepoint': 'reads',
-    _R + 'stream-exec-delta-join_1/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': "unsupported: " + STREAM_ELEMENT,  # noqa: E501
-    _R + 'stream-exec-delta-join_2/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': "unsupported: " + STREAM_ELEMENT,  # noqa: E501
+    _R + 'stream-exec-delta-join_1/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': 'reads',
+    _R + 'stream-exec-delta-join_2/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': 'reads',
     _R + 'stream-exec-expand_1/expand/savepoint': 'reads',
     _R + 'stream-exec-group-aggregate_1/agg-with-state-ttl-hint/savepoint': 'reads',
     _R + 'stream-exec-group-window-aggregate_1/group-window-aggregate-hop-event-time/savepoint': 'reads',
@@ -289,8 +293,8 @@ COUNTS: dict[str, tuple[int, int]] = {
     _R + 'stream-exec-correlate_1/async-correlate-catalog-func/savepoint': (0, 0),
     _R + 'stream-exec-correlate_1/correlate-cross-join-unnest-map/savepoint': (0, 0),
     _R + 'stream-exec-deduplicate_1/deduplicate-asc-proctime/savepoint': (3, 2),
-    _R + 'stream-exec-delta-join_1/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': (0, 0),
-    _R + 'stream-exec-delta-join_2/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': (0, 0),
+    _R + 'stream-exec-delta-join_1/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': (1, 1),
+    _R + 'stream-exec-delta-join_2/delta-join-with-cache-and-calc-on-cdc-source-without-delete/savepoint': (1, 1),
     _R + 'stream-exec-expand_1/expand/savepoint': (10, 17),
     _R + 'stream-exec-group-aggregate_1/agg-with-state-ttl-hint/savepoint': (3, 2),
     _R + 'stream-exec-group-window-aggregate_1/group-window-aggregate-hop-event-time/savepoint': (3, 6),
@@ -813,7 +817,7 @@ def _source(path: str) -> str:
 
 def _reason_source(value: str) -> str:
     for name in ("V2", "ROCKSDB_NATIVE", "CHANGELOG", "HEAP_NATIVE", "ROW_DATA", "TEST_SERIALIZER", "STREAM_ELEMENT",
-                 "CEP_NFA", "PROXY_V5", "EITHER"):
+                 "CEP_NFA", "PROXY_V5", "EITHER", "PARAMETERLESS"):
         if value == "unsupported: " + globals()[name]:
             return f'"unsupported: " + {name}'
     return repr(value)

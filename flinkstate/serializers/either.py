@@ -4,9 +4,12 @@ Record (``EitherSerializer``): ``bool isLeft`` then the left or the right value 
 ``Either.Left``/``Right`` hold non-null values). Python value: :class:`Either`, a one-key mapping ``{"left": v}`` or
 ``{"right": v}``, which is also its JSON in ``dump``.
 
-Compatibility: ``CompositeTypeSerializerSnapshot``'s rule (the worst of the two sides). The legacy
-``EitherSerializerSnapshot`` (a ``TypeSerializerConfigSnapshot``, removed in Flink 1.17) is refused by the registry
-like every legacy config snapshot.
+Compatibility: ``CompositeTypeSerializerSnapshot``'s rule (the worst of the two sides).
+
+The legacy ``EitherSerializerSnapshot`` (Flink 1.6 and 1.7 wrote it; removed in Flink 1.17) is read too: version 2
+is the nested snapshots alone (``NestedSerializersSnapshotDelegate``, no composite header), with the same records;
+version 1 (Java-serialized serializers) is refused in one line. Flink 1.17 and later cannot load that class, so a
+new job's ``JavaEitherSerializerSnapshot`` against it is incompatible (``LEGACY_EITHER_SNAPSHOT``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from flinkstate.binary import Reader
+from flinkstate.compatibility import INCOMPATIBLE, Compatibility, Finding
 from flinkstate.format_errors import UnsupportedFormat
 from flinkstate.serializers.base import Decoder, Encoder
 from flinkstate.serializers.composite import CompositeSnapshot
@@ -108,5 +113,28 @@ class EitherSnapshot(CompositeSnapshot):
         is_left, inner = either_side(value, self.type_name())
         return self.nested[0 if is_left else 1].hash_code(inner)
 
+    def resolve_compatibility(self, old: Any, path: str = "") -> Compatibility:
+        if isinstance(old, LegacyEitherSnapshot) and not isinstance(self, LegacyEitherSnapshot):
+            return Compatibility.of(Finding(
+                "LEGACY_EITHER_SNAPSHOT", path, "the savepoint's EitherSerializerSnapshot (written by Flink 1.7 and "
+                "earlier) no longer exists in Flink 1.17+, which cannot restore it (restore with Flink 1.8-1.16 and "
+                "take a new savepoint)", INCOMPATIBLE, old.type_name(), self.type_name()))
+        return super().resolve_compatibility(old, path)
 
-__all__ = ["LEFT", "RIGHT", "Either", "EitherSnapshot", "either_side"]
+
+@register
+class LegacyEitherSnapshot(EitherSnapshot):
+    CLASS_NAMES = ("org.apache.flink.api.java.typeutils.runtime.EitherSerializerSnapshot",)
+
+    @classmethod
+    def read_payload(cls, class_name: str, version: int, reader: Reader) -> EitherSnapshot:
+        if version != 2:  # version 1 holds Java-serialized serializers (Flink 1.6's legacy nested snapshots)
+            raise UnsupportedFormat(f"{class_name} version {version} (Java-serialized nested serializers) is not "
+                                    f"supported", reader.path, reader.base + reader.pos)
+        # Version 2 is NestedSerializersSnapshotDelegate alone: CompositeSnapshot's legacy layout with no outer part.
+        snapshot = super().read_payload(class_name, version, reader)
+        assert isinstance(snapshot, EitherSnapshot)
+        return snapshot
+
+
+__all__ = ["LEFT", "RIGHT", "Either", "EitherSnapshot", "LegacyEitherSnapshot", "either_side"]

@@ -1,15 +1,21 @@
-"""The type notation (see :mod:`flinkstate.typenotation`) of the Either, runtime list, TTL-aware, Value and Java
-serialization families, both ways. :mod:`flinkstate.typenotation` calls into this module (it stays below it):
+"""The type notation (see :mod:`flinkstate.typenotation`) of the Either, runtime list, TTL-aware, Value, Java
+serialization, Scala and streaming-runtime families, both ways. :mod:`flinkstate.typenotation` calls into this
+module (it stays below it):
 
 * strings: ``Either<L, R>``, ``ArrayList<T>``, ``LinkedList<T>`` (with a null mask, as Flink writes it today),
   ``ListView<List<T>>``, ``MapView<Map<K, V>>``, ``TtlAware<T>`` (TTL on exactly when ``T`` is a ``TTL<...>``),
-  ``JavaSerializable``, and Scala's ``ScalaOption<T>``, ``ScalaEither<L, R>``, ``ScalaTry<T, THROWABLE>``;
-* mappings: ``{either: {left: L, right: R}}``, ``{array_list: T}``, ``{linked_list: T, null_mask: BOOL}``,
-  ``{list_view: T}``, ``{map_view: T}``, ``{ttl_aware: T, ttl_enabled: BOOL}``, ``{value: CLASS}`` and
-  ``{copyable_value: CLASS}`` (a Flink ``Value`` / ``CopyableValue`` class), ``{scala_case_class: CLASS,
-  fields: [T, ...]}``, ``{scala_traversable: T, builder: SCALA_CODE}`` (the collection's builder code as Flink
-  stored it), ``{scala_enum: CLASS, constants: {NAME: ID, ...}}`` (in stored order) and the mapping forms of the
-  Scala generics, ``{scala_option: T}``, ``{scala_either: {left: L, right: R}}``, ``{scala_try: T, throwable: T}``.
+  ``JavaSerializable``, Scala's ``ScalaOption<T>``, ``ScalaEither<L, R>``, ``ScalaTry<T, THROWABLE>``, and the
+  streaming runtime's ``StreamElement<T>``, ``TaggedUnion<A, B>``, ``BufferEntry<T>``;
+* mappings: ``{either: {left: L, right: R}}`` (with ``legacy_snapshot: true``: Flink 1.7's EitherSerializerSnapshot),
+  ``{array_list: T}``, ``{linked_list: T, null_mask: BOOL}``, ``{list_view: T}``, ``{map_view: T}``,
+  ``{ttl_aware: T, ttl_enabled: BOOL}``, ``{value: CLASS}``, ``{copyable_value: CLASS}`` (a Flink ``Value`` /
+  ``CopyableValue`` class), ``{writable: CLASS}`` (Hadoop), ``{scala_case_class: CLASS, fields: [T, ...]}``,
+  ``{scala_traversable: T, builder: SCALA_CODE}`` (the collection's builder code as Flink stored it),
+  ``{scala_enum: CLASS, constants: {NAME: ID, ...}}`` (in stored order), the mapping forms of the Scala generics,
+  ``{scala_option: T}``, ``{scala_either: {left: L, right: R}}``, ``{scala_try: T, throwable: T}``, and
+  ``{two_phase_commit: {transaction: T, context: T}, null_transactions: BOOL, snapshot_class: CLASS}`` (the snapshot
+  class Flink 2.x writes, ``...sink.legacy.TwoPhaseCommitSinkFunction$...``, when not 1.x's); the mapping forms of
+  the streaming generics are ``{stream_element: T}``, ``{tagged_union: {one: A, two: B}}``, ``{buffer_entry: T}``.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flinkstate.serializers.base import TypeSerializerSnapshot
-from flinkstate.serializers.either import EitherSnapshot
+from flinkstate.serializers.either import EitherSnapshot, LegacyEitherSnapshot
 from flinkstate.serializers.javaserial import JavaSerializerSnapshot
 from flinkstate.serializers.runtimelists import (
     LINKED_LIST_VERSION,
@@ -35,9 +41,15 @@ from flinkstate.serializers.scala import (
     ScalaTrySnapshot,
     TraversableSnapshot,
 )
+from flinkstate.serializers.streaming import (
+    BufferEntrySnapshot,
+    StreamElementSnapshot,
+    TwoPhaseCommitStateSnapshot,
+    UnionSnapshot,
+)
 from flinkstate.serializers.ttl import TtlSnapshot
 from flinkstate.serializers.ttlaware import TtlAwareSnapshot
-from flinkstate.serializers.values import CopyableValueSnapshot, GenericTypeSnapshot, ValueSnapshot
+from flinkstate.serializers.values import CopyableValueSnapshot, GenericTypeSnapshot, ValueSnapshot, WritableSnapshot
 
 Notation = str | dict[str, Any]
 NotationOf = Callable[[TypeSerializerSnapshot], Notation]
@@ -55,22 +67,34 @@ class NotationProblem(Exception):
 
 #: String generics: name -> number of type arguments.
 GENERIC_ARITY = {"Either": 2, "ArrayList": 1, "LinkedList": 1, "ListView": 1, "MapView": 1, "TtlAware": 1,
-                 "ScalaOption": 1, "ScalaEither": 2, "ScalaTry": 2}
+                 "ScalaOption": 1, "ScalaEither": 2, "ScalaTry": 2, "StreamElement": 1, "TaggedUnion": 2,
+                 "BufferEntry": 1}
 #: String names without arguments.
 PLAIN_NAMES = ("JavaSerializable",)
 #: Mapping forms -> the keys allowed beside the form's own.
-FORMS: dict[str, set[str]] = {"either": set(), "array_list": set(), "linked_list": {"null_mask"},
+FORMS: dict[str, set[str]] = {"either": {"legacy_snapshot"}, "array_list": set(), "linked_list": {"null_mask"},
                               "list_view": set(), "map_view": set(), "ttl_aware": {"ttl_enabled"}, "value": set(),
-                              "copyable_value": set(), "scala_case_class": {"fields"},
+                              "copyable_value": set(), "writable": set(), "scala_case_class": {"fields"},
                               "scala_traversable": {"builder"}, "scala_enum": {"constants"}, "scala_option": set(),
-                              "scala_either": set(), "scala_try": {"throwable"}}
+                              "scala_either": set(), "scala_try": {"throwable"}, "stream_element": set(),
+                              "tagged_union": set(), "buffer_entry": set(), "two_phase_commit": {"null_transactions",
+                                                                                              "snapshot_class"}}
 _ONE_NESTED: dict[str, type[ArrayListSnapshot | LinkedListSnapshot | ListViewSnapshot | MapViewSnapshot]] = {
     "ArrayList": ArrayListSnapshot, "LinkedList": LinkedListSnapshot, "ListView": ListViewSnapshot,
     "MapView": MapViewSnapshot}
+_GENERIC_TYPES: dict[str, type[GenericTypeSnapshot]] = {
+    "value": ValueSnapshot, "copyable_value": CopyableValueSnapshot, "writable": WritableSnapshot}
 _FORM_OF = {"ArrayList": "array_list", "LinkedList": "linked_list", "ListView": "list_view", "MapView": "map_view"}
-_BY_CLASS: dict[str, type[EitherSnapshot | ScalaOptionSnapshot | ScalaTrySnapshot]] = {
+_BY_CLASS: dict[str, type[EitherSnapshot | ScalaOptionSnapshot | ScalaTrySnapshot | StreamElementSnapshot
+                          | UnionSnapshot | BufferEntrySnapshot]] = {
     "Either": EitherSnapshot, "ScalaEither": ScalaEitherSnapshot, "ScalaOption": ScalaOptionSnapshot,
-    "ScalaTry": ScalaTrySnapshot}
+    "ScalaTry": ScalaTrySnapshot, "StreamElement": StreamElementSnapshot, "TaggedUnion": UnionSnapshot,
+    "BufferEntry": BufferEntrySnapshot}
+#: Mapping forms of the string generics whose arguments are structured: form -> (name, argument keys or None).
+_GENERIC_FORMS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "scala_option": ("ScalaOption", None), "stream_element": ("StreamElement", None),
+    "buffer_entry": ("BufferEntry", None), "tagged_union": ("TaggedUnion", ("one", "two")),
+    "scala_either": ("ScalaEither", ("left", "right")), "either": ("Either", ("left", "right"))}
 
 
 def named(name: str, args: list[TypeSerializerSnapshot]) -> TypeSerializerSnapshot | None:
@@ -97,18 +121,40 @@ def named(name: str, args: list[TypeSerializerSnapshot]) -> TypeSerializerSnapsh
 def from_mapping(form: str, notation: Mapping[str, Any], nested: SnapshotOf) -> TypeSerializerSnapshot:
     """The snapshot of a mapping notation whose form (one of :data:`FORMS`) is ``form``."""
     spec = notation[form]
-    if form in ("either", "scala_either"):
-        if not isinstance(spec, Mapping) or set(spec) != {"left", "right"}:
-            raise NotationProblem(f"{form} needs exactly {{left: TYPE, right: TYPE}}", form)
-        either = EitherSnapshot if form == "either" else ScalaEitherSnapshot
-        return either(either.CLASS_NAMES[0], [nested(spec["left"], f"{form}.left"),
-                                              nested(spec["right"], f"{form}.right")])
+    if form in _GENERIC_FORMS:
+        name, keys = _GENERIC_FORMS[form]
+        generic = _BY_CLASS[name]
+        if keys is None:
+            return generic(generic.CLASS_NAMES[0], [nested(spec, form)])
+        if not isinstance(spec, Mapping) or set(spec) != set(keys):
+            raise NotationProblem(f"{form} needs exactly {{{keys[0]}: TYPE, {keys[1]}: TYPE}}", form)
+        legacy = notation.get("legacy_snapshot", False)
+        if not isinstance(legacy, bool):
+            raise NotationProblem(f"must be true or false, got {legacy!r}", "legacy_snapshot")
+        if legacy:
+            generic = LegacyEitherSnapshot  # Flink 1.7's class, written back as version 2
+            return generic(generic.CLASS_NAMES[0], [nested(spec[k], f"{form}.{k}") for k in keys], version=2,
+                           outer_version=2)
+        return generic(generic.CLASS_NAMES[0], [nested(spec[k], f"{form}.{k}") for k in keys])
+    if form == "two_phase_commit":
+        if not isinstance(spec, Mapping) or set(spec) != {"transaction", "context"}:
+            raise NotationProblem("two_phase_commit needs exactly {transaction: TYPE, context: TYPE}", form)
+        supports_null = notation.get("null_transactions", True)
+        if not isinstance(supports_null, bool):
+            raise NotationProblem(f"must be true or false, got {supports_null!r}", "null_transactions")
+        class_name = notation.get("snapshot_class", TwoPhaseCommitStateSnapshot.CLASS_NAMES[0])
+        if class_name not in TwoPhaseCommitStateSnapshot.CLASS_NAMES:
+            raise NotationProblem(f"must be one of {', '.join(TwoPhaseCommitStateSnapshot.CLASS_NAMES)}",
+                                  "snapshot_class")
+        return TwoPhaseCommitStateSnapshot(class_name, [
+            nested(spec["transaction"], f"{form}.transaction"), nested(spec["context"], f"{form}.context")],
+            supports_null=supports_null)
     if form.startswith("scala_"):
         return _scala_form(form, notation, nested)
-    if form in ("value", "copyable_value"):
+    if form in _GENERIC_TYPES:
         if not isinstance(spec, str) or not spec:
             raise NotationProblem(f"{form} needs the Java class name, got {spec!r}", form)
-        return (ValueSnapshot if form == "value" else CopyableValueSnapshot)(spec)
+        return _GENERIC_TYPES[form](spec)
     inner = nested(spec, form)
     if form == "ttl_aware":
         enabled = notation.get("ttl_enabled", isinstance(inner, TtlSnapshot))
@@ -154,16 +200,27 @@ def _scala_form(form: str, notation: Mapping[str, Any], nested: SnapshotOf) -> T
     if form == "scala_try":
         return ScalaTrySnapshot(ScalaTrySnapshot.CLASS_NAMES[0], [nested(spec, form),
                                                                   nested(notation.get("throwable"), "throwable")])
-    return ScalaOptionSnapshot(ScalaOptionSnapshot.CLASS_NAMES[0], [nested(spec, form)])
+    raise NotationProblem(f"unknown form {form}", form)
 
 
-def _scala_notation(snapshot: TypeSerializerSnapshot, recurse: NotationOf) -> Notation | None:
+def _special_notation(snapshot: TypeSerializerSnapshot, recurse: NotationOf) -> Notation | None:
+    if isinstance(snapshot, LegacyEitherSnapshot):
+        return {"either": {"left": recurse(snapshot.nested[0]), "right": recurse(snapshot.nested[1])},
+                "legacy_snapshot": True}
     if isinstance(snapshot, ScalaEnumSnapshot):
         return {"scala_enum": snapshot.enum_class, "constants": dict(snapshot.constants)}
     if isinstance(snapshot, ScalaCaseClassSnapshot):
         return {"scala_case_class": snapshot.outer_text, "fields": [recurse(n) for n in snapshot.nested]}
     if isinstance(snapshot, TraversableSnapshot):
         return {"scala_traversable": recurse(snapshot.nested[0]), "builder": snapshot.outer_text}
+    if isinstance(snapshot, TwoPhaseCommitStateSnapshot):
+        result: dict[str, Any] = {"two_phase_commit": {"transaction": recurse(snapshot.nested[0]),
+                                                       "context": recurse(snapshot.nested[1])}}
+        if not snapshot.supports_null:
+            result["null_transactions"] = False
+        if snapshot.class_name != TwoPhaseCommitStateSnapshot.CLASS_NAMES[0]:
+            result["snapshot_class"] = snapshot.class_name
+        return result
     name = next((n for n, cls in _BY_CLASS.items() if type(snapshot) is cls), None)
     if name is None:
         return None
@@ -172,20 +229,19 @@ def _scala_notation(snapshot: TypeSerializerSnapshot, recurse: NotationOf) -> No
         return f"{name}<{', '.join(args)}>"  # type: ignore[arg-type]
     if name == "ScalaTry":
         return {"scala_try": args[0], "throwable": args[1]}
-    if name == "ScalaOption":
-        return {"scala_option": args[0]}
-    return {"either" if name == "Either" else "scala_either": {"left": args[0], "right": args[1]}}
+    form, keys = next((f, k) for f, (n, k) in _GENERIC_FORMS.items() if n == name)
+    return {form: args[0]} if keys is None else {form: dict(zip(keys, args, strict=True))}
 
 
 def notation_of(snapshot: TypeSerializerSnapshot, recurse: NotationOf) -> Notation | None:
     """The notation of a snapshot of these families, None for any other snapshot."""
-    scala = _scala_notation(snapshot, recurse)
+    scala = _special_notation(snapshot, recurse)
     if scala is not None:
         return scala
     if isinstance(snapshot, JavaSerializerSnapshot):
         return "JavaSerializable"
     if isinstance(snapshot, GenericTypeSnapshot):
-        return {"value" if isinstance(snapshot, ValueSnapshot) else "copyable_value": snapshot.type_class}
+        return {next(f for f, cls in _GENERIC_TYPES.items() if type(snapshot) is cls): snapshot.type_class}
     if isinstance(snapshot, TtlAwareSnapshot):
         inner = recurse(snapshot.inner)
         if snapshot.ttl_enabled != isinstance(snapshot.inner, TtlSnapshot):

@@ -1,9 +1,11 @@
-"""``ValueSerializer$ValueSerializerSnapshot`` and ``CopyableValueSerializer$CopyableValueSerializerSnapshot``
-(``GenericTypeSerializerSnapshot``, version 2: ``UTF typeClass``): the serializers of Flink ``Value`` and
-``CopyableValue`` types, whose record is whatever the class's own ``write(DataOutputView)`` writes.
+"""``ValueSerializer$ValueSerializerSnapshot``, ``CopyableValueSerializer$CopyableValueSerializerSnapshot`` and
+``WritableSerializer$WritableSerializerSnapshot`` (``GenericTypeSerializerSnapshot``, version 2: ``UTF typeClass``):
+the serializers of Flink ``Value`` and ``CopyableValue`` types and of Hadoop ``Writable``s, whose record is whatever
+the class's own ``write`` writes.
 
 * Flink's own value types (``org.apache.flink.types.IntValue``, ``LongValue``, ``StringValue``, ...) write what their
-  dedicated serializers write: they are decoded with those codecs (int, str, ... as in
+  dedicated serializers write, and Hadoop's number writables (``IntWritable``, ``LongWritable``, ...) what the
+  boxed types' serializers write: they are decoded with those codecs (int, str, ... as in
   :mod:`flinkstate.serializers.primitives`).
 * Any other class writes bytes only its Java code knows, with no length: the record is passed through whole, as an
   :class:`~flinkstate.serializers.kryo.OpaqueValue` (``{"type", "base64"}`` in ``dump``), where the stream frames
@@ -33,18 +35,25 @@ TYPES = "org.apache.flink.types."
 FLINK_VALUE_TYPES = {f"{TYPES}{stem}Value": f"{BASE}{stem}ValueSerializer${stem}ValueSerializerSnapshot"
                      for stem in ("Boolean", "Byte", "Char", "Double", "Float", "Int", "Long", "Null", "Short",
                                   "String")}
+#: Hadoop's writables whose ``write`` is one ``DataOutput`` call of a boxed type's format (``NullWritable``: none).
+HADOOP_WRITABLES = {f"org.apache.hadoop.io.{stem}Writable": f"{BASE}{java}Serializer${java}SerializerSnapshot"
+                    for stem, java in (("Int", "Int"), ("Long", "Long"), ("Short", "Short"), ("Byte", "Byte"),
+                                       ("Float", "Float"), ("Double", "Double"), ("Boolean", "Boolean"))}
+HADOOP_WRITABLES["org.apache.hadoop.io.NullWritable"] = f"{BASE}NullValueSerializer$NullValueSerializerSnapshot"
 
 
 class GenericTypeSnapshot(TypeSerializerSnapshot):
     """A ``GenericTypeSerializerSnapshot``: the serializer is identified by its class and its type class."""
 
     NAME: ClassVar[str] = ""
+    #: Type classes whose record is that of a simple serializer (by its snapshot class).
+    KNOWN_TYPES: ClassVar[dict[str, str]] = FLINK_VALUE_TYPES
 
     def __init__(self, type_class: str, class_name: str | None = None,
                  version: int = GENERIC_TYPE_SNAPSHOT_VERSION) -> None:
         super().__init__(class_name or self.CLASS_NAMES[0], version)
         self.type_class = type_class
-        known = FLINK_VALUE_TYPES.get(type_class)
+        known = self.KNOWN_TYPES.get(type_class)
         #: The codec of a Flink value type, None for a user class (passed through whole).
         self.known: SimpleSnapshot | None = SimpleSnapshot(known) if known in SIMPLE_TYPES else None
 
@@ -124,5 +133,12 @@ class CopyableValueSnapshot(GenericTypeSnapshot):
     NAME = "CopyableValue"
 
 
-__all__ = ["FLINK_VALUE_TYPES", "GENERIC_TYPE_SNAPSHOT_VERSION", "CopyableValueSnapshot", "GenericTypeSnapshot",
-           "ValueSnapshot"]
+@register
+class WritableSnapshot(GenericTypeSnapshot):
+    CLASS_NAMES = (RUNTIME + "WritableSerializer$WritableSerializerSnapshot",)
+    NAME = "Writable"
+    KNOWN_TYPES = HADOOP_WRITABLES
+
+
+__all__ = ["FLINK_VALUE_TYPES", "GENERIC_TYPE_SNAPSHOT_VERSION", "HADOOP_WRITABLES", "CopyableValueSnapshot",
+           "GenericTypeSnapshot", "ValueSnapshot", "WritableSnapshot"]
