@@ -41,7 +41,8 @@ def test_the_endpoint_given_after_the_command_is_used(capsys: pytest.CaptureFixt
 def test_version_names_the_supported_formats():
     result = subprocess.run([sys.executable, "-m", "flinkstate", "--version"], capture_output=True, text=True)
     assert result.returncode == 0
-    assert "_metadata versions 3, 4, 5, 6" in result.stdout and "Flink 2.3.0" in result.stdout
+    assert "_metadata versions 2, 3, 4, 5, 6 (Flink 1.8 to 2.3)" in result.stdout and "Flink 2.3.0" in result.stdout
+    assert "native format (read)" in result.stdout and "RowData" in result.stdout
 
 
 def test_help_has_examples():

@@ -63,8 +63,10 @@ def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
 
 def version_text() -> str:
     return (f"flinkstate {__version__}\n"
-            f"savepoints: _metadata versions {', '.join(map(str, sorted(SUPPORTED_VERSIONS)))} (Flink 1.11 to 2.3), "
-            f"canonical format, HashMap and RocksDB backends, snappy or uncompressed; local paths and s3://\n"
+            f"savepoints: _metadata versions {', '.join(map(str, sorted(SUPPORTED_VERSIONS)))} (Flink 1.8 to 2.3), "
+            f"canonical format (HashMap and RocksDB backends, snappy or uncompressed; read, checked, migrated), the "
+            f"HashMap backend's native format (read), operator state (read); Table/SQL RowData state; local paths "
+            f"and s3://\n"
             f"tested against Flink 2.3.0, 2.2.0 and 1.20.3, and Apache Flink's own test savepoints (1.8 to 2.3)")
 
 
