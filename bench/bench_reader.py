@@ -1,4 +1,6 @@
-"""Reader benchmark: `describe` (header only) and a full decode, beside a plain copy of the same files.
+"""Reader benchmark: `describe` (header only) and a full decode, beside a plain copy of the same files; the decode
+both ways, side by side: the pure-Python reference (FLINKSTATE_PURE_PYTHON=1) and the compiled fast path
+(flinkstate/_speedups), against the goal of 1,000,000 entries/s on one core.
 
 Real Flink writes the savepoints: the sample job runs until every one of K keys has seen one event, then stops
 with a savepoint. Each key then holds five entries (stats, count, recent, one buckets map entry, one timer), so
@@ -7,28 +9,59 @@ not grow with the number of entries. Savepoints are cached under .work/bench/ (d
 
     .venv/bin/python bench/bench_reader.py [--keys 200000] [--small-keys 2000]
 
+The corpus section decodes the POJO and RowData states of Flink's own test savepoints (tests/corpus/savepoints;
+a handful of entries each, so their blocks are decoded from memory, repeatedly, with the state's decoder built
+once). Each figure is the best of --repeat runs, printed with the load average (the machine may be shared).
 Everything runs on one core (one Python thread); figures are printed, not asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from flinkstate import _speedups  # noqa: E402
 from flinkstate.engine import LocalFlinkCluster  # noqa: E402
+from flinkstate.format.keyed_entries import make_entry_decoder  # noqa: E402
 from flinkstate.savepoint import Savepoint  # noqa: E402
 from tests.support import sample_job  # noqa: E402
 
 WORK = ROOT / ".work" / "bench"
+CORPUS = ROOT / "tests" / "corpus" / "savepoints"
+GOAL = 1_000_000  # entries/s on one core (issue 16)
+MODES = ("pure", "compiled")
+
+
+@contextlib.contextmanager
+def mode(name: str) -> Iterator[None]:
+    """Decoders built inside use the pure-Python reference ("pure") or the compiled fast path ("compiled")."""
+    before = os.environ.get(_speedups.PURE_PYTHON_VARIABLE)
+    os.environ[_speedups.PURE_PYTHON_VARIABLE] = "1" if name == "pure" else "0"
+    try:
+        if name == "compiled" and not _speedups.enabled():
+            raise SystemExit(f"the compiled fast path is not built: {_speedups.BUILD_ERROR}")
+        yield
+    finally:
+        if before is None:
+            del os.environ[_speedups.PURE_PYTHON_VARIABLE]
+        else:
+            os.environ[_speedups.PURE_PYTHON_VARIABLE] = before
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def write_savepoint(cluster: LocalFlinkCluster, keys: int, backend: str, parallelism: int = 1) -> Path:
@@ -98,11 +131,59 @@ def decode_state(savepoint: Path, state: str) -> int:
     return sum(1 for _ in opened.iter_entries(sample_job.OPERATOR_UID, state))
 
 
+Blocks = list[tuple[bytes, int, int, int]]  # (data, key group, block offset, state index)
+
+
+def corpus_states() -> dict[str, list[tuple[Blocks, Any, Any]]]:
+    """(blocks, stream, state) of every readable POJO and RowData keyed state of the savepoint corpus, by family."""
+    from flinkstate.serializers.pojo import PojoSnapshot
+    from flinkstate.serializers.rowdata import RowDataSnapshot
+
+    found: dict[str, list[tuple[Blocks, Any, Any]]] = {"POJO": [], "RowData": []}
+    for path in (CORPUS / "dirs.txt").read_text(encoding="utf-8").split():
+        try:
+            sp = Savepoint.open(CORPUS / path)
+            streams = [stream for op in sp.operators for _, stream in sp.keyed_streams(op)]
+            for stream in streams:
+                header = stream.header()
+                if stream.heap_format:
+                    continue
+                for index, state in enumerate(header.states):
+                    family = {PojoSnapshot: "POJO", RowDataSnapshot: "RowData"}.get(type(state.value_serializer))
+                    if family is None or not sum(len(e) for _, e in stream.iter_blocks(state.name)):
+                        continue
+                    blocks = [(stream.read_block(kg, start, end), kg, start, index) for kg, start, end in stream.blocks]
+                    found[family].append((blocks, stream, state))
+        except Exception:  # savepoints the reader refuses (by design) are not benchmarked
+            continue
+    return found
+
+
+def corpus_rate(states: list[tuple[Blocks, Any, Any]], name: str, repeat: int) -> tuple[float, int]:
+    """Entries per second decoding the states' blocks (decoders built once, outside the timing), and the number of
+    entries of one pass."""
+    with mode(name):
+        prepared = [(blocks, stream, state, make_entry_decoder(state, stream._key_layout(stream.header(), state)))
+                    for blocks, stream, state in states]
+
+    def run() -> int:
+        n = 0
+        for _ in range(200):
+            for blocks, stream, state, decoder in prepared:
+                for data, key_group, start, index in blocks:
+                    n += len(stream._decode_block(data, key_group, index, decoder, start, state.name))
+        return n
+
+    seconds, n = timed(run, repeat=repeat)
+    return n / seconds, n // 200  # type: ignore[operator]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--small-keys", type=int, default=2_000)
     parser.add_argument("--backend", default="hashmap", choices=["hashmap", "rocksdb"])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is printed")
     args = parser.parse_args()
 
     WORK.mkdir(parents=True, exist_ok=True)
@@ -111,20 +192,40 @@ def main() -> int:
         small = write_savepoint(cluster, args.small_keys, args.backend)
         large = write_savepoint(cluster, args.keys, args.backend)
 
-    print(f"\n{'savepoint':<34}{'entries':>10}{'MB':>8}{'cp -r s':>9}{'cat s':>8}{'describe s':>12}"
-          f"{'decode s':>10}{'entries/s':>11}")
+    print(f"\nload average {load_average()}; best of {args.repeat} runs per figure")
+    print(f"\n{'savepoint':<30}{'entries':>10}{'MB':>7}{'cp -r s':>9}{'cat s':>8}{'describe s':>11}"
+          f"{'pure s':>8}{'pure/s':>11}{'compiled s':>11}{'compiled/s':>12}{'speedup':>8}{'x goal':>8}")
     for savepoint in (small, large):
         describe_seconds, _ = timed(lambda sp=savepoint: describe(sp), repeat=3)
-        decode_seconds, counts = timed(lambda sp=savepoint: decode_all(sp))
+        seconds: dict[str, float] = {}
+        for name in MODES:
+            with mode(name):
+                seconds[name], counts = timed(lambda sp=savepoint: decode_all(sp), repeat=args.repeat)
         entries = sum(counts.values())  # type: ignore[union-attr]
-        print(f"{savepoint.name:<34}{entries:>10,}{directory_bytes(savepoint) / 1e6:>8.1f}"
-              f"{copy_time(savepoint):>9.3f}{cat_time(savepoint):>8.3f}{describe_seconds:>12.4f}"
-              f"{decode_seconds:>10.2f}{entries / decode_seconds:>11,.0f}")
+        pure, compiled = entries / seconds["pure"], entries / seconds["compiled"]
+        print(f"{savepoint.name:<30}{entries:>10,}{directory_bytes(savepoint) / 1e6:>7.1f}"
+              f"{copy_time(savepoint):>9.3f}{cat_time(savepoint):>8.3f}{describe_seconds:>11.4f}"
+              f"{seconds['pure']:>8.2f}{pure:>11,.0f}{seconds['compiled']:>11.2f}{compiled:>12,.0f}"
+              f"{compiled / pure:>7.1f}x{compiled / GOAL:>7.2f}x")
 
-    print("\nfull decode per state of the large savepoint (one core):")
+    print(f"\nfull decode per state of the large savepoint (one core; goal {GOAL:,} entries/s):")
+    print(f"  {'state':<40}{'entries':>10}{'pure/s':>12}{'compiled/s':>12}{'speedup':>8}{'x goal':>8}")
     for state in ("stats", "count", "recent", "buckets", "_timer_state/processing_user-timers"):
-        seconds, n = timed(lambda s=state: decode_state(large, s))
-        print(f"  {state:<40}{n:>10,} entries {seconds:>7.2f} s {n / seconds:>11,.0f} entries/s")  # type: ignore[operator]
+        rates = {}
+        for name in MODES:
+            with mode(name):
+                secs, n = timed(lambda s=state: decode_state(large, s), repeat=args.repeat)
+            rates[name] = n / secs  # type: ignore[operator]
+        print(f"  {state:<40}{n:>10,}{rates['pure']:>12,.0f}{rates['compiled']:>12,.0f}"
+              f"{rates['compiled'] / rates['pure']:>7.1f}x{rates['compiled'] / GOAL:>7.2f}x")
+
+    print("\nPOJO and RowData states of Flink's test savepoints (tests/corpus/savepoints), blocks in memory:")
+    print(f"  {'family':<10}{'states':>7}{'entries':>9}{'pure/s':>12}{'compiled/s':>12}{'speedup':>8}{'x goal':>8}")
+    for family, states in corpus_states().items():
+        measured = {name: corpus_rate(states, name, args.repeat) for name in MODES}
+        rates = {name: rate for name, (rate, _) in measured.items()}
+        print(f"  {family:<10}{len(states):>7}{measured['pure'][1]:>9}{rates['pure']:>12,.0f}"
+              f"{rates['compiled']:>12,.0f}{rates['compiled'] / rates['pure']:>7.1f}x{rates['compiled'] / GOAL:>7.2f}x")
     return 0
 
 
