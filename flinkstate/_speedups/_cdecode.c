@@ -965,13 +965,27 @@ static PyObject *raw_entries(PyObject *module, PyObject *args) {
                                                  : (Py_ssize_t)(first & 0x7F);
             if (group != key_group) goto bad;
         }
-        PyObject *entry = Py_BuildValue("(nnnnn)", state_id, ks, ke, vs, pos);
-        if (entry == NULL || PyList_Append(out, entry) < 0) {
-            Py_XDECREF(entry);
+        PyObject *entry = PyTuple_New(5);
+        if (entry == NULL) {
             Py_DECREF(out);
             return NULL;
         }
+        Py_ssize_t fields[5] = {state_id, ks, ke, vs, pos};
+        for (int i = 0; i < 5; i++) {
+            PyObject *number = PyLong_FromSsize_t(fields[i]);
+            if (number == NULL) {
+                Py_DECREF(entry);
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(entry, i, number);
+        }
+        int rc = PyList_Append(out, entry);
         Py_DECREF(entry);
+        if (rc < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
         if (first & 0x80) {
             if (pos + 2 > size) goto bad;
             state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
