@@ -85,6 +85,7 @@ from flinkstate.serializers.ttl import TtlSnapshot, TtlValue
 from flinkstate.serializers.ttlaware import TtlAwareSnapshot
 from flinkstate.serializers.tuple import TupleSnapshot
 from flinkstate.serializers.values import CopyableValueSnapshot, ValueSnapshot
+from flinkstate.typenotation import to_snapshot
 
 CORPUS = Path(__file__).parent / "corpus" / "serializers"
 FOLDERS = sorted(d for d in CORPUS.iterdir() if d.is_dir() and not d.name.startswith("_"))
@@ -205,6 +206,13 @@ EXPECTED: dict[str, Any] = {
     "two-phase-commit-sink-state-serializer": {"pending": {"handle": 12, "start_time": 1523467890},
                                                "pending_commits": [{"handle": 123, "start_time": 1567234890}],
                                                "context": "flink"},
+    # CEP's NFASerializerUpgradeTest and LockableTypeSerializerUpgradeTest
+    "event-id-serializer": {"id": 42, "timestamp": 42}, "dewey-number-serializer": "42",
+    "node-id-serializer": {"event_id": {"id": 42, "timestamp": 42}, "page": "ciao"},
+    "shared-buffer-edge-serializer": {"target": {"event_id": {"id": 42, "timestamp": 42}, "page": "page"},
+                                      "version": "42"},
+    "nfa-state-serializer": {"partial_matches": [], "completed_matches": []},
+    "lockable-type-serializer": {"ref_count": 10, "element": "flink"},
     # WritableSerializerUpgradeTest: WritableName("flink"), whose write() is out.writeUTF
     "writeable-serializer": OpaqueValue("Writable<org.apache.flink.api.java.typeutils.runtime."
                                         "WritableSerializerUpgradeTest$WritableName>", b"\x00\x05flink"),
@@ -217,7 +225,7 @@ def _family(folder: Path) -> str:
 
 def test_corpus_is_vendored() -> None:
     # The families flinkstate reads, each in every Flink version of the corpus (1.11 .. 2.3).
-    assert len(FOLDERS) == 1181
+    assert len(FOLDERS) == 1211
     families = {_family(f) for f in FOLDERS}
     assert set(EXPECTED) <= families
     assert {f.name for f in FOLDERS if _family(f) == "instant-serializer"} == set()  # Flink has no such test
@@ -522,6 +530,38 @@ def _runtime_family_cases(long_: TypeSerializerSnapshot, string: TypeSerializerS
                          st.lists(_ints(32).map(_java_integer), max_size=4)),
         **_scala_cases(long_, string),
         **_streaming_cases(long_, string),
+        **_cep_cases(string),
+    }
+
+
+def _cep_cases(string: TypeSerializerSnapshot) -> dict[str, tuple[TypeSerializerSnapshot, st.SearchStrategy[Any]]]:
+    def ordered(*keys: str) -> Any:  # dicts compare with their key order: the decoded one
+        return lambda d: {k: d[k] for k in keys}
+
+    dewey = st.lists(_ints(32), max_size=4).map(lambda ds: ".".join(map(str, ds)))
+    event_ids = st.fixed_dictionaries({"id": _ints(32), "timestamp": _ints(64)}).map(ordered("id", "timestamp"))
+    node_ids = _nullable(st.fixed_dictionaries({"event_id": event_ids, "page": _nullable(JAVA_STRINGS)}).map(
+        ordered("event_id", "page")))
+    keys = ("state", "previous_entry", "version", "start_timestamp", "previous_timestamp", "start_event")
+    states = st.fixed_dictionaries({"state": _nullable(JAVA_STRINGS), "previous_entry": node_ids, "version": dewey,
+                                    "start_timestamp": _ints(64), "previous_timestamp": _ints(64),
+                                    "start_event": _nullable(event_ids)}).map(ordered(*keys))
+    nfa = st.fixed_dictionaries({"partial_matches": st.lists(states, max_size=3),
+                                 "completed_matches": st.lists(states, max_size=2)}).map(
+        ordered("partial_matches", "completed_matches"))
+    edges = st.fixed_dictionaries({"target": node_ids, "version": dewey}).map(ordered("target", "version"))
+    nodes = st.lists(st.fixed_dictionaries({"ref_count": _ints(32), "edge": edges}).map(
+        ordered("ref_count", "edge")), max_size=3).map(lambda e: {"edges": e})
+    return {
+        "cep-nfa-state": (to_snapshot("NFAState"), nfa),
+        "cep-nfa-state-no-previous": (to_snapshot({"nfa_state": {"previous_timestamp": False}}), nfa.map(
+            lambda v: {k: [{f: s[f] for f in keys if f != "previous_timestamp"} for s in v[k]] for k in v})),
+        "cep-shared-buffer-node": (to_snapshot("Lockable<SharedBufferNode>"), st.fixed_dictionaries(
+            {"ref_count": _ints(32), "element": nodes}).map(ordered("ref_count", "element"))),
+        "cep-lockable-string": (to_snapshot("Lockable<String>"), st.fixed_dictionaries(
+            {"ref_count": _ints(32), "element": _nullable(JAVA_STRINGS)}).map(ordered("ref_count", "element"))),
+        "cep-dewey": (to_snapshot("DeweyNumber"), dewey),
+        "cep-node-id": (to_snapshot("NodeId"), node_ids),
     }
 
 

@@ -31,7 +31,8 @@ table is updated on purpose. Each "unsupported" reason was checked against the b
 - ``RowDataSerializer$RowDataSerializerSnapshot``: the Table/SQL runtime's RowData serializer; read since the RowData
   family (``flinkstate.serializers.rowdata``), kept for the table's history. Three of the 32 savepoints it blocked
   then stop at another family: ``StreamElementSerializer`` (the delta join's async-wait buffer; read since
-  ``flinkstate.serializers.streaming``) and CEP's ``NFAStateSerializerSnapshot`` (MATCH_RECOGNIZE).
+  ``flinkstate.serializers.streaming``) and CEP's ``NFAStateSerializerSnapshot`` (MATCH_RECOGNIZE; read since
+  ``flinkstate.serializers.cep``).
 - ``TypeSerializerSnapshotMigrationITCase$TestSerializerSnapshot``: a serializer class defined by that Flink test.
 """
 
@@ -120,7 +121,7 @@ EXPECTED: dict[str, str] = {
     _R + 'stream-exec-lateral-snapshot-join_1/lateral-snapshot-join-inner/savepoint': 'reads',
     _R + 'stream-exec-limit_1/limit/savepoint': 'reads',
     _R + 'stream-exec-lookup-join_1/lookup-join-async-hint/savepoint': 'reads',
-    _R + 'stream-exec-match_1/match-complex/savepoint': "unsupported: " + CEP_NFA,
+    _R + 'stream-exec-match_1/match-complex/savepoint': 'reads',
     _R + 'stream-exec-mini-batch-assigner_1/mini-batch-assigner-proc-time/savepoint': 'reads',
     _R + 'stream-exec-ml-predict-table-function_1/async-unordered-ml-predict/savepoint': 'reads',
     _R + 'stream-exec-multi-join_1/four-way-complex-preserves-upsert-key-with-restore/savepoint': 'reads',
@@ -305,7 +306,7 @@ COUNTS: dict[str, tuple[int, int]] = {
     _R + 'stream-exec-lateral-snapshot-join_1/lateral-snapshot-join-inner/savepoint': (8, 3),
     _R + 'stream-exec-limit_1/limit/savepoint': (3, 1),
     _R + 'stream-exec-lookup-join_1/lookup-join-async-hint/savepoint': (0, 0),
-    _R + 'stream-exec-match_1/match-complex/savepoint': (0, 0),
+    _R + 'stream-exec-match_1/match-complex/savepoint': (7, 8),
     _R + 'stream-exec-mini-batch-assigner_1/mini-batch-assigner-proc-time/savepoint': (3, 5),
     _R + 'stream-exec-ml-predict-table-function_1/async-unordered-ml-predict/savepoint': (0, 0),
     _R + 'stream-exec-multi-join_1/four-way-complex-preserves-upsert-key-with-restore/savepoint': (4, 7),

@@ -1,7 +1,7 @@
 """The Either, runtime list (ArrayList, LinkedList, ListView, MapView), TtlAware, Value/CopyableValue, Java
 serialization, Scala (Option, Either, Try, case class, traversables, Enumeration), streaming runtime (StreamElement,
-CoGroup's TaggedUnion, interval join's BufferEntry, the two-phase commit sink's state) and Hadoop Writable families,
-beyond the corpus round trip of tests/test_codec_roundtrip.py:
+CoGroup's TaggedUnion, interval join's BufferEntry, the two-phase commit sink's state), Hadoop Writable and CEP
+(NFAState, shared buffer) families, beyond the corpus round trip of tests/test_codec_roundtrip.py:
 
 1. Flink's compatibility verdicts, as its upgrade tests assert them, on the snapshots Flink wrote for every version
    of the serializer corpus (the new snapshot being what Flink 2.3 writes for the upgraded serializer), and the
@@ -80,7 +80,8 @@ UPGRADES = {
         "traversable-serializer-with-pojo")},
     **{family: (family, AS_IS) for family in (
         "stream-element-serializer", "union-serializer-one", "union-serializer-two", "buffer-entry-serializer",
-        "writeable-serializer")},
+        "writeable-serializer", "event-id-serializer", "node-id-serializer", "dewey-number-serializer",
+        "shared-buffer-edge-serializer", "nfa-state-serializer", "lockable-type-serializer")},
 }
 UPGRADE_CASES = [(folder, family) for family in UPGRADES for folder in versions(family)]
 
@@ -149,6 +150,10 @@ def resolve(old: Any, new: Any) -> Compatibility:
      [("TYPE_CHANGED", "value.context")]),
     ({"writable": "org.apache.hadoop.io.IntWritable"}, {"writable": "org.apache.hadoop.io.LongWritable"},
      INCOMPATIBLE, [("VALUE_CLASS_CHANGED", "value")]),
+    ({"nfa_state": {"previous_timestamp": False}}, "NFAState", AFTER_MIGRATION,
+     [("NFA_PREVIOUS_TIMESTAMP_CHANGED", "value")]),
+    ("Lockable<String>", "Lockable<Long>", INCOMPATIBLE, [("TYPE_CHANGED", "value.element")]),
+    ("NodeId", "EventId", INCOMPATIBLE, [("TYPE_CHANGED", "value")]),
     ("ScalaOption<Long>", "ScalaOption<String>", INCOMPATIBLE, [("TYPE_CHANGED", "value.some")]),
     ("ScalaTry<Long, String>", "ScalaTry<Integer, String>", INCOMPATIBLE, [("TYPE_CHANGED", "value.success")]),
     ({"scala_case_class": "x.P", "fields": ["Long"]}, {"scala_case_class": "x.Q", "fields": ["Long"]}, INCOMPATIBLE,
@@ -196,6 +201,8 @@ def test_family_rules(old: Any, new: Any, verdict: Any, found: list[tuple[str, s
      "snapshot_class": "org.apache.flink.streaming.api.functions.sink.legacy.TwoPhaseCommitSinkFunction"
                        "$StateSerializerSnapshot"},
     {"writable": "org.apache.hadoop.io.Text"},
+    "NFAState", {"nfa_state": {"previous_timestamp": False}}, "DeweyNumber", "EventId", "NodeId", "SharedBufferEdge",
+    "Lockable<SharedBufferNode>", {"lockable": {"row": {"f0": "Long"}}},
 ])
 def test_notation_round_trip(notation: Any) -> None:
     snapshot = to_snapshot(notation)
@@ -408,6 +415,35 @@ def test_sql_lag_accumulator_linked_list() -> None:
     decoded, end = linked.decoder()(buffer, 0)
     assert (decoded, end) == ([{42.0: 42.0}], len(buffer))  # one buffered row's MAP<DOUBLE, DOUBLE>
     assert linked.encode(decoded) == buffer
+
+
+MATCH = (ROOT / "tests/corpus/savepoints/flink-table/flink-table-planner/src/test/resources/restore-tests/"
+         "stream-exec-match_1/match-complex/savepoint")
+
+
+def test_sql_match_recognize_nfa_state() -> None:
+    # MATCH_RECOGNIZE's CEP operator: the NFA state and the shared buffer, as the planner's restore test left them
+    # (tests/test_flink_corpus.py checks that every entry is written back byte for byte).
+    savepoint = Savepoint.open(MATCH)
+    [operator] = [op for op in savepoint.operators if savepoint.keyed_streams(op)]
+    nfa = {key[0]: value for key, _, value in savepoint.iter_entries(operator, "nfaStateName")}
+    assert nfa["ACME"] == {"partial_matches": [{
+        "state": "DOWN:1", "previous_entry": None, "version": "5", "start_timestamp": -1, "previous_timestamp": -1,
+        "start_event": None}], "completed_matches": []}
+    first = nfa["BETA"]["partial_matches"][0]
+    assert first == {"state": "DOWN", "previous_entry": {"event_id": {"id": 0, "timestamp": 1701784717829},
+                                                         "page": "DOWN"},
+                     "version": "1.0.0", "start_timestamp": 1701784717828, "previous_timestamp": 1701784717829,
+                     "start_event": {"id": 0, "timestamp": 1701784717828}}
+    events = {json.dumps(to_json(user_key)): value for _, _, user_key, value in
+              savepoint.iter_entries(operator, "sharedBuffer-events")}
+    assert events['{"id": 0, "timestamp": 1701784717828}'] == {"ref_count": 1, "element": ("BETA", 2, 18, 1, None)}
+    nodes = [value for _, _, _, value in savepoint.iter_entries(operator, "sharedBuffer-entries-with-lockable-edges")]
+    assert {"ref_count": 1, "element": {"edges": [{"ref_count": 1, "edge": {"target": None, "version": "1"}}]}} \
+        in nodes
+    schema = {s.name: s.value_type for s in savepoint.keyed_states(operator)}
+    assert schema["nfaStateName"] == "NFAState"
+    assert schema["sharedBuffer-entries-with-lockable-edges"] == "Lockable<SharedBufferNode>"
 
 
 # ---------------------------------------------------------------------------------------------------------------------

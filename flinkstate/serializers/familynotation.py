@@ -5,7 +5,9 @@ module (it stays below it):
 * strings: ``Either<L, R>``, ``ArrayList<T>``, ``LinkedList<T>`` (with a null mask, as Flink writes it today),
   ``ListView<List<T>>``, ``MapView<Map<K, V>>``, ``TtlAware<T>`` (TTL on exactly when ``T`` is a ``TTL<...>``),
   ``JavaSerializable``, Scala's ``ScalaOption<T>``, ``ScalaEither<L, R>``, ``ScalaTry<T, THROWABLE>``, and the
-  streaming runtime's ``StreamElement<T>``, ``TaggedUnion<A, B>``, ``BufferEntry<T>``;
+  streaming runtime's ``StreamElement<T>``, ``TaggedUnion<A, B>``, ``BufferEntry<T>``, and CEP's ``NFAState``,
+  ``DeweyNumber``, ``EventId``, ``NodeId``, ``SharedBufferEdge``, ``SharedBufferNode``, ``Lockable<T>`` (an NFA
+  state without previous timestamps, Flink 1.x's: ``{nfa_state: {previous_timestamp: false}}``);
 * mappings: ``{either: {left: L, right: R}}`` (with ``legacy_snapshot: true``: Flink 1.7's EitherSerializerSnapshot),
   ``{array_list: T}``, ``{linked_list: T, null_mask: BOOL}``, ``{list_view: T}``, ``{map_view: T}``,
   ``{ttl_aware: T, ttl_enabled: BOOL}``, ``{value: CLASS}``, ``{copyable_value: CLASS}`` (a Flink ``Value`` /
@@ -15,7 +17,8 @@ module (it stays below it):
   ``{scala_option: T}``, ``{scala_either: {left: L, right: R}}``, ``{scala_try: T, throwable: T}``, and
   ``{two_phase_commit: {transaction: T, context: T}, null_transactions: BOOL, snapshot_class: CLASS}`` (the snapshot
   class Flink 2.x writes, ``...sink.legacy.TwoPhaseCommitSinkFunction$...``, when not 1.x's); the mapping forms of
-  the streaming generics are ``{stream_element: T}``, ``{tagged_union: {one: A, two: B}}``, ``{buffer_entry: T}``.
+  the streaming generics are ``{stream_element: T}``, ``{tagged_union: {one: A, two: B}}``, ``{buffer_entry: T}``,
+  and CEP's ``{lockable: T}``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from flinkstate.serializers import registry
 from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.cep import (
+    DeweyNumberSnapshot,
+    EventIdSnapshot,
+    LockableSnapshot,
+    NFAStateSnapshot,
+    NodeIdSnapshot,
+    SharedBufferEdgeSnapshot,
+    SharedBufferNodeSnapshot,
+)
 from flinkstate.serializers.either import EitherSnapshot, LegacyEitherSnapshot
 from flinkstate.serializers.javaserial import JavaSerializerSnapshot
 from flinkstate.serializers.runtimelists import (
@@ -68,17 +81,18 @@ class NotationProblem(Exception):
 #: String generics: name -> number of type arguments.
 GENERIC_ARITY = {"Either": 2, "ArrayList": 1, "LinkedList": 1, "ListView": 1, "MapView": 1, "TtlAware": 1,
                  "ScalaOption": 1, "ScalaEither": 2, "ScalaTry": 2, "StreamElement": 1, "TaggedUnion": 2,
-                 "BufferEntry": 1}
+                 "BufferEntry": 1, "Lockable": 1}
 #: String names without arguments.
-PLAIN_NAMES = ("JavaSerializable",)
+PLAIN_NAMES = ("JavaSerializable", "NFAState", "DeweyNumber", "EventId", "NodeId", "SharedBufferEdge",
+               "SharedBufferNode")
 #: Mapping forms -> the keys allowed beside the form's own.
-FORMS: dict[str, set[str]] = {"either": {"legacy_snapshot"}, "array_list": set(), "linked_list": {"null_mask"},
-                              "list_view": set(), "map_view": set(), "ttl_aware": {"ttl_enabled"}, "value": set(),
-                              "copyable_value": set(), "writable": set(), "scala_case_class": {"fields"},
-                              "scala_traversable": {"builder"}, "scala_enum": {"constants"}, "scala_option": set(),
-                              "scala_either": set(), "scala_try": {"throwable"}, "stream_element": set(),
-                              "tagged_union": set(), "buffer_entry": set(), "two_phase_commit": {"null_transactions",
-                                                                                              "snapshot_class"}}
+FORMS: dict[str, set[str]] = {
+    "either": {"legacy_snapshot"}, "array_list": set(), "linked_list": {"null_mask"}, "list_view": set(),
+    "map_view": set(), "ttl_aware": {"ttl_enabled"}, "value": set(), "copyable_value": set(), "writable": set(),
+    "scala_case_class": {"fields"}, "scala_traversable": {"builder"}, "scala_enum": {"constants"},
+    "scala_option": set(), "scala_either": set(), "scala_try": {"throwable"}, "stream_element": set(),
+    "tagged_union": set(), "buffer_entry": set(), "nfa_state": set(), "lockable": set(),
+    "two_phase_commit": {"null_transactions", "snapshot_class"}}
 _ONE_NESTED: dict[str, type[ArrayListSnapshot | LinkedListSnapshot | ListViewSnapshot | MapViewSnapshot]] = {
     "ArrayList": ArrayListSnapshot, "LinkedList": LinkedListSnapshot, "ListView": ListViewSnapshot,
     "MapView": MapViewSnapshot}
@@ -86,15 +100,16 @@ _GENERIC_TYPES: dict[str, type[GenericTypeSnapshot]] = {
     "value": ValueSnapshot, "copyable_value": CopyableValueSnapshot, "writable": WritableSnapshot}
 _FORM_OF = {"ArrayList": "array_list", "LinkedList": "linked_list", "ListView": "list_view", "MapView": "map_view"}
 _BY_CLASS: dict[str, type[EitherSnapshot | ScalaOptionSnapshot | ScalaTrySnapshot | StreamElementSnapshot
-                          | UnionSnapshot | BufferEntrySnapshot]] = {
+                          | UnionSnapshot | BufferEntrySnapshot | LockableSnapshot]] = {
     "Either": EitherSnapshot, "ScalaEither": ScalaEitherSnapshot, "ScalaOption": ScalaOptionSnapshot,
     "ScalaTry": ScalaTrySnapshot, "StreamElement": StreamElementSnapshot, "TaggedUnion": UnionSnapshot,
-    "BufferEntry": BufferEntrySnapshot}
+    "BufferEntry": BufferEntrySnapshot, "Lockable": LockableSnapshot}
 #: Mapping forms of the string generics whose arguments are structured: form -> (name, argument keys or None).
 _GENERIC_FORMS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "scala_option": ("ScalaOption", None), "stream_element": ("StreamElement", None),
-    "buffer_entry": ("BufferEntry", None), "tagged_union": ("TaggedUnion", ("one", "two")),
-    "scala_either": ("ScalaEither", ("left", "right")), "either": ("Either", ("left", "right"))}
+    "buffer_entry": ("BufferEntry", None), "lockable": ("Lockable", None),
+    "tagged_union": ("TaggedUnion", ("one", "two")), "scala_either": ("ScalaEither", ("left", "right")),
+    "either": ("Either", ("left", "right"))}
 
 
 def named(name: str, args: list[TypeSerializerSnapshot]) -> TypeSerializerSnapshot | None:
@@ -102,7 +117,7 @@ def named(name: str, args: list[TypeSerializerSnapshot]) -> TypeSerializerSnapsh
     if name in PLAIN_NAMES:
         if args:
             raise NotationProblem(f"{name} takes no type arguments")
-        return JavaSerializerSnapshot()
+        return _plain(name)
     if name not in GENERIC_ARITY:
         return None
     if len(args) != GENERIC_ARITY[name]:
@@ -116,6 +131,25 @@ def named(name: str, args: list[TypeSerializerSnapshot]) -> TypeSerializerSnapsh
         return TtlAwareSnapshot(args[0])
     cls = _ONE_NESTED[name]
     return cls(cls.CLASS_NAMES[0], args)
+
+
+def _plain(name: str, previous_timestamp: bool = True) -> TypeSerializerSnapshot:
+    """The snapshot of a type named without arguments (CEP's types nest fixed serializers)."""
+    if name == "JavaSerializable":
+        return JavaSerializerSnapshot()
+    if name == "DeweyNumber":
+        return DeweyNumberSnapshot()
+    if name == "EventId":
+        return EventIdSnapshot()
+    if name == "NodeId":
+        return NodeIdSnapshot(NodeIdSnapshot.CLASS_NAMES[0], [EventIdSnapshot()])
+    if name == "SharedBufferEdge":
+        return SharedBufferEdgeSnapshot(SharedBufferEdgeSnapshot.CLASS_NAMES[0], [_plain("NodeId"),
+                                                                                  DeweyNumberSnapshot()])
+    if name == "SharedBufferNode":
+        return SharedBufferNodeSnapshot(SharedBufferNodeSnapshot.CLASS_NAMES[0], [_plain("SharedBufferEdge")])
+    return NFAStateSnapshot(NFAStateSnapshot.CLASS_NAMES[0], [DeweyNumberSnapshot(), _plain("NodeId"),
+                                                              EventIdSnapshot()], previous_timestamp=previous_timestamp)
 
 
 def from_mapping(form: str, notation: Mapping[str, Any], nested: SnapshotOf) -> TypeSerializerSnapshot:
@@ -136,6 +170,11 @@ def from_mapping(form: str, notation: Mapping[str, Any], nested: SnapshotOf) -> 
             return generic(generic.CLASS_NAMES[0], [nested(spec[k], f"{form}.{k}") for k in keys], version=2,
                            outer_version=2)
         return generic(generic.CLASS_NAMES[0], [nested(spec[k], f"{form}.{k}") for k in keys])
+    if form == "nfa_state":
+        if not isinstance(spec, Mapping) or set(spec) != {"previous_timestamp"} or not isinstance(
+                spec["previous_timestamp"], bool):
+            raise NotationProblem("nfa_state needs {previous_timestamp: true or false}", form)
+        return _plain("NFAState", spec["previous_timestamp"])
     if form == "two_phase_commit":
         if not isinstance(spec, Mapping) or set(spec) != {"transaction", "context"}:
             raise NotationProblem("two_phase_commit needs exactly {transaction: TYPE, context: TYPE}", form)
@@ -203,7 +242,25 @@ def _scala_form(form: str, notation: Mapping[str, Any], nested: SnapshotOf) -> T
     raise NotationProblem(f"unknown form {form}", form)
 
 
+def _plain_notation(snapshot: TypeSerializerSnapshot) -> Notation | None:
+    """A CEP type (or Java serialization) by its name, when its snapshot is exactly what the name builds."""
+    name = snapshot.type_name()
+    if name not in PLAIN_NAMES:
+        return None
+    if isinstance(snapshot, (JavaSerializerSnapshot, DeweyNumberSnapshot, EventIdSnapshot)):
+        return name  # simple snapshots: any version names the same serializer
+    written = registry.snapshot_bytes(snapshot)
+    if written == registry.snapshot_bytes(_plain(name)):
+        return name
+    if isinstance(snapshot, NFAStateSnapshot) and written == registry.snapshot_bytes(_plain(name, False)):
+        return {"nfa_state": {"previous_timestamp": False}}
+    return None  # an older snapshot version: no notation
+
+
 def _special_notation(snapshot: TypeSerializerSnapshot, recurse: NotationOf) -> Notation | None:
+    plain = _plain_notation(snapshot)
+    if plain is not None:
+        return plain
     if isinstance(snapshot, LegacyEitherSnapshot):
         return {"either": {"left": recurse(snapshot.nested[0]), "right": recurse(snapshot.nested[1])},
                 "legacy_snapshot": True}
@@ -238,8 +295,6 @@ def notation_of(snapshot: TypeSerializerSnapshot, recurse: NotationOf) -> Notati
     scala = _special_notation(snapshot, recurse)
     if scala is not None:
         return scala
-    if isinstance(snapshot, JavaSerializerSnapshot):
-        return "JavaSerializable"
     if isinstance(snapshot, GenericTypeSnapshot):
         return {next(f for f, cls in _GENERIC_TYPES.items() if type(snapshot) is cls): snapshot.type_class}
     if isinstance(snapshot, TtlAwareSnapshot):
