@@ -34,7 +34,7 @@ from flinkstate.format.handles import (
     KeyGroupsStateHandle,
     RelativeFileStateHandle,
 )
-from flinkstate.format.keyed_stream import keyed_stream_file_name
+from flinkstate.format.keyed_stream import KeyedStateStream, keyed_stream_file_name
 from flinkstate.migration.assemble import assemble_metadata
 from flinkstate.migration.plan import MigrationError, MigrationPlan
 from flinkstate.migration.rewrite import StateCount, SubtaskResult, migrate_subtask
@@ -101,11 +101,9 @@ def default_unit_count(workers: int) -> int:
     return max(1, 3 * workers)
 
 
-def _split_stream(source: Savepoint, operator_id: str, subtask: int, parts: int) -> list[Unit]:
+def _split_stream(stream: KeyedStateStream, operator_id: str, subtask: int, parts: int) -> list[Unit]:
     """Contiguous key-group ranges covering the subtask's whole range, cut at block boundaries so that each holds
     about the same number of stored bytes."""
-    op = next(o for o in source.operators if o.operator_id == operator_id)
-    stream = dict(source.keyed_streams(op))[subtask]
     full = stream.key_group_range
     blocks = stream.blocks
     total = sum(end - start for _, start, end in blocks)
@@ -137,11 +135,16 @@ def split_units(source: Savepoint, plan: MigrationPlan, target: int, streams: Se
     sizes = _stream_sizes(source, plan, streams)
     total = sum(sizes) or 1
     units: list[Unit] = []
+    opened: dict[str, dict[int, KeyedStateStream]] = {}  # each operator's streams opened once, not per subtask
     for (operator_id, subtask), size in zip(streams, sizes, strict=True):
-        if plan.operators[operator_id].key_transform is not None:
+        op_plan = plan.operators[operator_id]
+        if op_plan.key_transform is not None:
             units.append(Unit(operator_id, subtask, None))
             continue
-        units += _split_stream(source, operator_id, subtask, max(1, round(target * size / total)))
+        if operator_id not in opened:
+            opened[operator_id] = dict(source.keyed_streams(op_plan.source))
+        units += _split_stream(opened[operator_id][subtask], operator_id, subtask,
+                               max(1, round(target * size / total)))
     return units
 
 
