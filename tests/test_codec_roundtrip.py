@@ -31,6 +31,7 @@ from flinkstate.format_errors import SavepointFormatError
 from flinkstate.jsonify import to_json
 from flinkstate.serializers.avro import AvroSnapshot
 from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.bitmapvariant import BitmapSnapshot, BitmapValue, VariantValue
 from flinkstate.serializers.collections import GenericArraySnapshot, ListSnapshot, MapSnapshot, SetSnapshot
 from flinkstate.serializers.either import Either, EitherSnapshot
 from flinkstate.serializers.enum import EnumSnapshot
@@ -213,6 +214,9 @@ EXPECTED: dict[str, Any] = {
                                       "version": "42"},
     "nfa-state-serializer": {"partial_matches": [], "completed_matches": []},
     "lockable-type-serializer": {"ref_count": 10, "element": "flink"},
+    # BitmapSerializerUpgradeTest: {1, Integer.MAX_VALUE}; VariantSerializerUpgradeTest's object
+    "bitmap-serializer": [1, INT_MAX],
+    "variant-serializer": {"variant": {"array": [1, 2, {"kk": _f32(1.123)}], "k": 1, "object": {"k": "hello"}}},
     # WritableSerializerUpgradeTest: WritableName("flink"), whose write() is out.writeUTF
     "writeable-serializer": OpaqueValue("Writable<org.apache.flink.api.java.typeutils.runtime."
                                         "WritableSerializerUpgradeTest$WritableName>", b"\x00\x05flink"),
@@ -225,7 +229,7 @@ def _family(folder: Path) -> str:
 
 def test_corpus_is_vendored() -> None:
     # The families flinkstate reads, each in every Flink version of the corpus (1.11 .. 2.3).
-    assert len(FOLDERS) == 1211
+    assert len(FOLDERS) == 1215  # every folder of Flink's serializer upgrade corpus
     families = {_family(f) for f in FOLDERS}
     assert set(EXPECTED) <= families
     assert {f.name for f in FOLDERS if _family(f) == "instant-serializer"} == set()  # Flink has no such test
@@ -250,8 +254,10 @@ def test_flink_corpus_roundtrip(folder: Path) -> None:
     family = _family(folder)
     if family in EXPECTED:
         expected = EXPECTED[family]
-        if isinstance(value, JavaObjectValue):  # the view; the bytes are Flink's (encode gave them back above)
+        if isinstance(value, (JavaObjectValue, VariantValue)):  # the view; encode gave Flink's bytes back above
             value = dict(value)
+        elif isinstance(value, BitmapValue):
+            value = list(value)
         assert same(value, expected), f"{folder.name}: {value!r}"
     json.dumps(to_json(value), allow_nan=False)
 
@@ -531,6 +537,8 @@ def _runtime_family_cases(long_: TypeSerializerSnapshot, string: TypeSerializerS
         **_scala_cases(long_, string),
         **_streaming_cases(long_, string),
         **_cep_cases(string),
+        "bitmap": (BitmapSnapshot(), st.lists(_ints(32), unique=True, max_size=300).map(
+            lambda ms: BitmapValue(sorted(ms, key=lambda m: m & 0xFFFFFFFF)))),
     }
 
 

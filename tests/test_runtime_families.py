@@ -1,7 +1,7 @@
 """The Either, runtime list (ArrayList, LinkedList, ListView, MapView), TtlAware, Value/CopyableValue, Java
 serialization, Scala (Option, Either, Try, case class, traversables, Enumeration), streaming runtime (StreamElement,
 CoGroup's TaggedUnion, interval join's BufferEntry, the two-phase commit sink's state), Hadoop Writable and CEP
-(NFAState, shared buffer) families, beyond the corpus round trip of tests/test_codec_roundtrip.py:
+(NFAState, shared buffer), Bitmap and Variant families, beyond the corpus round trip of tests/test_codec_roundtrip.py:
 
 1. Flink's compatibility verdicts, as its upgrade tests assert them, on the snapshots Flink wrote for every version
    of the serializer corpus (the new snapshot being what Flink 2.3 writes for the upgraded serializer), and the
@@ -29,6 +29,7 @@ from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
 from flinkstate.jsonify import to_json
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.bitmapvariant import BitmapValue
 from flinkstate.serializers.either import Either, LegacyEitherSnapshot
 from flinkstate.serializers.javaserial import MAX_VIEW_NODES, TRUNCATED, JavaObjectValue, JavaSerializerSnapshot
 from flinkstate.serializers.kryo import OpaqueValue
@@ -81,7 +82,8 @@ UPGRADES = {
     **{family: (family, AS_IS) for family in (
         "stream-element-serializer", "union-serializer-one", "union-serializer-two", "buffer-entry-serializer",
         "writeable-serializer", "event-id-serializer", "node-id-serializer", "dewey-number-serializer",
-        "shared-buffer-edge-serializer", "nfa-state-serializer", "lockable-type-serializer")},
+        "shared-buffer-edge-serializer", "nfa-state-serializer", "lockable-type-serializer", "bitmap-serializer",
+        "variant-serializer")},
 }
 UPGRADE_CASES = [(folder, family) for family in UPGRADES for folder in versions(family)]
 
@@ -202,7 +204,7 @@ def test_family_rules(old: Any, new: Any, verdict: Any, found: list[tuple[str, s
                        "$StateSerializerSnapshot"},
     {"writable": "org.apache.hadoop.io.Text"},
     "NFAState", {"nfa_state": {"previous_timestamp": False}}, "DeweyNumber", "EventId", "NodeId", "SharedBufferEdge",
-    "Lockable<SharedBufferNode>", {"lockable": {"row": {"f0": "Long"}}},
+    "Lockable<SharedBufferNode>", {"lockable": {"row": {"f0": "Long"}}}, "Bitmap", "Variant", "List<Variant>",
 ])
 def test_notation_round_trip(notation: Any) -> None:
     snapshot = to_snapshot(notation)
@@ -303,6 +305,32 @@ def test_legacy_either_snapshot_of_flink_1_7() -> None:
     legacy_v1[2 + 68 + 3] = 1
     with pytest.raises(UnsupportedFormat, match=r"EitherSerializerSnapshot version 1 .* is not supported"):
         read_snapshot(Reader(bytes(legacy_v1)))
+
+
+def test_bitmaps_are_written_like_flink() -> None:
+    # A bitmap built here (no bytes read) is serialized as RoaringBitmapData.toBytes does: the same bytes as Flink's.
+    written = (SERIALIZERS / "bitmap-serializer-2.3" / "test-data").read_bytes()
+    snapshot = corpus_snapshot("bitmap-serializer-2.3")
+    assert snapshot.encode(BitmapValue([1, 2**31 - 1])) == written
+    assert snapshot.encode([1, 2**31 - 1]) == written
+    # Java ints at or above 2^31 unsigned are negative, and come last.
+    value = snapshot.decode(snapshot.encode(BitmapValue([0, -1, 5, -(2**31)])))
+    assert value == [0, 5, -(2**31), -1]
+    run = BitmapValue(range(1000))  # 1000 consecutive members: a run container after runOptimize
+    assert len(snapshot.encode(run)) < 40 and snapshot.decode(snapshot.encode(run)) == list(range(1000))
+
+
+def test_variants_pass_through() -> None:
+    snapshot = corpus_snapshot("variant-serializer-2.3")
+    data = (SERIALIZERS / "variant-serializer-2.3" / "test-data").read_bytes()
+    value = snapshot.decode(data)
+    assert value["variant"]["object"] == {"k": "hello"}
+    assert snapshot.encode(value) == data
+    value["variant"]["k"] = 2
+    with pytest.raises(UnsupportedFormat, match=r"Variant values pass through byte for byte.*\(got a changed value\)"):
+        snapshot.encode(value)
+    with pytest.raises(SavepointFormatError, match="runs past its record"):
+        snapshot.decode(data[:-1])
 
 
 def test_stream_elements_of_every_kind() -> None:

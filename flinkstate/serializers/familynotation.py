@@ -7,7 +7,8 @@ module (it stays below it):
   ``JavaSerializable``, Scala's ``ScalaOption<T>``, ``ScalaEither<L, R>``, ``ScalaTry<T, THROWABLE>``, and the
   streaming runtime's ``StreamElement<T>``, ``TaggedUnion<A, B>``, ``BufferEntry<T>``, and CEP's ``NFAState``,
   ``DeweyNumber``, ``EventId``, ``NodeId``, ``SharedBufferEdge``, ``SharedBufferNode``, ``Lockable<T>`` (an NFA
-  state without previous timestamps, Flink 1.x's: ``{nfa_state: {previous_timestamp: false}}``);
+  state without previous timestamps, Flink 1.x's: ``{nfa_state: {previous_timestamp: false}}``), ``Bitmap``,
+  ``Variant``;
 * mappings: ``{either: {left: L, right: R}}`` (with ``legacy_snapshot: true``: Flink 1.7's EitherSerializerSnapshot),
   ``{array_list: T}``, ``{linked_list: T, null_mask: BOOL}``, ``{list_view: T}``, ``{map_view: T}``,
   ``{ttl_aware: T, ttl_enabled: BOOL}``, ``{value: CLASS}``, ``{copyable_value: CLASS}`` (a Flink ``Value`` /
@@ -28,6 +29,7 @@ from typing import Any
 
 from flinkstate.serializers import registry
 from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.bitmapvariant import BitmapSnapshot, VariantSnapshot
 from flinkstate.serializers.cep import (
     DeweyNumberSnapshot,
     EventIdSnapshot,
@@ -39,6 +41,7 @@ from flinkstate.serializers.cep import (
 )
 from flinkstate.serializers.either import EitherSnapshot, LegacyEitherSnapshot
 from flinkstate.serializers.javaserial import JavaSerializerSnapshot
+from flinkstate.serializers.namespaces import EmptyPayloadSnapshot
 from flinkstate.serializers.runtimelists import (
     LINKED_LIST_VERSION,
     ArrayListSnapshot,
@@ -84,7 +87,7 @@ GENERIC_ARITY = {"Either": 2, "ArrayList": 1, "LinkedList": 1, "ListView": 1, "M
                  "BufferEntry": 1, "Lockable": 1}
 #: String names without arguments.
 PLAIN_NAMES = ("JavaSerializable", "NFAState", "DeweyNumber", "EventId", "NodeId", "SharedBufferEdge",
-               "SharedBufferNode")
+               "SharedBufferNode", "Bitmap", "Variant")
 #: Mapping forms -> the keys allowed beside the form's own.
 FORMS: dict[str, set[str]] = {
     "either": {"legacy_snapshot"}, "array_list": set(), "linked_list": {"null_mask"}, "list_view": set(),
@@ -133,14 +136,15 @@ def named(name: str, args: list[TypeSerializerSnapshot]) -> TypeSerializerSnapsh
     return cls(cls.CLASS_NAMES[0], args)
 
 
+_SIMPLE: dict[str, type[EmptyPayloadSnapshot]] = {
+    "JavaSerializable": JavaSerializerSnapshot, "DeweyNumber": DeweyNumberSnapshot, "EventId": EventIdSnapshot,
+    "Bitmap": BitmapSnapshot, "Variant": VariantSnapshot}
+
+
 def _plain(name: str, previous_timestamp: bool = True) -> TypeSerializerSnapshot:
     """The snapshot of a type named without arguments (CEP's types nest fixed serializers)."""
-    if name == "JavaSerializable":
-        return JavaSerializerSnapshot()
-    if name == "DeweyNumber":
-        return DeweyNumberSnapshot()
-    if name == "EventId":
-        return EventIdSnapshot()
+    if name in _SIMPLE:
+        return _SIMPLE[name]()
     if name == "NodeId":
         return NodeIdSnapshot(NodeIdSnapshot.CLASS_NAMES[0], [EventIdSnapshot()])
     if name == "SharedBufferEdge":
@@ -247,7 +251,7 @@ def _plain_notation(snapshot: TypeSerializerSnapshot) -> Notation | None:
     name = snapshot.type_name()
     if name not in PLAIN_NAMES:
         return None
-    if isinstance(snapshot, (JavaSerializerSnapshot, DeweyNumberSnapshot, EventIdSnapshot)):
+    if type(snapshot) in _SIMPLE.values():
         return name  # simple snapshots: any version names the same serializer
     written = registry.snapshot_bytes(snapshot)
     if written == registry.snapshot_bytes(_plain(name)):

@@ -24,7 +24,7 @@ LEGACY_ADAPTER_VERSION = 0x7A53C4F0
 _FAMILY_MODULES = (
     "primitives", "composite", "collections", "tuple", "row", "nullable", "pojo", "enum", "avro", "kryo",
     "timer", "ttl", "namespaces", "rowdata", "either", "runtimelists", "ttlaware", "values", "javaserial", "scala",
-    "streaming", "cep",
+    "streaming", "cep", "bitmapvariant",
 )
 
 _REGISTRY: dict[str, type[TypeSerializerSnapshot]] = {}
