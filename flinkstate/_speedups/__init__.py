@@ -125,6 +125,49 @@ def _binary_row_spec(snapshot: Any, reference: Callable[[bytes, int], tuple[Any,
     return (K_BROW, tuple(fields), reference)
 
 
+def encoder_spec(snapshot: TypeSerializerSnapshot) -> tuple[Any, ...]:
+    """The compiled form of ``snapshot``'s record encoder (the same tree as :func:`codec_spec`; rows and families
+    without a compiled form call the reference's own encoder). The reference encoder is built first, so a snapshot
+    that cannot encode fails exactly as without the fast path."""
+    from flinkstate.serializers.collections import ListSnapshot, MapSnapshot
+    from flinkstate.serializers.namespaces import GlobalWindowSnapshot, VoidNamespaceSnapshot
+    from flinkstate.serializers.nullable import NullableSnapshot
+    from flinkstate.serializers.pojo import PojoSnapshot
+    from flinkstate.serializers.tuple import TupleSnapshot
+
+    reference = snapshot.encoder()
+    kind = type(snapshot)
+    if kind.__name__ == "SimpleSnapshot" and snapshot.class_name in _SIMPLE_KINDS:
+        return _SIMPLE_KINDS[snapshot.class_name]
+    if kind in (VoidNamespaceSnapshot, GlobalWindowSnapshot):
+        return (K_CONST, None, 1)
+    if kind is PojoSnapshot:
+        assert isinstance(snapshot, PojoSnapshot)
+        names = tuple(f.name for f in snapshot.fields)
+        return (K_POJO, names, tuple(encoder_spec(f.snapshot) for f in snapshot.fields),  # type: ignore[arg-type]
+                reference)
+    if kind is TupleSnapshot:
+        return (K_TUPLE, tuple(encoder_spec(n) for n in snapshot.nested))
+    if kind is ListSnapshot:
+        return (K_LIST, encoder_spec(snapshot.nested[0]))
+    if kind is MapSnapshot:
+        return (K_MAP, encoder_spec(snapshot.nested[0]), encoder_spec(snapshot.nested[1]))
+    if kind is NullableSnapshot:
+        assert isinstance(snapshot, NullableSnapshot)
+        return (K_NULLABLE, encoder_spec(snapshot.nested[0]), int(snapshot.null_padding))
+    return (K_PY, reference)
+
+
+def fast_encoder(snapshot: TypeSerializerSnapshot) -> Callable[[Any, bytearray], None] | None:
+    """``snapshot``'s record encoder, compiled: ``(value, out: bytearray) -> None`` like the reference's, writing
+    the same bytes; a value it does not take (another type, out of range) is encoded, or refused, by the reference
+    itself. None when the fast path is off. (Cached per snapshot by the caller: building one walks the tree.)"""
+    if not enabled():
+        return None
+    encoder: Callable[[Any, bytearray], None] = _cdecode.Encoder(encoder_spec(snapshot), snapshot.encoder())
+    return encoder
+
+
 def fast_codec(snapshot: TypeSerializerSnapshot) -> Callable[[bytes, int], tuple[Any, int]] | None:
     """``snapshot``'s record decoder, compiled (None when the fast path is off). It raises on bytes the reference
     would refuse, but not necessarily the same error: callers that report errors rerun the reference."""
@@ -216,6 +259,7 @@ def raw_entries_compiled(data: bytes, state_count: int | None, key_group: int | 
     return entries
 
 
-__all__ = ["BUILD_ERROR", "PURE_PYTHON_VARIABLE", "codec_spec", "enabled", "fast_codec", "fast_entry_decoder",
+__all__ = ["BUILD_ERROR", "PURE_PYTHON_VARIABLE", "codec_spec", "enabled", "encoder_spec", "fast_codec",
+           "fast_encoder", "fast_entry_decoder",
            "is_compiled", "pure_python_requested",
            "raw_entries_compiled", "scan_compiled"]

@@ -667,6 +667,218 @@ static PyTypeObject CodecType = {
     .tp_call = (ternaryfunc)Codec_call,
 };
 
+/* -- Encoding: the same codec trees, written back -------------------------------------------------------------- */
+
+/* Appends n bytes to a bytearray. */
+static int put(PyObject *out, const void *data, Py_ssize_t n) {
+    Py_ssize_t len = PyByteArray_GET_SIZE(out);
+    if (PyByteArray_Resize(out, len + n) < 0) return -1;
+    memcpy(PyByteArray_AS_STRING(out) + len, data, (size_t)n);
+    return 0;
+}
+
+static int put_byte(PyObject *out, unsigned char b) { return put(out, &b, 1); }
+
+static int put_be(PyObject *out, uint64_t v, int n) {
+    unsigned char b[8];
+    for (int i = 0; i < n; i++) b[i] = (unsigned char)(v >> (8 * (n - 1 - i)));
+    return put(out, b, n);
+}
+
+static int put_leb128(PyObject *out, uint64_t v) {
+    unsigned char b[10];
+    int n = 0;
+    while (v >= 0x80) {
+        b[n++] = (unsigned char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    b[n++] = (unsigned char)v;
+    return put(out, b, n);
+}
+
+/* A value the compiled encoder does not take as the reference would (another type, out of range): the caller
+ * rolls back and lets the reference encode the whole value (or raise its own error). */
+static int refuse(void) {
+    PyErr_SetString(DecodeError, "value left to the reference encoder");
+    return -1;
+}
+
+static int encode_string(PyObject *value, PyObject *out) {
+    if (value == Py_None) return put_byte(out, 0);
+    if (!PyUnicode_CheckExact(value) || PyUnicode_READY(value) < 0) return refuse();
+    if (PyUnicode_IS_ASCII(value)) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+        if (put_leb128(out, (uint64_t)n + 1) < 0) return -1;
+        return put(out, PyUnicode_DATA(value), n);
+    }
+    PyObject *units = PyUnicode_AsEncodedString(value, "utf-16-be", "surrogatepass");
+    if (units == NULL) return -1;
+    const unsigned char *u = (const unsigned char *)PyBytes_AS_STRING(units);
+    Py_ssize_t n = PyBytes_GET_SIZE(units) / 2;
+    int rc = put_leb128(out, (uint64_t)n + 1);
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) rc = put_leb128(out, ((uint64_t)u[2 * i] << 8) | u[2 * i + 1]);
+    Py_DECREF(units);
+    return rc;
+}
+
+static int encode_node(Node *node, PyObject *value, PyObject *out) {
+    switch (node->kind) {
+    case K_LONG: case K_INT: case K_SHORT: case K_BYTE: {
+        if (!PyLong_CheckExact(value)) return refuse();
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) return refuse();
+        int width = node->kind == K_LONG ? 8 : node->kind == K_INT ? 4 : node->kind == K_SHORT ? 2 : 1;
+        if (width < 8) {
+            long long bound = 1LL << (8 * width - 1);
+            if (v < -bound || v >= bound) return refuse();
+        }
+        return put_be(out, (uint64_t)v, width);
+    }
+    case K_BOOL: {
+        int truth = PyObject_IsTrue(value);  /* the reference writes `1 if value else 0` */
+        if (truth < 0) return -1;
+        return put_byte(out, truth ? 1 : 0);
+    }
+    case K_FLOAT: case K_DOUBLE: {
+        if (!PyFloat_CheckExact(value)) return refuse();
+        double v = PyFloat_AS_DOUBLE(value);
+        unsigned char b[8];
+        if (v != v) v = Py_NAN;  /* Java's canonical NaN, as the reference writes it */
+        if (node->kind == K_FLOAT ? PyFloat_Pack4(v, (char *)b, 0) : PyFloat_Pack8(v, (char *)b, 0)) return -1;
+        return put(out, b, node->kind == K_FLOAT ? 4 : 8);
+    }
+    case K_CHAR: {
+        if (!PyUnicode_CheckExact(value) || PyUnicode_GET_LENGTH(value) != 1) return refuse();
+        Py_UCS4 c = PyUnicode_READ_CHAR(value, 0);
+        if (c > 0xFFFF) return refuse();
+        return put_be(out, c, 2);
+    }
+    case K_STRING:
+        return encode_string(value, out);
+    case K_CONST:
+        for (Py_ssize_t i = 0; i < node->param; i++)
+            if (put_byte(out, 0) < 0) return -1;
+        return 0;
+    case K_POJO: {
+        if (value == Py_None) return put_byte(out, 1);
+        if (!PyDict_CheckExact(value)) return refuse();
+        PyObject *subclass = PyDict_GetItemString(value, "@class");
+        if (subclass != NULL && subclass != Py_None) return refuse();
+        if (put_byte(out, 2) < 0) return -1;
+        for (Py_ssize_t i = 0; i < node->n; i++) {
+            PyObject *item = PyDict_GetItemWithError(value, PyTuple_GET_ITEM(node->obj, i));
+            if (item == NULL && PyErr_Occurred()) return -1;
+            if (item == NULL || item == Py_None) {
+                if (put_byte(out, 1) < 0) return -1;
+            } else if (put_byte(out, 0) < 0 || encode_node(node->children[i], item, out) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    case K_TUPLE:
+        if (!PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) != node->n) return refuse();
+        for (Py_ssize_t i = 0; i < node->n; i++)
+            if (encode_node(node->children[i], PyTuple_GET_ITEM(value, i), out) < 0) return -1;
+        return 0;
+    case K_LIST: {
+        if (!PyList_CheckExact(value) || PyList_GET_SIZE(value) > INT32_MAX) return refuse();
+        Py_ssize_t n = PyList_GET_SIZE(value);
+        if (put_be(out, (uint64_t)n, 4) < 0) return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (PyList_GET_SIZE(value) != n) return refuse();  /* changed under us by a Python encoder */
+            if (encode_node(node->children[0], PyList_GET_ITEM(value, i), out) < 0) return -1;
+        }
+        return 0;
+    }
+    case K_MAP: {
+        if (!PyDict_CheckExact(value) || PyDict_GET_SIZE(value) > INT32_MAX) return refuse();
+        if (put_be(out, (uint64_t)PyDict_GET_SIZE(value), 4) < 0) return -1;
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(value, &pos, &key, &item)) {
+            if (encode_node(node->children[0], key, out) < 0) return -1;
+            if (item == Py_None) {
+                if (put_byte(out, 1) < 0) return -1;
+            } else if (put_byte(out, 0) < 0 || encode_node(node->children[1], item, out) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    case K_NULLABLE:
+        if (value == Py_None) {
+            if (put_byte(out, 1) < 0) return -1;
+            for (Py_ssize_t i = 0; i < node->param; i++)
+                if (put_byte(out, 0) < 0) return -1;
+            return 0;
+        }
+        if (put_byte(out, 0) < 0) return -1;
+        return encode_node(node->children[0], value, out);
+    case K_PY: {  /* the reference's own encoder */
+        PyObject *result = PyObject_CallFunctionObjArgs(node->obj, value, out, NULL);
+        if (result == NULL) return -1;
+        Py_DECREF(result);
+        return 0;
+    }
+    }
+    return refuse();  /* ROW and RowData are encoded by the reference (the spec builder does not ask for them) */
+}
+
+/* Encoder(spec, reference)(value, out): appends the value's bytes to the bytearray ``out``, exactly as the reference
+ * encoder does; anything it does not take is rolled back and encoded (or refused) by the reference. */
+typedef struct {
+    PyObject_HEAD
+    Node *root;
+    PyObject *reference;
+} EncoderObject;
+
+static int Encoder_init(EncoderObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *spec, *reference;
+    if (!PyArg_ParseTuple(args, "OO", &spec, &reference)) return -1;
+    node_free(self->root);
+    self->root = node_compile(spec);
+    if (self->root == NULL) return -1;
+    Py_XSETREF(self->reference, Py_NewRef(reference));
+    return 0;
+}
+
+static void Encoder_dealloc(EncoderObject *self) {
+    node_free(self->root);
+    Py_XDECREF(self->reference);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Encoder_call(EncoderObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *value, *out;
+    if (!PyArg_ParseTuple(args, "OO", &value, &out)) return NULL;
+    if (self->root == NULL || self->reference == NULL) {
+        PyErr_SetString(PyExc_ValueError, "encoder not compiled");
+        return NULL;
+    }
+    if (PyByteArray_CheckExact(out)) {
+        Py_ssize_t start = PyByteArray_GET_SIZE(out);
+        if (encode_node(self->root, value, out) == 0) Py_RETURN_NONE;
+        PyErr_Clear();
+        if (PyByteArray_Resize(out, start) < 0) return NULL;
+    }
+    return PyObject_Call(self->reference, args, NULL);
+}
+
+static PyTypeObject EncoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "flinkstate._speedups._cdecode.Encoder",
+    .tp_basicsize = sizeof(EncoderObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Encoder(spec, reference)(value, out): a serializer's record encoder, compiled; the reference encodes "
+              "what it does not take.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Encoder_init,
+    .tp_dealloc = (destructor)Encoder_dealloc,
+    .tp_call = (ternaryfunc)Encoder_call,
+};
+
 /* -- EntryDecoder: one state's entries ---------------------------------------------------------------------------- */
 
 typedef struct {
@@ -1014,7 +1226,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__cdecode(void) {
-    if (PyType_Ready(&CodecType) < 0 || PyType_Ready(&EntryType) < 0) return NULL;
+    if (PyType_Ready(&CodecType) < 0 || PyType_Ready(&EntryType) < 0 || PyType_Ready(&EncoderType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     DecodeError = PyErr_NewException("flinkstate._speedups._cdecode.DecodeError", PyExc_ValueError, NULL);
@@ -1024,6 +1236,8 @@ PyMODINIT_FUNC PyInit__cdecode(void) {
     if (PyModule_AddObject(m, "Codec", (PyObject *)&CodecType) < 0) goto fail;
     Py_INCREF(&EntryType);
     if (PyModule_AddObject(m, "EntryDecoder", (PyObject *)&EntryType) < 0) goto fail;
+    Py_INCREF(&EncoderType);
+    if (PyModule_AddObject(m, "Encoder", (PyObject *)&EncoderType) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);
