@@ -230,6 +230,19 @@ def is_compiled(decoder: object) -> TypeGuard[EntryDecoder]:
     return _cdecode is not None and isinstance(decoder, _cdecode.EntryDecoder)
 
 
+def fast_canonical(reference: Callable[[Any], Any]) -> Callable[[Any], Any] | None:
+    """``reference`` (flinkstate.migration.canonical.canonical, the verifier's comparable form of a decoded value)
+    built in C for the exact built-in types (None, bool, str, bytes, int, float, list, tuple, dict); other types,
+    with their subtrees, go to ``reference``. None when the fast path is off."""
+    if not enabled():
+        return None
+
+    def canonical(value: Any) -> Any:
+        return _cdecode.canonical(value, reference)
+
+    return canonical
+
+
 def scan_compiled(decoder: object, data: bytes, key_group: int, wanted: int, state_count: int, prefix_bytes: int
                   ) -> list[tuple[Any, ...]] | None:
     """The entries of state ``wanted`` in one key-group block, walked and decoded in one compiled pass; None when
@@ -259,7 +272,6 @@ def raw_entries_compiled(data: bytes, state_count: int | None, key_group: int | 
     return entries
 
 
-__all__ = ["BUILD_ERROR", "PURE_PYTHON_VARIABLE", "codec_spec", "enabled", "encoder_spec", "fast_codec",
-           "fast_encoder", "fast_entry_decoder",
-           "is_compiled", "pure_python_requested",
+__all__ = ["BUILD_ERROR", "PURE_PYTHON_VARIABLE", "codec_spec", "enabled", "encoder_spec", "fast_canonical",
+           "fast_codec", "fast_encoder", "fast_entry_decoder", "is_compiled", "pure_python_requested",
            "raw_entries_compiled", "scan_compiled"]

@@ -1214,7 +1214,87 @@ bad:
     return block_error("malformed block", pos);
 }
 
+/* canonical(value, reference) -> the reference's canonical form (flinkstate/migration/canonical.py) of value,
+ * built in C for the exact built-in types of decoded values; any other type (subclasses, Decimal, time models,
+ * dataclasses) is handed to ``reference`` with its whole subtree. */
+static PyObject *N_NONE, *N_BOOL, *N_STR, *N_BYTES, *N_INT, *N_FLOAT, *N_MAP, *N_SEQ, *B_NAN;
+
+static PyObject *canonical_of(PyObject *value, PyObject *reference) {
+    PyTypeObject *type = Py_TYPE(value);
+    if (value == Py_None) return PyTuple_Pack(2, N_NONE, value);
+    if (type == &PyBool_Type) return PyTuple_Pack(2, N_BOOL, value);
+    if (type == &PyUnicode_Type) return PyTuple_Pack(2, N_STR, value);
+    if (type == &PyBytes_Type) return PyTuple_Pack(2, N_BYTES, value);
+    if (type == &PyLong_Type) return PyTuple_Pack(2, N_INT, value);
+    if (type == &PyFloat_Type) {
+        double v = PyFloat_AS_DOUBLE(value);
+        if (v != v) return PyTuple_Pack(2, N_FLOAT, B_NAN);
+        char b[8];
+        if (PyFloat_Pack8(v, b, 0) < 0) return NULL;
+        PyObject *bits = PyBytes_FromStringAndSize(b, 8);
+        if (bits == NULL) return NULL;
+        PyObject *result = PyTuple_Pack(2, N_FLOAT, bits);
+        Py_DECREF(bits);
+        return result;
+    }
+    if (type == &PyList_Type || type == &PyTuple_Type) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+        PyObject *items = PyTuple_New(n);
+        if (items == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = canonical_of(PySequence_Fast_GET_ITEM(value, i), reference);
+            if (item == NULL) {
+                Py_DECREF(items);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(items, i, item);
+        }
+        PyObject *zero = PyLong_FromLong(0);
+        PyObject *result = zero == NULL ? NULL : PyTuple_Pack(3, N_SEQ, zero, items);
+        Py_XDECREF(zero);
+        Py_DECREF(items);
+        return result;
+    }
+    if (type == &PyDict_Type) {
+        PyObject *pairs = PyList_New(0);
+        if (pairs == NULL) return NULL;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(value, &pos, &k, &v)) {
+            PyObject *ck = canonical_of(k, reference);
+            PyObject *cv = ck == NULL ? NULL : canonical_of(v, reference);
+            PyObject *pair = cv == NULL ? NULL : PyTuple_Pack(2, ck, cv);
+            Py_XDECREF(ck);
+            Py_XDECREF(cv);
+            if (pair == NULL || PyList_Append(pairs, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_DECREF(pairs);
+                return NULL;
+            }
+            Py_DECREF(pair);
+        }
+        if (PyList_Sort(pairs) < 0) {
+            Py_DECREF(pairs);
+            return NULL;
+        }
+        PyObject *sorted = PyList_AsTuple(pairs);
+        Py_DECREF(pairs);
+        if (sorted == NULL) return NULL;
+        PyObject *result = PyTuple_Pack(2, N_MAP, sorted);
+        Py_DECREF(sorted);
+        return result;
+    }
+    return PyObject_CallOneArg(reference, value);
+}
+
+static PyObject *canonical(PyObject *module, PyObject *args) {
+    PyObject *value, *reference;
+    if (!PyArg_ParseTuple(args, "OO", &value, &reference)) return NULL;
+    return canonical_of(value, reference);
+}
+
 static PyMethodDef module_methods[] = {
+    {"canonical", canonical, METH_VARARGS, "canonical(value, reference) -> the reference's canonical form"},
     {"raw_entries", raw_entries, METH_VARARGS,
      "raw_entries(data, state_count, key_group, prefix_bytes) -> list of (state id, ks, ke, vs, ve)"},
     {NULL, NULL, 0, NULL},
@@ -1229,6 +1309,16 @@ PyMODINIT_FUNC PyInit__cdecode(void) {
     if (PyType_Ready(&CodecType) < 0 || PyType_Ready(&EntryType) < 0 || PyType_Ready(&EncoderType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
+    N_NONE = PyUnicode_InternFromString("NoneType");
+    N_BOOL = PyUnicode_InternFromString("bool");
+    N_STR = PyUnicode_InternFromString("str");
+    N_BYTES = PyUnicode_InternFromString("bytes");
+    N_INT = PyUnicode_InternFromString("int");
+    N_FLOAT = PyUnicode_InternFromString("float");
+    N_MAP = PyUnicode_InternFromString("map");
+    N_SEQ = PyUnicode_InternFromString("seq");
+    B_NAN = PyBytes_FromString("NaN");
+    if (!N_NONE || !N_BOOL || !N_STR || !N_BYTES || !N_INT || !N_FLOAT || !N_MAP || !N_SEQ || !B_NAN) goto fail;
     DecodeError = PyErr_NewException("flinkstate._speedups._cdecode.DecodeError", PyExc_ValueError, NULL);
     if (DecodeError == NULL || PyModule_AddObject(m, "DecodeError", DecodeError) < 0) goto fail;
     Py_INCREF(DecodeError);
