@@ -153,9 +153,11 @@ def bench_savepoint(cluster: LocalFlinkCluster | None, savepoint: Path, keys: in
             rows.append((f"Spark {master}, spark-submit end to end (best of {runs})", wall))
             rows.append((f"Spark {master}, in the job (migrate + verify)", in_job[master]))
             notes += run_notes
+            phases = ", ".join(f"{name} {value:.2f}" for name, value in timings.items()
+                               if name not in ("migrate", "verify"))
             notes.append(f"Spark {master} best: migrate {timings['migrate']:.2f} s + verify {timings['verify']:.2f} "
-                         f"s; JVM and session start {wall - in_job[master]:.1f} s; same bytes as 1 process: "
-                         f"{'yes' if same_files(single, output) else 'NO'}")
+                         f"s ({phases}); JVM and session start {wall - in_job[master]:.1f} s; same bytes as 1 "
+                         f"process: {'yes' if same_files(single, output) else 'NO'}")
         scaling = in_job["local[1]"] / in_job["local[2]"] if spark else 0.0
         notes.append(f"Spark scaling local[1] / local[2] in the job: {scaling:.2f}x (goal >= {SPARK_SCALING_GOAL}x: "
                      f"{'met' if scaling >= SPARK_SCALING_GOAL else 'NOT met'}; {os.cpu_count()} cores, load average "

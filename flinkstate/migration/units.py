@@ -336,6 +336,8 @@ def migrate_in_units(job: PlanSource, output_uri: str, map_units: MapUnits, targ
     """The whole migration with its work split by key-group ranges: units migrated through ``map_units``, streams
     and ``_metadata`` assembled here, units verified through ``map_units``, then published. The output is removed on
     any failure; so is the scratch output (``OUTPUT.parts``) that holds the parts while they are assembled."""
+    # "migrate" and "verify" as the single process reports them, and where their time goes (phases named
+    # "units: ..." run on the workers, the others in the driver).
     timings: dict[str, float] = {}
     start = time.perf_counter()
     source, plan = _source_and_plan(job)
@@ -344,7 +346,9 @@ def migrate_in_units(job: PlanSource, output_uri: str, map_units: MapUnits, targ
         scratch = open_output(f"{output_uri.rstrip('/')}.parts")
         try:
             units = split_units(source, plan, target_units)
+            timings["plan"] = time.perf_counter() - start
             pieces: list[UnitPiece] = map_units(partial(migrate_unit, job, output, scratch), units)
+            timings["units: migrate"] = time.perf_counter() - start - timings["plan"]
             dead_lettered = sum(c.dead_lettered for p in pieces for c in p.result.counts.values())
             if dead_lettered > max_dead_letters:
                 raise MigrationError(f"{dead_lettered} entries failed and would be dead-lettered, more than the "
@@ -354,10 +358,12 @@ def migrate_in_units(job: PlanSource, output_uri: str, map_units: MapUnits, targ
             scratch.abort()
         metadata = assemble_metadata(source, plan, results, output, metadata_version)
         timings["migrate"] = time.perf_counter() - start
+        timings["assemble"] = timings["migrate"] - timings["plan"] - timings["units: migrate"]
         verify_start = time.perf_counter()
         staged = Savepoint(output.staged())
         checks = verification_units(source, plan, target_units)
         verified: list[UnitVerification] = map_units(partial(verify_unit, job, output), checks)
+        timings["units: verify"] = time.perf_counter() - verify_start
         try:
             verification = verify_in_units(source, staged, plan, checks, verified)
         except VerificationError as exc:
@@ -366,6 +372,7 @@ def migrate_in_units(job: PlanSource, output_uri: str, map_units: MapUnits, targ
         if extra_check is not None:
             checked += extra_check(staged)
         timings["verify"] = time.perf_counter() - verify_start
+        timings["verify in the driver"] = timings["verify"] - timings["units: verify"]
         output.publish()
     except BaseException:
         output.abort()
