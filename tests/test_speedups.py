@@ -203,7 +203,8 @@ def read_everything(path: Path) -> list[tuple[str, Any]]:
                 def raw(kg: int = key_group, s: int = start, e: int = end, st: Any = stream, n: int = len(names)
                         ) -> Any:
                     block = st.read_block(kg, s, e)
-                    return list(iter_raw_entries(block, n)), list(st.raw_entries(block, kg, s))
+                    pairs = [_speedups.state_pairs(st, block, kg, s, state) for state in (None, *range(n))]
+                    return list(iter_raw_entries(block, n)), list(st.raw_entries(block, kg, s)), pairs
                 found.append((f"{where}/raw/{key_group}", _outcome(raw)))
     return found
 

@@ -230,6 +230,25 @@ def is_compiled(decoder: object) -> TypeGuard[EntryDecoder]:
     return _cdecode is not None and isinstance(decoder, _cdecode.EntryDecoder)
 
 
+def state_pairs(stream: Any, data: bytes, key_group: int, block_offset: int, state_id: int | None
+                ) -> list[tuple[bytes, bytes]]:
+    """``(key bytes, value bytes)`` of the entries of state ``state_id`` (None: all) in one block of ``stream`` (a
+    :class:`~flinkstate.format.keyed_stream.KeyedStateStream`; ``data`` as its ``read_block`` returns it), keys
+    without the "last of its run" flag: compiled in one pass, else (off, or a block it refuses, which the reference
+    then reports) ``stream.raw_entries`` and the keys as ``raw_key`` gives them, the reference."""
+    if enabled() and type(data) is bytes:
+        try:
+            pairs: list[tuple[bytes, bytes]] = _cdecode.raw_pairs(
+                data, len(stream.header().states), key_group, stream.prefix_bytes, -1 if state_id is None else state_id)
+            return pairs
+        except Exception:
+            pass
+    # keyed_stream.raw_key, inline: keyed_stream imports this module
+    return [(bytes((data[ks] & 0x7F,)) + data[ks + 1:ke], data[vs:ve])
+            for sid, ks, ke, vs, ve in stream.raw_entries(data, key_group, block_offset)
+            if state_id is None or sid == state_id]
+
+
 def fast_canonical(reference: Callable[[Any], Any]) -> Callable[[Any], Any] | None:
     """``reference`` (flinkstate.migration.canonical.canonical, the verifier's comparable form of a decoded value)
     built in C for the exact built-in types (None, bool, str, bytes, int, float, list, tuple, dict); other types,
@@ -274,4 +293,4 @@ def raw_entries_compiled(data: bytes, state_count: int | None, key_group: int | 
 
 __all__ = ["BUILD_ERROR", "PURE_PYTHON_VARIABLE", "codec_spec", "enabled", "encoder_spec", "fast_canonical",
            "fast_codec", "fast_encoder", "fast_entry_decoder", "is_compiled", "pure_python_requested",
-           "raw_entries_compiled", "scan_compiled"]
+           "raw_entries_compiled", "scan_compiled", "state_pairs"]

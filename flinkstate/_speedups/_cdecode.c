@@ -1214,6 +1214,53 @@ bad:
     return block_error("malformed block", pos);
 }
 
+/* raw_pairs(data, state_count, key_group, prefix_bytes, state_id) -> [(key bytes, value bytes), ...] of one state
+ * (state_id < 0: all) in a block, the key's "last of its run" flag cleared (keyed_stream.raw_key): the verifier's
+ * byte-level view, walked once in C. DecodeError on anything the reference walk would refuse. */
+static PyObject *raw_pairs(PyObject *module, PyObject *args) {
+    PyObject *data;
+    Py_ssize_t state_count, key_group, wanted;
+    int prefix_bytes;
+    if (!PyArg_ParseTuple(args, "O!nnin", &PyBytes_Type, &data, &state_count, &key_group, &prefix_bytes, &wanted))
+        return NULL;
+    PyObject *split_args = Py_BuildValue("(Onni)", data, state_count, key_group, prefix_bytes);
+    if (split_args == NULL) return NULL;
+    PyObject *entries = raw_entries(module, split_args);
+    Py_DECREF(split_args);
+    if (entries == NULL) return NULL;
+    const char *p = PyBytes_AS_STRING(data);
+    PyObject *out = PyList_New(0);
+    if (out == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        Py_ssize_t sid = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 0));
+        if (wanted >= 0 && sid != wanted) continue;
+        Py_ssize_t ks = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1)), ke = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 2));
+        Py_ssize_t vs = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 3)), ve = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 4));
+        PyObject *key = PyBytes_FromStringAndSize(p + ks, ke - ks);
+        if (key == NULL) goto fail;
+        PyBytes_AS_STRING(key)[0] &= 0x7F;
+        PyObject *value = PyBytes_FromStringAndSize(p + vs, ve - vs);
+        PyObject *pair = value == NULL ? NULL : PyTuple_New(2);
+        if (pair == NULL) {
+            Py_DECREF(key);
+            Py_XDECREF(value);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(pair, 0, key);
+        PyTuple_SET_ITEM(pair, 1, value);
+        int rc = PyList_Append(out, pair);
+        Py_DECREF(pair);
+        if (rc < 0) goto fail;
+    }
+    Py_DECREF(entries);
+    return out;
+fail:
+    Py_DECREF(entries);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 /* canonical(value, reference) -> the reference's canonical form (flinkstate/migration/canonical.py) of value,
  * built in C for the exact built-in types of decoded values; any other type (subclasses, Decimal, time models,
  * dataclasses) is handed to ``reference`` with its whole subtree. */
@@ -1295,6 +1342,8 @@ static PyObject *canonical(PyObject *module, PyObject *args) {
 
 static PyMethodDef module_methods[] = {
     {"canonical", canonical, METH_VARARGS, "canonical(value, reference) -> the reference's canonical form"},
+    {"raw_pairs", raw_pairs, METH_VARARGS,
+     "raw_pairs(data, state_count, key_group, prefix_bytes, state_id) -> [(key bytes, value bytes), ...]"},
     {"raw_entries", raw_entries, METH_VARARGS,
      "raw_entries(data, state_count, key_group, prefix_bytes) -> list of (state id, ks, ke, vs, ve)"},
     {NULL, NULL, 0, NULL},
