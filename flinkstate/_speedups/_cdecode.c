@@ -1223,41 +1223,62 @@ static PyObject *raw_pairs(PyObject *module, PyObject *args) {
     int prefix_bytes;
     if (!PyArg_ParseTuple(args, "O!nnin", &PyBytes_Type, &data, &state_count, &key_group, &prefix_bytes, &wanted))
         return NULL;
-    PyObject *split_args = Py_BuildValue("(Onni)", data, state_count, key_group, prefix_bytes);
-    if (split_args == NULL) return NULL;
-    PyObject *entries = raw_entries(module, split_args);
-    Py_DECREF(split_args);
-    if (entries == NULL) return NULL;
-    const char *p = PyBytes_AS_STRING(data);
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    if (size < 2) return block_error("empty key-group block", 0);
+    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
+    Py_ssize_t pos = 2;
+    if (state_count >= 0 && state_id >= state_count) return block_error("bad state id", 0);
     PyObject *out = PyList_New(0);
-    if (out == NULL) goto fail;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
-        PyObject *entry = PyList_GET_ITEM(entries, i);
-        Py_ssize_t sid = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 0));
-        if (wanted >= 0 && sid != wanted) continue;
-        Py_ssize_t ks = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1)), ke = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 2));
-        Py_ssize_t vs = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 3)), ve = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 4));
-        PyObject *key = PyBytes_FromStringAndSize(p + ks, ke - ks);
-        if (key == NULL) goto fail;
-        PyBytes_AS_STRING(key)[0] &= 0x7F;
-        PyObject *value = PyBytes_FromStringAndSize(p + vs, ve - vs);
-        PyObject *pair = value == NULL ? NULL : PyTuple_New(2);
-        if (pair == NULL) {
-            Py_DECREF(key);
-            Py_XDECREF(value);
-            goto fail;
+    if (out == NULL) return NULL;
+    /* the walk of raw_entries, keeping only the wanted state's pairs */
+    while (pos + 4 <= size) {
+        int32_t key_len = (int32_t)be32(p + pos);
+        Py_ssize_t ks = pos + 4, ke = ks + key_len;
+        if (key_len <= 0 || ke + 4 > size) goto bad;
+        int32_t value_len = (int32_t)be32(p + ke);
+        Py_ssize_t vs = ke + 4;
+        pos = vs + value_len;
+        if (value_len < 0 || pos > size) goto bad;
+        unsigned char first = p[ks];
+        if (key_group >= 0) {
+            Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[ks + 1])
+                                                 : (Py_ssize_t)(first & 0x7F);
+            if (group != key_group) goto bad;
         }
-        PyTuple_SET_ITEM(pair, 0, key);
-        PyTuple_SET_ITEM(pair, 1, value);
-        int rc = PyList_Append(out, pair);
-        Py_DECREF(pair);
-        if (rc < 0) goto fail;
+        if (wanted < 0 || state_id == wanted) {
+            PyObject *key = PyBytes_FromStringAndSize((const char *)p + ks, ke - ks);
+            if (key == NULL) goto fail;
+            PyBytes_AS_STRING(key)[0] &= 0x7F;  /* keyed_stream.raw_key: without the "last of its run" flag */
+            PyObject *value = PyBytes_FromStringAndSize((const char *)p + vs, pos - vs);
+            PyObject *pair = value == NULL ? NULL : PyTuple_New(2);
+            if (pair == NULL) {
+                Py_DECREF(key);
+                Py_XDECREF(value);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(pair, 0, key);
+            PyTuple_SET_ITEM(pair, 1, value);
+            int rc = PyList_Append(out, pair);
+            Py_DECREF(pair);
+            if (rc < 0) goto fail;
+        }
+        if (first & 0x80) {
+            if (pos + 2 > size) goto bad;
+            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
+            pos += 2;
+            if (state_id == 0xFFFF) {
+                if (pos != size) goto bad;
+                return out;
+            }
+            if (state_count >= 0 && state_id >= state_count) goto bad;
+        }
     }
-    Py_DECREF(entries);
-    return out;
+bad:
+    Py_DECREF(out);
+    return block_error("malformed block", pos);
 fail:
-    Py_DECREF(entries);
-    Py_XDECREF(out);
+    Py_DECREF(out);
     return NULL;
 }
 
