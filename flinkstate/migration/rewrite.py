@@ -11,9 +11,11 @@ from __future__ import annotations
 import copy
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from flinkstate._speedups import fast_encoder
 from flinkstate.binary import KeyGroupRange, assign_key_group, encode_varint_le
 from flinkstate.format.handles import KeyGroupsStateHandle
 from flinkstate.format.keyed_entries import KeyLayout, make_entry_decoder
@@ -29,6 +31,7 @@ from flinkstate.format_errors import SavepointFormatError
 from flinkstate.jsonify import to_json
 from flinkstate.migration.plan import DROP, MigrationError, MigrationPlan, OperatorPlan, StateRewrite, localize
 from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.timer import Timer
 from flinkstate.storage.outputs import SavepointOutput
 
@@ -97,7 +100,7 @@ class StateCodec:
         key_snap, ns_snap = plan.new_header.key_serializer, new_meta.namespace_serializer
         assert key_snap is not None and ns_snap is not None
         self.key_hash = key_snap.hash_code
-        key_enc, ns_enc = key_snap.encoder(), ns_snap.encoder()
+        key_enc, ns_enc = _encoder(key_snap), _encoder(ns_snap)
         ambiguous = key_snap.fixed_length < 0 and ns_snap.fixed_length < 0
 
         def key_ns(key: Any, namespace: Any, out: bytearray) -> None:
@@ -113,9 +116,9 @@ class StateCodec:
         self.key_ns = key_ns
         value = new_meta.value_serializer
         assert value is not None
-        self.value_enc = value.encoder()
+        self.value_enc = _encoder(value)
         user_key = new_meta.user_key_serializer
-        self.user_key_enc = user_key.encoder() if user_key is not None else None
+        self.user_key_enc = _encoder(user_key) if user_key is not None else None
 
     def prefix(self, key_group: int) -> bytes:
         return key_group.to_bytes(self.prefix_bytes, "big")
@@ -168,11 +171,17 @@ class StateCodec:
         return bytes(out)
 
 
+def _encoder(snapshot: TypeSerializerSnapshot) -> Callable[[Any, bytearray], None]:
+    """The record encoder of ``snapshot``: compiled when the fast path is built (same bytes; what it does not take
+    goes to the reference), else the reference's own."""
+    return fast_encoder(snapshot) or snapshot.encoder()
+
+
 def _layout(header: KeyedBackendHeader, meta: StateMetaInfo, prefix_bytes: int) -> KeyLayout:
     key, namespace = header.key_serializer, meta.namespace_serializer
     assert key is not None and namespace is not None
     return KeyLayout(prefix_bytes, key.decoder(), namespace.decoder(),
-                     key.fixed_length < 0 and namespace.fixed_length < 0)
+                     key.fixed_length < 0 and namespace.fixed_length < 0, key_snapshot=key)
 
 
 class _SubtaskMigrator:

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from flinkstate._speedups import fast_canonical, state_pairs
 from flinkstate.binary import KeyGroupRange, assign_key_group
 from flinkstate.errors import FlinkStateError, printable
 from flinkstate.format.handles import KeyGroupsStateHandle, StreamStateHandle
@@ -275,9 +276,7 @@ def _raw_entries_by_group(savepoint: Savepoint, op: OperatorState, state_name: s
             if key_groups is not None and key_group not in key_groups:
                 continue
             data = stream.read_block(key_group, start, end)
-            pairs = [(raw_key(data, ks, ke), data[vs:ve])
-                     for sid, ks, ke, vs, ve in stream.raw_entries(data, key_group, start)
-                     if state_id is None or sid == state_id]
+            pairs = state_pairs(stream, data, key_group, start, state_id)  # compiled, else raw_entries + raw_key
             if pairs:
                 yield key_group, pairs
 
@@ -412,6 +411,7 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
 def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_op: OperatorState,
                    op_plan: OperatorPlan, rewrite: StateRewrite, where: str, result: StateVerification,
                    key_groups: KeyGroupRange | None = None) -> None:
+    canon = fast_canonical(canonical) or canonical  # compiled when built: the same forms
     rekeyed = op_plan.key_transform is not None
     key_snapshot = op_plan.new_header.key_serializer if op_plan.new_header is not None else None
 
@@ -431,7 +431,7 @@ def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_
                 if new_entry is None:
                     result.dropped += 1
                     continue
-                items.append(canonical(new_entry))
+                items.append(canon(new_entry))
             yield kg, items
 
     def written_groups() -> Iterator[tuple[int, list[Any]]]:
@@ -442,7 +442,7 @@ def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_
                     if want != kg:
                         raise VerificationError(f"{where}: key {show(entry[0])} is stored in key group {kg}, "
                                                 f"Flink assigns it to {want}")
-            yield kg, [canonical(entry) for entry in entries]
+            yield kg, [canon(entry) for entry in entries]
 
     if rekeyed:
         # Keys move between key groups: compare the whole state (its size bounds the memory, as the rekey does).
