@@ -106,6 +106,23 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+_BURN = "x = 0\nfor i in range(30_000_000):\n    x += i"
+
+
+def machine_scaling() -> float:
+    """What two cores give right now: the seconds of one CPU-bound Python process, twice over, divided by the wall
+    seconds of two running at once (2.0 on an idle 2-core machine). The ceiling for local[2] against local[1] on a
+    shared machine, printed beside the Spark scaling."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", _BURN], check=True)
+    one = time.perf_counter() - start
+    start = time.perf_counter()
+    both = [subprocess.Popen([sys.executable, "-c", _BURN]) for _ in range(2)]
+    for process in both:
+        process.wait()
+    return 2 * one / (time.perf_counter() - start)
+
+
 def best_spark_run(master: str, savepoint: Path, manifest: Path, directory: Path, runs: int
                    ) -> tuple[float, dict[str, float], Path, list[str]]:
     """The best of ``runs`` spark-submits (by in-job seconds): wall seconds, the report's seconds, the output of
@@ -147,6 +164,7 @@ def bench_savepoint(cluster: LocalFlinkCluster | None, savepoint: Path, keys: in
                 one_process[name] = min(one_process.get(name, seconds), seconds)
             rows.append((f"flinkstate migrate, {name} (1 process, incl. verify)", one_process[name]))
         in_job: dict[str, float] = {}
+        ceiling = [machine_scaling()] if spark else []
         for master in SPARK_MASTERS if spark else ():
             wall, timings, output, run_notes = best_spark_run(master, savepoint, manifest, Path(tmp), runs)
             in_job[master] = timings["migrate"] + timings["verify"]
@@ -159,9 +177,11 @@ def bench_savepoint(cluster: LocalFlinkCluster | None, savepoint: Path, keys: in
                          f"s ({phases}); JVM and session start {wall - in_job[master]:.1f} s; same bytes as 1 "
                          f"process: {'yes' if same_files(single, output) else 'NO'}")
         scaling = in_job["local[1]"] / in_job["local[2]"] if spark else 0.0
+        ceiling += [machine_scaling()] if spark else []
         notes.append(f"Spark scaling local[1] / local[2] in the job: {scaling:.2f}x (goal >= {SPARK_SCALING_GOAL}x: "
                      f"{'met' if scaling >= SPARK_SCALING_GOAL else 'NOT met'}; {os.cpu_count()} cores, load average "
-                     f"now {load_average()})")
+                     f"now {load_average()}; the machine's own scaling of two CPU-bound processes before and after "
+                     f"the Spark runs: {' and '.join(f'{c:.2f}x' for c in ceiling)})")
     flink = flink_restore_seconds(cluster, savepoint, keys, parallelism) if cluster is not None else None
     if flink is not None:
         rows.append((f"Flink v2 restore to 1st checkpoint (HashMap, p{parallelism})", flink))
