@@ -218,6 +218,7 @@ def verify_published(job: PlanSource, migrated_path: str, map_units: MapUnits, t
                      ) -> VerificationReport:
     """The independent verifier on a published migration of ``job.savepoint`` (the pipeline's re-check), its
     entries compared per unit through ``map_units``."""
+    _PLANS.clear()  # a new run reads its inputs afresh (the savepoint may have been rewritten since an earlier one)
     source, plan = _source_and_plan(job)
     checks = verification_units(source, plan, target_units)
     verified: list[UnitVerification] = map_units(partial(verify_unit, job, migrated_path), checks)
@@ -340,6 +341,7 @@ def migrate_in_units(job: PlanSource, output_uri: str, map_units: MapUnits, targ
     # "units: ..." run on the workers, the others in the driver).
     timings: dict[str, float] = {}
     start = time.perf_counter()
+    _PLANS.clear()  # a new run reads its inputs afresh (the savepoint may have been rewritten since an earlier one)
     source, plan = _source_and_plan(job)
     output = open_output(output_uri)
     try:
