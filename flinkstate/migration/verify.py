@@ -111,6 +111,14 @@ def verify_metadata_level(source: Savepoint, output: Savepoint, plan: MigrationP
             for rewrite in op_plan.rewrites:
                 if rewrite is not None:
                     _check_state_header(output, new_op, op_plan, rewrite)
+            # Entries are compared per key-group range of the source's streams: an output stream must cover the
+            # same range, or entries outside it would be in no range compared.
+            for index, sub in op.subtasks.items():
+                old, new = sub.managed_keyed_state, new_op.subtasks[index].managed_keyed_state
+                if old is not None and new is not None and old.key_group_range != new.key_group_range:
+                    raise VerificationError(f"operator {op_plan.new_uid or op_plan.new_operator_id}, subtask "
+                                            f"{index}: key groups {new.key_group_range} in the output, "
+                                            f"{old.key_group_range} in the source")
         return report
     except VerificationError as exc:  # say which savepoints were compared
         raise VerificationError(f"{output.location.uri} against its source {source.location.uri}: {exc}") from None
