@@ -70,7 +70,10 @@ def spark_submit(job: str, master: str, *args: str | Path) -> float:
                              *map(str, args)], capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     if result.returncode != 0:
-        raise RuntimeError(f"{job} on {master} failed: {(result.stdout + result.stderr).strip()[-2000:]}")
+        # The job's one-line error is on stdout (spark-submit passes the driver's stderr there), among Spark's logs.
+        errors = [line for line in result.stdout.splitlines() if ": error: " in line or "Error" in line]
+        raise RuntimeError(f"{job} on {master} failed with status {result.returncode}: "
+                           f"{' / '.join(errors[-3:]) or (result.stdout + result.stderr).strip()[-2000:]}")
     return seconds
 
 
