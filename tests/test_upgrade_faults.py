@@ -252,6 +252,7 @@ def test_taskmanager_lost_for_good_says_production_is_down_and_how_to_restore(en
 def test_the_spark_migration_killed_is_rolled_back(env: dict[str, Any]):
     since = len(env["webhook"].received)
     killed: list[int] = []
+    base = str(env["base"]).encode()
 
     def spark_migration_jvms() -> list[int]:
         found = []
@@ -261,7 +262,9 @@ def test_the_spark_migration_killed_is_rolled_back(env: dict[str, Any]):
                     cmdline = (proc / "cmdline").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if cmdline and cmdline[0].endswith(b"java") and any(a.endswith(b"migrate_state.py") for a in cmdline):
+                # This run's migration only (its arguments name this module's savepoint base), not another's.
+                if cmdline and cmdline[0].endswith(b"java") and any(a.endswith(b"migrate_state.py") for a in cmdline) \
+                        and any(base in a for a in cmdline):
                     found.append(int(proc.name))
         return found
 
