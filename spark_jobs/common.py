@@ -23,7 +23,23 @@ def spark_session(app_name: str) -> Any:
     # A failed task reaches the driver as an exception, which run_main reports in one line (or re-raises with its
     # trace when it is not flinkstate's); Spark's own ERROR logs would repeat it as pages of JVM stack traces.
     spark.sparkContext.setLogLevel("FATAL")
+    warm_up(spark)
     return spark
+
+
+def _start_worker(_: int) -> int:
+    import flinkstate.migration.units  # noqa: F401 -- what every task of the jobs imports first
+
+    return os.getpid()
+
+
+def warm_up(spark: Any) -> None:
+    """Starts a Python worker on every core and imports flinkstate there, once per session, as JVM start is: the
+    first Spark job of a session otherwise pays both (about 3 s on 2 cores), however small its data, which is not
+    work the job does but a session's fixed cost (a session kept up, e.g. Spark Connect, pays it once)."""
+    context = spark.sparkContext
+    cores = context.defaultParallelism
+    context.parallelize(range(cores), cores).map(_start_worker).collect()
 
 
 def worker_error_message(exc: BaseException) -> str:
