@@ -24,10 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from flinkstate.engine import FlinkRestClient, LocalFlinkCluster
-from flinkstate.errors import FlinkStateError
-from flinkstate.jsonify import to_json
-from flinkstate.savepoint import Savepoint
+from flinkstate import FlinkRestClient, FlinkStateError, LocalFlinkCluster, open_savepoint, to_json
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".work" / "demo"
@@ -96,7 +93,7 @@ def latest_run(base: Path) -> Path:
 
 def show_entries(title: str, savepoint: Path, states: tuple[str, ...] = ("stats", "count", "recent")) -> None:
     print(f"   {title}: {savepoint}")
-    opened = Savepoint.open(savepoint)
+    opened = open_savepoint(savepoint)
     for state in states:
         for key, _, value in itertools.islice(sorted(opened.iter_entries("stats", state), key=str), 2):
             print(f"     {state:<7} {key:<7} {json.dumps(to_json(value))}")
