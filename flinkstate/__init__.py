@@ -49,6 +49,7 @@ from flinkstate.migration.manifest_targets import plan_state_migration
 from flinkstate.migration.plan import CodeRefused, MigrationError, MigrationPlan
 from flinkstate.migration.rewrite import DryRunResult, SubtaskResult, migrate_subtask
 from flinkstate.migration.runner import MigrationReport
+from flinkstate.migration.units import default_unit_count, migrate_in_units, split_units, verify_published
 from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.progress import showing as progress_shown
 from flinkstate.progress import track
@@ -147,12 +148,14 @@ __all__ = [
     "client_for",
     "configure",
     "copy_savepoint",
+    "default_unit_count",
     "describe_outcome",
     "exists",
     "load_function",
     "load_manifest",
     "local_path",
     "manifest_from_savepoint",
+    "migrate_in_units",
     "migrate_subtask",
     "not_writable",
     "open_output",
@@ -168,9 +171,11 @@ __all__ = [
     "run_dry_run_unit",
     "safe_name",
     "source_split",
+    "split_units",
     "sweep",
     "to_json",
     "track",
     "verify_migration",
+    "verify_published",
     "write_file",
 ]

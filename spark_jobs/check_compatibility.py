@@ -40,10 +40,10 @@ from flinkstate import (
     plan_state_migration,
     run_dry_run,
     run_dry_run_unit,
+    verify_published,
     write_file,
 )
 from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument
-from flinkstate.migration.units import verify_published
 from spark_jobs.common import collect_guarded, guarded, run_main, shared, spark_map, spark_session, unit_count
 
 REPORT_JSON = "check-report.json"

@@ -109,7 +109,7 @@ def spark_map(spark: Any) -> Callable[[Callable[[Any], Any], list[Any]], list[An
 
 def unit_count(spark: Any, requested: int | None) -> int:
     """``--units``, or three per core of the executors (Spark's default parallelism)."""
-    from flinkstate.migration.units import default_unit_count
+    from flinkstate import default_unit_count
 
     return requested if requested is not None else default_unit_count(spark.sparkContext.defaultParallelism)
 

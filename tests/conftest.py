@@ -34,6 +34,7 @@ CODE_MARKERS: dict[str, str] = {
     "spark_submit": "spark",
     "SPARK_SUBMIT": "spark",
     "SparkSession": "spark",
+    "SparkStandaloneCluster": "spark",
     "load_dag": "airflow",
     "configure_airflow": "airflow",
     "set_connection": "airflow",
