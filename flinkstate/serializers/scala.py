@@ -29,6 +29,7 @@ from flinkstate.serializers.base import Decoder, Encoder, TypeSerializerSnapshot
 from flinkstate.serializers.composite import CompositeSnapshot
 from flinkstate.serializers.either import EitherSnapshot
 from flinkstate.serializers.registry import register
+from flinkstate.serializers.tuple import fields_decoder, fields_encoder
 
 SCALA = "org.apache.flink.table.api.typeutils."
 _unpack_i32 = I32.unpack_from
@@ -197,25 +198,10 @@ class ScalaCaseClassSnapshot(_NamedComposite):
     WHAT = "case class"
 
     def make_decoder(self) -> Decoder:
-        decoders = tuple(n.decoder() for n in self.nested)
-
-        def decode(buf: bytes, off: int) -> tuple[tuple[Any, ...], int]:
-            values = []
-            for dec in decoders:
-                value, off = dec(buf, off)
-                values.append(value)
-            return tuple(values), off
-
-        return decode
+        return fields_decoder(tuple(n.decoder() for n in self.nested))
 
     def make_encoder(self) -> Encoder:
-        encoders = tuple(n.encoder() for n in self.nested)
-
-        def encode(value: Any, out: bytearray) -> None:
-            for enc, item in zip(encoders, value, strict=True):
-                enc(item, out)
-
-        return encode
+        return fields_encoder(tuple(n.encoder() for n in self.nested))
 
     def type_name(self) -> str:
         return f"{self.outer_text}({', '.join(n.type_name() for n in self.nested)})"

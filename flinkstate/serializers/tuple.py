@@ -16,6 +16,27 @@ from flinkstate.serializers.registry import register
 TUPLE_PACKAGE = "org.apache.flink.api.java.tuple."
 
 
+
+def fields_decoder(decoders: tuple[Decoder, ...]) -> Decoder:
+    """A fixed sequence of fields, one after another, decoded into a tuple (Flink's tuples, Scala case classes)."""
+    def decode(buf: bytes, off: int) -> tuple[tuple[Any, ...], int]:
+        values = []
+        for dec in decoders:
+            value, off = dec(buf, off)
+            values.append(value)
+        return tuple(values), off
+
+    return decode
+
+
+def fields_encoder(encoders: tuple[Encoder, ...]) -> Encoder:
+    """The writer of :func:`fields_decoder`'s layout: each field in turn, exactly as many as there are encoders."""
+    def encode(value: Any, out: bytearray) -> None:
+        for enc, item in zip(encoders, value, strict=True):
+            enc(item, out)
+
+    return encode
+
 @register
 class TupleSnapshot(CompositeSnapshot):
     CLASS_NAMES = ("org.apache.flink.api.java.typeutils.runtime.TupleSerializerSnapshot",)
@@ -50,23 +71,10 @@ class TupleSnapshot(CompositeSnapshot):
 
             return decode2
 
-        def decode(buf: bytes, off: int) -> tuple[tuple[Any, ...], int]:
-            values = []
-            for dec in decoders:
-                value, off = dec(buf, off)
-                values.append(value)
-            return tuple(values), off
-
-        return decode
+        return fields_decoder(decoders)
 
     def make_encoder(self) -> Encoder:
-        encoders = tuple(n.encoder() for n in self.nested)
-
-        def encode(value: Any, out: bytearray) -> None:
-            for enc, item in zip(encoders, value, strict=True):
-                enc(item, out)
-
-        return encode
+        return fields_encoder(tuple(n.encoder() for n in self.nested))
 
     def type_name(self) -> str:
         name = self.tuple_class.rsplit(".", 1)[-1]
