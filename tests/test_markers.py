@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURE_MARKERS
+from tests.conftest import CODE_MARKERS, FIXTURE_MARKERS
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -20,18 +20,7 @@ KNOWN = ("flink", "spark", "airflow", "s3")
 
 #: Names that start something when a fixture or module-level code uses them (the conftest's CODE_MARKERS, plus the
 #: pieces behind the conftest's own session fixtures).
-STARTERS: dict[str, str] = {
-    "LocalFlinkCluster": "flink",
-    "spark_submit": "spark",
-    "SPARK_SUBMIT": "spark",
-    "SparkSession": "spark",
-    "SparkStandaloneCluster": "spark",
-    "load_dag": "airflow",
-    "configure_airflow": "airflow",
-    "set_connection": "airflow",
-    "WebhookReceiver": "airflow",
-    "ThreadedMotoServer": "s3",
-}
+STARTERS: dict[str, str] = {**CODE_MARKERS, "WebhookReceiver": "airflow", "ThreadedMotoServer": "s3"}
 
 
 def _is_fixture(node: ast.FunctionDef) -> bool:

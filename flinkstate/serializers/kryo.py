@@ -28,6 +28,19 @@ class OpaqueValue:
     data: bytes
 
 
+def opaque_encoder(type_name: str, what: str = "values") -> Encoder:
+    """The writer of a value that passes through byte for byte (Kryo, a user's Value class): only an
+    :class:`OpaqueValue` read from a savepoint for the same type can be written back, since making new bytes would
+    need the class's Java code."""
+    def encode(value: Any, out: bytearray) -> None:
+        if not isinstance(value, OpaqueValue) or value.type_name != type_name:
+            raise UnsupportedFormat(f"{type_name}: only {what} read from a savepoint (passed through byte for byte) "
+                                    f"can be written, not {type(value).__name__}")
+        out += value.data
+
+    return encode
+
+
 def _raw(frame: Reader) -> bytes:
     return frame.rest()
 
@@ -77,16 +90,7 @@ class KryoSnapshot(TypeSerializerSnapshot):
         return decode
 
     def make_encoder(self) -> Encoder:
-        type_name = self.type_name()
-
-        def encode(value: Any, out: bytearray) -> None:
-            # Values pass through byte for byte: only the bytes read from a savepoint can be written back.
-            if not isinstance(value, OpaqueValue) or value.type_name != type_name:
-                raise UnsupportedFormat(f"{type_name}: only Kryo values read from a savepoint (passed through byte "
-                                        f"for byte) can be written, not {type(value).__name__}")
-            out += value.data
-
-        return encode
+        return opaque_encoder(self.type_name(), "Kryo values")
 
     def type_name(self) -> str:
         return f"Kryo<{self.type_class}>"

@@ -23,7 +23,7 @@ from flinkstate.binary import Reader, Writer
 from flinkstate.compatibility import INCOMPATIBLE, Compatibility, Finding
 from flinkstate.format_errors import UnsupportedFormat
 from flinkstate.serializers.base import Decoder, Encoder, TypeSerializerSnapshot
-from flinkstate.serializers.kryo import OpaqueValue
+from flinkstate.serializers.kryo import OpaqueValue, opaque_encoder
 from flinkstate.serializers.primitives import BASE, SIMPLE_TYPES, SimpleSnapshot
 from flinkstate.serializers.registry import register
 
@@ -94,16 +94,7 @@ class GenericTypeSnapshot(TypeSerializerSnapshot):
     def make_encoder(self) -> Encoder:
         if self.known is not None:
             return self.known.encoder()
-        type_name = self.type_name()
-
-        def encode(value: Any, out: bytearray) -> None:
-            # Only the bytes read from a savepoint can be written back: the class's write() is Java code.
-            if not isinstance(value, OpaqueValue) or value.type_name != type_name:
-                raise UnsupportedFormat(f"{type_name}: only values read from a savepoint (passed through byte for "
-                                        f"byte) can be written, not {type(value).__name__}")
-            out += value.data
-
-        return encode
+        return opaque_encoder(self.type_name())  # the class's write() is Java code: bytes read pass through
 
     def type_name(self) -> str:
         return f"{self.NAME}<{self.type_class}>"
