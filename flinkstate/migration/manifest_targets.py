@@ -97,7 +97,9 @@ def plan_state_migration(old_state_info: StateMetaInfo, new_state_schema: StateS
 
 def check_against_manifest(staged: Savepoint, manifest: Manifest) -> list[str]:
     """Every keyed state of the migrated savepoint that the manifest declares carries exactly the serializer
-    snapshots the new job registers (what makes Flink restore it as-is). Raises MigrationError otherwise."""
+    snapshots the new job registers (what makes Flink restore it as-is). Raises MigrationError otherwise, naming
+    the staged state file and the first byte where the snapshots differ (two snapshots can differ in bytes Flink
+    ignores, an outer snapshot version say, and still print alike)."""
     checked = []
     for label, op in manifest.operators.items():
         try:
@@ -107,10 +109,12 @@ def check_against_manifest(staged: Savepoint, manifest: Manifest) -> list[str]:
         header = staged.keyed_header(written)
         if header is None:
             continue
+        where = staged.keyed_streams(written)[0][1].source.path
         if op.key is not None and header.key_serializer is not None and \
                 snapshot_bytes(op.key) != snapshot_bytes(header.key_serializer):
-            raise MigrationError(f"check: operator {label}: key serializer {header.key_serializer.type_name()} is "
-                                 f"not the manifest's {op.key.type_name()}")
+            raise MigrationError(f"{where}: check: operator {label}: the written key serializer "
+                                 f"{_difference(snapshot_bytes(header.key_serializer), snapshot_bytes(op.key))}"
+                                 f" ({header.key_serializer.type_name()}, the manifest's {op.key.type_name()})")
         for meta in header.states:
             schema = op.states.get(meta.name)
             if schema is None:
@@ -118,8 +122,15 @@ def check_against_manifest(staged: Savepoint, manifest: Manifest) -> list[str]:
             want = snapshot_bytes(schema.state_serializer())
             got = meta.serializer("VALUE_SERIALIZER")
             if got is None or snapshot_bytes(got) != want:
-                raise MigrationError(f"check: operator {label}, state {meta.name}: the written snapshot "
-                                     f"({got.type_name() if got else '?'}) is not the manifest's "
-                                     f"({schema.state_serializer().type_name()}): not COMPATIBLE_AS_IS")
+                difference = _difference(snapshot_bytes(got), want) if got is not None else "is missing"
+                raise MigrationError(f"{where}: check: operator {label}, state {meta.name}: the written snapshot "
+                                     f"{difference} ({got.type_name() if got else '?'}, the manifest's "
+                                     f"{schema.state_serializer().type_name()}): not COMPATIBLE_AS_IS")
             checked.append(f"{label}/{meta.name}: COMPATIBLE_AS_IS (snapshot identical to the manifest's)")
     return checked
+
+
+def _difference(got: bytes, want: bytes) -> str:
+    """Where two snapshots' bytes first differ, in words."""
+    at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
+    return f"differs from the manifest's at byte {at} of {len(got)} (the manifest's has {len(want)})"

@@ -141,9 +141,13 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 def group_alive(pid: int) -> bool:
-    """Whether any process of the group led by ``pid`` still exists."""
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """Whether any process of the group led by ``pid`` still runs. Zombies do not count: a killed member whose
+    parent died is reparented to PID 1, and where PID 1 reaps nothing (some containers, CI) it stays a zombie."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] != "Z" and int(fields[2]) == pid:  # fields after the name: state, ppid, pgrp, ...
+            return True
+    return False
