@@ -20,16 +20,16 @@ BYTE_STREAM = 1
 FILE_STREAM = 2
 KEY_GROUPS = 3
 PARTITIONABLE_OPERATOR_STATE = 4
+INCREMENTAL_KEY_GROUPS = 5
 RELATIVE_STREAM = 6
 SAVEPOINT_KEY_GROUPS = 7
+INCREMENTAL_KEY_GROUPS_V2 = 11
 KEY_GROUPS_V2 = 12
 
 UNSUPPORTED_HANDLES = {
-    5: "INCREMENTAL_KEY_GROUPS (native RocksDB incremental)",
     8: "CHANGELOG_HANDLE (changelog state backend)",
     9: "CHANGELOG_BYTE_INCREMENT (changelog state backend)",
     10: "CHANGELOG_FILE_INCREMENT (changelog state backend)",
-    11: "INCREMENTAL_KEY_GROUPS_V2 (native RocksDB savepoint or checkpoint)",
     13: "CHANGELOG_FILE_INCREMENT_V2 (changelog state backend)",
     14: "CHANGELOG_HANDLE_V2 (changelog state backend)",
     15: "SEGMENT_FILE (file-merging checkpoint)",
@@ -97,6 +97,45 @@ class KeyGroupsStateHandle:
     @property
     def key_group_range(self) -> KeyGroupRange:
         return self.offsets.key_group_range
+
+
+@dataclass(frozen=True)
+class HandleAndLocalPath:
+    """One file of a native RocksDB snapshot: its name in the RocksDB instance directory (``000042.sst``,
+    ``MANIFEST-000005``, ``CURRENT``, ``OPTIONS-000007``) and where its bytes are."""
+
+    local_path: str
+    handle: StreamStateHandle | None
+
+
+@dataclass(frozen=True)
+class IncrementalKeyedStateHandle:
+    """Keyed state of one subtask as a native RocksDB snapshot (``IncrementalRemoteKeyedStateHandle``): native
+    savepoints and retained RocksDB checkpoints, incremental or not. Code 11 (Flink 1.15+) carries the checkpointed
+    size and the state handle id; code 5 (older) has neither. ``backend_id`` is kept as written (a UUID, or before
+    FLINK-6964 any string) so that the handle is written back byte for byte."""
+
+    code: int
+    checkpoint_id: int
+    backend_id: str
+    key_group_range: KeyGroupRange
+    meta_state: StreamStateHandle | None
+    shared: tuple[HandleAndLocalPath, ...]
+    private: tuple[HandleAndLocalPath, ...]
+    checkpointed_size: int | None = None
+    state_handle_id: str | None = None
+    #: The key-group count as written: Flink writes an empty range as (0, 0), kept apart from ``key_group_range``.
+    key_group_count: int | None = None
+
+    def files(self) -> list[tuple[str, StreamStateHandle | None]]:
+        """(what, handle) of the meta state and every RocksDB file, in file order."""
+        return [("native RocksDB meta state", self.meta_state),
+                *((f"native RocksDB shared file {f.local_path}", f.handle) for f in self.shared),
+                *((f"native RocksDB private file {f.local_path}", f.handle) for f in self.private)]
+
+
+#: Any keyed-state handle of a subtask.
+KeyedStateHandle = KeyGroupsStateHandle | IncrementalKeyedStateHandle
 
 
 @dataclass(frozen=True)
@@ -193,7 +232,7 @@ class HandleReader:
         offsets = tuple(r.i64() for _ in range(count))
         return KeyGroupRangeOffsets(KeyGroupRange(start_kg, start_kg + count - 1), offsets)
 
-    def keyed_state_handle(self) -> KeyGroupsStateHandle | None:
+    def keyed_state_handle(self) -> KeyedStateHandle | None:
         r = self.r
         start = r.pos
         code = r.u8()
@@ -204,7 +243,42 @@ class HandleReader:
             delegate = self.stream_handle()
             handle_id = r.utf() if code == KEY_GROUPS_V2 else None
             return KeyGroupsStateHandle(code, offsets, delegate, handle_id)
+        if code in (INCREMENTAL_KEY_GROUPS, INCREMENTAL_KEY_GROUPS_V2):
+            return self.incremental_keyed_state_handle(code)
         raise self.unsupported(code, start, "keyed state")
+
+    def incremental_keyed_state_handle(self, code: int) -> IncrementalKeyedStateHandle:
+        """``deserializeIncrementalStateHandle``: checkpoint id, backend id, key-group range, (code 11) checkpointed
+        size, the meta state handle, the shared and the private files, (code 11) the state handle id."""
+        r = self.r
+        checkpoint_id = r.i64()
+        backend_id = r.utf()
+        start_kg = r.i32()
+        count_at = r.pos
+        count = r.i32()
+        if count < 0 or start_kg < 0:
+            raise r.error(f"implausible key-group range: start {start_kg}, count {count}", count_at)
+        v2 = code == INCREMENTAL_KEY_GROUPS_V2
+        checkpointed_size = r.i64() if v2 else None
+        meta_state = self.stream_handle()
+        shared = self.local_files("shared")
+        private = self.local_files("private")
+        handle_id = r.utf() if v2 else None
+        return IncrementalKeyedStateHandle(code, checkpoint_id, backend_id,
+                                           KeyGroupRange(start_kg, start_kg + count - 1), meta_state, shared,
+                                           private, checkpointed_size, handle_id, count)
+
+    def local_files(self, what: str) -> tuple[HandleAndLocalPath, ...]:
+        """``deserializeHandleAndLocalPathList``: (local file name, stream handle) pairs."""
+        files = []
+        for _ in range(self.count(f"native RocksDB {what} files")):
+            name_at = self.r.pos
+            name = self.r.utf()
+            # The name becomes a file name inside a private directory when the instance is rebuilt: a plain name.
+            if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
+                raise self.r.error(f"native RocksDB {what} file name {name!r} is not a plain file name", name_at)
+            files.append(HandleAndLocalPath(name, self.stream_handle()))
+        return tuple(files)
 
     def operator_state_handle(self) -> OperatorStreamStateHandle:
         r = self.r
@@ -267,9 +341,12 @@ def write_stream_handle(w: Writer, handle: StreamStateHandle | None) -> None:
         raise WriteError(f"cannot write stream handle {type(handle).__name__}")
 
 
-def write_keyed_state_handle(w: Writer, handle: KeyGroupsStateHandle | None) -> None:
+def write_keyed_state_handle(w: Writer, handle: KeyedStateHandle | None) -> None:
     if handle is None:
         w.u8(NULL_HANDLE)
+        return
+    if isinstance(handle, IncrementalKeyedStateHandle):
+        _write_incremental_handle(w, handle)
         return
     w.u8(handle.code)
     w.i32(handle.key_group_range.start)
@@ -278,6 +355,27 @@ def write_keyed_state_handle(w: Writer, handle: KeyGroupsStateHandle | None) -> 
         w.i64(offset)
     write_stream_handle(w, handle.delegate)
     if handle.code == KEY_GROUPS_V2:
+        w.utf(handle.state_handle_id or "")
+
+
+def _write_incremental_handle(w: Writer, handle: IncrementalKeyedStateHandle) -> None:
+    """``serializeKeyedStateHandle`` for an ``IncrementalRemoteKeyedStateHandle`` (Flink writes code 11 only; code 5
+    is written back as read)."""
+    v2 = handle.code == INCREMENTAL_KEY_GROUPS_V2
+    w.u8(handle.code)
+    w.i64(handle.checkpoint_id)
+    w.utf(handle.backend_id)
+    w.i32(handle.key_group_range.start)
+    w.i32(len(handle.key_group_range) if handle.key_group_count is None else handle.key_group_count)
+    if v2:
+        w.i64(-1 if handle.checkpointed_size is None else handle.checkpointed_size)
+    write_stream_handle(w, handle.meta_state)
+    for files in (handle.shared, handle.private):
+        w.i32(len(files))
+        for f in files:
+            w.utf(f.local_path)
+            write_stream_handle(w, f.handle)
+    if v2:
         w.utf(handle.state_handle_id or "")
 
 
@@ -316,9 +414,10 @@ def write_channel_handle(w: Writer, handle: ChannelStateHandle, version: int) ->
     write_stream_handle(w, handle.delegate)
 
 
-__all__ = ["BYTE_STREAM", "DISTRIBUTION_MODES", "FILE_STREAM", "KEY_GROUPS", "KEY_GROUPS_V2", "NULL_HANDLE",
-           "PARTITIONABLE_OPERATOR_STATE", "RELATIVE_STREAM", "SAVEPOINT_KEY_GROUPS", "UNSUPPORTED_HANDLES",
-           "ByteStreamStateHandle", "ChannelStateHandle", "FileStateHandle", "HandleReader", "KeyGroupRangeOffsets",
-           "KeyGroupsStateHandle", "OperatorStateMeta", "OperatorStreamStateHandle", "RelativeFileStateHandle",
-           "StreamStateHandle", "write_channel_handle", "write_keyed_state_handle", "write_operator_state_handle",
-           "write_stream_handle"]
+__all__ = ["BYTE_STREAM", "DISTRIBUTION_MODES", "FILE_STREAM", "INCREMENTAL_KEY_GROUPS", "INCREMENTAL_KEY_GROUPS_V2",
+           "KEY_GROUPS", "KEY_GROUPS_V2", "NULL_HANDLE", "PARTITIONABLE_OPERATOR_STATE", "RELATIVE_STREAM",
+           "SAVEPOINT_KEY_GROUPS", "UNSUPPORTED_HANDLES", "ByteStreamStateHandle", "ChannelStateHandle",
+           "FileStateHandle", "HandleAndLocalPath", "HandleReader", "IncrementalKeyedStateHandle",
+           "KeyGroupRangeOffsets", "KeyGroupsStateHandle", "KeyedStateHandle", "OperatorStateMeta",
+           "OperatorStreamStateHandle", "RelativeFileStateHandle", "StreamStateHandle", "write_channel_handle",
+           "write_keyed_state_handle", "write_operator_state_handle", "write_stream_handle"]

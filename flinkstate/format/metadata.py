@@ -28,6 +28,7 @@ from flinkstate.format.checkpoint_properties import (
 from flinkstate.format.handles import (
     BYTE_STREAM,
     FILE_STREAM,
+    INCREMENTAL_KEY_GROUPS,
     KEY_GROUPS,
     NULL_HANDLE,
     PARTITIONABLE_OPERATOR_STATE,
@@ -36,7 +37,8 @@ from flinkstate.format.handles import (
     ChannelStateHandle,
     FileStateHandle,
     HandleReader,
-    KeyGroupsStateHandle,
+    IncrementalKeyedStateHandle,
+    KeyedStateHandle,
     OperatorStreamStateHandle,
     RelativeFileStateHandle,
     StreamStateHandle,
@@ -52,16 +54,19 @@ MAGIC = 0x4960672D
 UPPER_BOUND_MAX_PARALLELISM = 1 << 15
 MASTER_STATE_MAGIC = 0xC96B1696 - (1 << 32)  # as a Java int
 SUPPORTED_VERSIONS = (2, 3, 4, 5, 6)
-#: The handle codes a version-2 file can hold (what Flink 1.10 and earlier wrote); anything newer is a V3+ file.
-V2_HANDLE_CODES = (NULL_HANDLE, BYTE_STREAM, FILE_STREAM, KEY_GROUPS, PARTITIONABLE_OPERATOR_STATE)
+#: The handle codes a version-2 file can hold (what Flink 1.10 and earlier wrote, incremental RocksDB checkpoints
+#: included); anything newer is a V3+ file.
+V2_HANDLE_CODES = (NULL_HANDLE, BYTE_STREAM, FILE_STREAM, KEY_GROUPS, PARTITIONABLE_OPERATOR_STATE,
+                   INCREMENTAL_KEY_GROUPS)
 
 
 @dataclass
 class OperatorSubtaskState:
     managed_operator_state: OperatorStreamStateHandle | None = None
     raw_operator_state: OperatorStreamStateHandle | None = None
-    managed_keyed_state: KeyGroupsStateHandle | None = None
-    raw_keyed_state: KeyGroupsStateHandle | None = None
+    #: A canonical (or heap-native) key-groups handle, or a native RocksDB snapshot (IncrementalKeyedStateHandle).
+    managed_keyed_state: KeyedStateHandle | None = None
+    raw_keyed_state: KeyedStateHandle | None = None
     input_channel_state: list[ChannelStateHandle] = field(default_factory=list)
     result_subpartition_state: list[ChannelStateHandle] = field(default_factory=list)
     #: V2 only: the unused "duration" field (Flink wrote -1), kept so the file is written back as read.
@@ -137,14 +142,22 @@ class CheckpointMetadata:
                     ("managed operator state", sub.managed_operator_state.delegate
                      if sub.managed_operator_state else None),
                     ("raw operator state", sub.raw_operator_state.delegate if sub.raw_operator_state else None),
-                    ("managed keyed state", sub.managed_keyed_state.delegate if sub.managed_keyed_state else None),
-                    ("raw keyed state", sub.raw_keyed_state.delegate if sub.raw_keyed_state else None),
+                    *_keyed_files("managed keyed state", sub.managed_keyed_state),
+                    *_keyed_files("raw keyed state", sub.raw_keyed_state),
                     *(("channel state", c.delegate) for c in [*sub.input_channel_state,
                                                                 *sub.result_subpartition_state]),
                 ]
                 found.extend((f"{where}: {what}", h) for what, h in handles
                              if isinstance(h, (FileStateHandle, RelativeFileStateHandle)))
         return found
+
+
+def _keyed_files(what: str, handle: KeyedStateHandle | None) -> list[tuple[str, StreamStateHandle | None]]:
+    if handle is None:
+        return []
+    if isinstance(handle, IncrementalKeyedStateHandle):
+        return [(f"{what}: {name}", h) for name, h in handle.files()]
+    return [(what, handle.delegate)]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -401,7 +414,7 @@ def _v2_handle_codes(sub: OperatorSubtaskState) -> list[tuple[str, int]]:
     for what, keyed in (("managed keyed state", sub.managed_keyed_state), ("raw keyed state", sub.raw_keyed_state)):
         if keyed is not None:
             found.append((what, keyed.code))
-            found.append((f"{what} stream", _stream_code(keyed.delegate)))
+            found.extend((f"{what} stream", _stream_code(h)) for _, h in _keyed_files(what, keyed))
     for what, operator in (("managed operator state", sub.managed_operator_state),
                            ("raw operator state", sub.raw_operator_state)):
         if operator is not None:
