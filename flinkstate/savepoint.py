@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from flinkstate.binary import KeyGroupRange
-from flinkstate.format.handles import FileStateHandle, RelativeFileStateHandle
+from flinkstate.format.handles import FileStateHandle, IncrementalKeyedStateHandle, RelativeFileStateHandle
 from flinkstate.format.keyed_header import KeyedBackendHeader, StateMetaInfo, state_meta_bytes
 from flinkstate.format.keyed_stream import KeyedStateStream
 from flinkstate.format.metadata import CheckpointMetadata, OperatorState, read_metadata
 from flinkstate.format.operator_state import OperatorStateElement, OperatorStateStream
+from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.format_errors import SavepointFormatError, StateNotFound
 from flinkstate.identity import OperatorRef
 from flinkstate.serializers.registry import snapshot_bytes
@@ -57,8 +58,9 @@ class KeyedStateInfo:
 
 
 class Savepoint:
-    """A canonical savepoint opened for reading. Only ``_metadata`` is read up front; state files are read lazily,
-    one key-group block at a time."""
+    """A savepoint (or retained checkpoint) opened for reading: canonical, HashMap native or RocksDB native. Only
+    ``_metadata`` is read up front; state files are read lazily, one key-group block (or RocksDB instance) at a
+    time."""
 
     def __init__(self, location: SavepointLocation) -> None:
         self.location = location
@@ -111,8 +113,11 @@ class Savepoint:
             cache_key = (op.operator_id, index)
             if cache_key not in self._streams:
                 try:
-                    self._streams[cache_key] = KeyedStateStream(self.location, handle, op.max_parallelism,
-                                                                self.label(op))
+                    # A native RocksDB snapshot reads like a stream: header from its meta file, entries from RocksDB.
+                    self._streams[cache_key] = (
+                        NativeRocksDBStream(self.location, handle, op.max_parallelism, self.label(op))
+                        if isinstance(handle, IncrementalKeyedStateHandle)
+                        else KeyedStateStream(self.location, handle, op.max_parallelism, self.label(op)))
                 except StorageError as exc:  # a missing or unreadable file: say whose state it holds
                     raise StorageError(f"{self.label(op)}, subtask {index}: keyed state file: {exc}") from None
             streams.append((index, self._streams[cache_key]))

@@ -1,0 +1,244 @@
+"""Native RocksDB snapshots: RocksDB native savepoints and retained RocksDB checkpoints (incremental or not), i.e. the
+keyed state of a subtask held by an ``IncrementalRemoteKeyedStateHandle`` (:class:`IncrementalKeyedStateHandle`).
+
+Such a snapshot is the RocksDB instance itself: its files (SST files, ``MANIFEST-*``, ``CURRENT``, ``OPTIONS-*``) as
+the handle's shared and private (local file name -> stream handle) lists, plus a meta state file holding the same
+``KeyedBackendSerializationProxy`` header a canonical keyed stream starts with (``RocksDBSnapshotStrategyBase``
+``materializeMetaData``). One column family per state, named by the state's name; its keys and values are the
+composite keys and values the canonical format stores (the canonical writer copies RocksDB's bytes as they are), so
+:mod:`flinkstate.format.keyed_entries` decodes them.
+
+The RocksDB instance is rebuilt in a private temporary directory from the handles (copies of the savepoint's own
+files only, each bounded by its recorded size; containment was checked when the savepoint was opened) and opened
+read-only with ``rocksdict`` (a RocksDB binding). RocksDB iterates keys in byte order, and every key starts with its
+key group (big-endian), so entries come out grouped by key group in key-group order, as canonical blocks do.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from flinkstate.binary import KeyGroupRange
+from flinkstate.format.handles import (
+    ByteStreamStateHandle,
+    FileStateHandle,
+    IncrementalKeyedStateHandle,
+    RelativeFileStateHandle,
+    StreamStateHandle,
+)
+from flinkstate.format.heap_blocks import HeapBlock
+from flinkstate.format.keyed_entries import make_entry_decoder
+from flinkstate.format.keyed_header import KeyedBackendHeader
+from flinkstate.format.keyed_stream import KeyedStateStream, StreamSource, key_group_prefix_bytes
+from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+from flinkstate.storage.locations import SavepointLocation, StorageError
+
+#: What a native RocksDB snapshot is called in messages, and what to do instead where only canonical state will do.
+NATIVE_ROCKSDB = "a native RocksDB snapshot (a RocksDB native savepoint or a retained RocksDB checkpoint)"
+TAKE_CANONICAL = "take a canonical savepoint (Flink's default savepoint format)"
+_COPY_CHUNK = 1 << 20
+
+
+class NativeRocksDBStream(KeyedStateStream):
+    """One subtask's native RocksDB snapshot, read like a canonical keyed stream: :meth:`header` from the meta state
+    file, :meth:`iter_blocks` from the rebuilt RocksDB instance. What only canonical key-group blocks allow (copying
+    blocks byte for byte, migrating) is refused in one line."""
+
+    def __init__(self, location: SavepointLocation, handle: IncrementalKeyedStateHandle,
+                 max_parallelism: int, context: str) -> None:
+        # KeyedStateStream.__init__ is not called: there is no key-group offset table, the blocks are RocksDB's.
+        if handle.meta_state is None:
+            raise SavepointFormatError(f"{context}: native RocksDB state handle without a meta state file")
+        self.native = handle
+        self.location = location
+        self.context = context
+        self.prefix_bytes = key_group_prefix_bytes(max_parallelism)
+        self.source = StreamSource(location, handle.meta_state)
+        self._blocks = []
+        self._header: KeyedBackendHeader | None = None
+        self.heap_format = False
+        self._directory: str | None = None
+        self._db: Any = None
+
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self.native.key_group_range
+
+    @property
+    def blocks(self) -> list[tuple[int, int, int]]:
+        """No key-group blocks (the entries are in RocksDB's files): ``(key group, 0, 0)`` per key group of the
+        range, which is what progress reports count."""
+        return [(key_group, 0, 0) for key_group in self.native.key_group_range]
+
+    def header(self, tolerant: bool = False) -> KeyedBackendHeader:
+        """The ``KeyedBackendSerializationProxy`` of the meta state file, which must hold nothing else."""
+        if self._header is None or (self._header.error is not None and not tolerant):
+            from flinkstate.binary import Reader
+            from flinkstate.format.keyed_header import read_keyed_header
+
+            data = self.source.read(0, self.source.size)
+            try:
+                header = read_keyed_header(Reader(data, 0, self.source.path), tolerant)
+            except SavepointFormatError as exc:
+                raise exc.located(self.source.path, 0, self.context) from None
+            if header.error is not None:
+                header.error = header.error.located(self.source.path, 0, self.context)
+            elif header.length != len(data):
+                raise SavepointFormatError(f"{self.context}: {len(data) - header.length} bytes after the keyed state "
+                                           f"header in the native RocksDB meta state file", self.source.path,
+                                           header.length)
+            if header.compressed:  # RocksDB compresses its own SST blocks; Flink never sets the flag here
+                raise UnsupportedFormat(f"{self.context}: native RocksDB meta state says key-group compression",
+                                        self.source.path, 4)
+            self._header = header
+        return self._header
+
+    def _refuse(self, what: str) -> UnsupportedFormat:
+        return UnsupportedFormat(f"{self.context}: {what} is not supported for keyed state in {NATIVE_ROCKSDB}: "
+                                 f"{TAKE_CANONICAL}", self.source.path, 0)
+
+    def read_block(self, key_group: int, start: int, end: int, state_name: str | None = None) -> bytes:
+        raise self._refuse("migrating or copying entries (canonical key-group blocks)")
+
+    def heap_blocks(self, state_name: str | None = None, key_group_range: KeyGroupRange | None = None
+                    ) -> Iterator[HeapBlock]:
+        raise self._refuse("reading heap-format blocks")
+
+    # -- the RocksDB instance ----------------------------------------------------------------------------------------
+
+    def _files(self) -> list[tuple[str, StreamStateHandle]]:
+        files: list[tuple[str, StreamStateHandle]] = []
+        seen: set[str] = set()
+        for entry in (*self.native.shared, *self.native.private):
+            if entry.handle is None:
+                raise SavepointFormatError(f"{self.context}: native RocksDB file {entry.local_path} has no state "
+                                           f"handle", self.location.describe("_metadata"))
+            if entry.local_path in seen:
+                raise SavepointFormatError(f"{self.context}: native RocksDB file {entry.local_path} is listed twice",
+                                           self.location.describe("_metadata"))
+            seen.add(entry.local_path)
+            files.append((entry.local_path, entry.handle))
+        if "CURRENT" not in seen:
+            raise SavepointFormatError(f"{self.context}: the native RocksDB snapshot lists no CURRENT file",
+                                       self.location.describe("_metadata"))
+        return files
+
+    def _open_db(self) -> Any:
+        if self._db is not None:
+            return self._db
+        files = self._files()
+        directory = tempfile.mkdtemp(prefix="flinkstate-rocksdb-")
+        self._directory = directory
+        # The copy goes when the stream does (or at exit), whatever happens to the reader.
+        weakref.finalize(self, shutil.rmtree, directory, True)
+        for local_name, handle in files:
+            self._copy(handle, os.path.join(directory, local_name))
+        from rocksdict import AccessType, Options, Rdict
+
+        try:
+            families = Rdict.list_cf(directory, Options(raw_mode=True))
+            self._db = Rdict(directory, options=Options(raw_mode=True),
+                             column_families={name: Options(raw_mode=True) for name in families},
+                             access_type=AccessType.read_only())
+        except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
+            raise SavepointFormatError(f"{self.context}: RocksDB cannot open the native snapshot's files: {exc}",
+                                       self.source.path) from None
+        self._families = set(families)
+        return self._db
+
+    def _copy(self, handle: StreamStateHandle, target: str) -> None:
+        """One file of the instance, bounded by its recorded size (never more bytes than the metadata says)."""
+        if isinstance(handle, ByteStreamStateHandle):
+            with open(target, "xb") as out:
+                out.write(handle.data)
+            return
+        if not isinstance(handle, (RelativeFileStateHandle, FileStateHandle)):
+            raise UnsupportedFormat(f"{self.context}: unsupported stream handle {type(handle).__name__}")
+        name = handle.relative_path if isinstance(handle, RelativeFileStateHandle) else handle.path
+        try:
+            with self.location.bounded_stream(name) as src, open(target, "xb") as out:
+                copied = 0
+                while chunk := src.read(min(_COPY_CHUNK, handle.size - copied)):
+                    out.write(chunk)
+                    copied += len(chunk)
+                    if copied >= handle.size:
+                        break
+        except StorageError as exc:
+            raise StorageError(f"{self.context}: native RocksDB file: {exc}") from None
+        if copied != handle.size:
+            raise SavepointFormatError(f"{self.context}: state file is truncated: {copied} bytes, the metadata "
+                                       f"records {handle.size}", self.location.describe(name), copied)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+            self._directory = None
+
+    # -- entries -----------------------------------------------------------------------------------------------------
+
+    def iter_blocks(self, state_name: str, key_group_range: KeyGroupRange | None = None
+                    ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+        """``(key group, entries)`` per non-empty key group (within ``key_group_range``), in key-group order, the
+        entries as :meth:`KeyedStateStream.iter_blocks` gives them."""
+        header = self.header()
+        index = header.state_index(state_name)
+        if index is None:
+            return
+        state = header.states[index]
+        layout = self._key_layout(header, state)
+        try:
+            decode_entry = make_entry_decoder(state, layout)
+        except SavepointFormatError as exc:
+            raise exc.located(self.source.path, 0, f"{self.context}, state {state_name}") from None
+        db = self._open_db()
+        if state_name not in self._families:  # registered, but RocksDB holds no column family: no entries
+            return
+        wanted = self.key_group_range if key_group_range is None else \
+            self.key_group_range.intersection(key_group_range)
+        if not len(wanted):
+            return
+        prefix = self.prefix_bytes
+        current: int | None = None
+        entries: list[tuple[Any, ...]] = []
+        start_key = wanted.start.to_bytes(prefix, "big")
+        try:
+            for key, value in db.get_column_family(state_name).items(from_key=start_key):
+                key_group = int.from_bytes(key[:prefix], "big")
+                if key_group > wanted.end:
+                    break
+                if key_group < wanted.start:
+                    raise SavepointFormatError(f"entry of key group {key_group} before key group {wanted.start}")
+                if key_group != current:
+                    if entries:
+                        assert current is not None
+                        yield current, entries
+                    current, entries = key_group, []
+                buf = bytes(key) + bytes(value)
+                entries.append(decode_entry(buf, 0, len(key), len(key), len(buf)))
+        except SavepointFormatError as exc:
+            where = f", key group {current}" if current is not None else ""
+            raise SavepointFormatError(f"{self.context}, state {state_name}{where}: {exc.what}",
+                                       self.source.path) from None
+        except Exception as exc:  # RocksDB's status (e.g. an unmerged list operand), or an undecodable entry
+            where = f", key group {current}" if current is not None else ""
+            raise SavepointFormatError(f"{self.context}, state {state_name}{where}: cannot read the entry "
+                                       f"({type(exc).__name__}: {exc})", self.source.path) from None
+        if entries:
+            assert current is not None
+            yield current, entries
+
+
+def native_handle_files(handle: IncrementalKeyedStateHandle) -> int:
+    """How many RocksDB files the snapshot of one subtask has (``describe``)."""
+    return len(handle.shared) + len(handle.private)
+
+
+__all__ = ["NATIVE_ROCKSDB", "TAKE_CANONICAL", "NativeRocksDBStream", "native_handle_files"]
