@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from flinkstate.binary import KeyGroupRange
 from flinkstate.errors import FlinkStateError
+from flinkstate.format.handles import FileStateHandle, IncrementalKeyedStateHandle, RelativeFileStateHandle
 from flinkstate.format.keyed_header import TIMERS, VALUE_SERIALIZER, KeyedBackendHeader, StateMetaInfo
 from flinkstate.format.metadata import OperatorState
 from flinkstate.identity import OperatorRef
@@ -162,6 +163,7 @@ def plan_migration(source: Savepoint, targets: list[OperatorTarget], *, compress
     targeted operator even where nothing changes (the identity rewrite). ``code`` says which migration functions
     may be imported (default: ``$FLINKSTATE_ALLOW_CODE``, else none): a manifest is data, its functions are code."""
     code = CodePolicy.resolve(None) if code is None else code
+    _refuse_native_rocksdb(source)
     plans: dict[str, OperatorPlan] = {}
     for target in targets:
         old_ref = target.renamed_from or target.uid
@@ -176,6 +178,29 @@ def plan_migration(source: Savepoint, targets: list[OperatorTarget], *, compress
 HEAP_FORMAT_REFUSAL = ("keyed state is in the HashMap (heap) backend's native snapshot format (a checkpoint or native "
                        "savepoint): migrate needs a savepoint in the canonical format (Flink's default savepoint "
                        "format)")
+
+#: Why a native RocksDB snapshot cannot be migrated: its state is RocksDB's files, and migrate writes canonical streams
+#: from canonical blocks (every operator's keyed state, targeted or copied as it is).
+ROCKSDB_NATIVE_REFUSAL = ("keyed state is a native RocksDB snapshot (a RocksDB native savepoint or retained "
+                          "checkpoint): migrate needs a savepoint in the canonical format; take one with "
+                          "`flink savepoint JOB_ID --type canonical` (or `flink stop --type canonical`)")
+
+
+def _refuse_native_rocksdb(source: Savepoint) -> None:
+    """Refuses the whole savepoint, before anything is planned or written, if any operator's keyed state is a native
+    RocksDB snapshot (untargeted operators too: their keyed state would be copied as canonical streams)."""
+    for op in source.operators:
+        for index, sub in sorted(op.subtasks.items()):
+            handle = sub.managed_keyed_state
+            if isinstance(handle, IncrementalKeyedStateHandle):
+                where = (source.location.describe(_file_name(handle.meta_state))
+                         if isinstance(handle.meta_state, (FileStateHandle, RelativeFileStateHandle))
+                         else source.location.describe("_metadata"))
+                raise MigrationError(f"{where}: {source.label(op)}, subtask {index}: {ROCKSDB_NATIVE_REFUSAL}")
+
+
+def _file_name(handle: FileStateHandle | RelativeFileStateHandle) -> str:
+    return handle.path if isinstance(handle, FileStateHandle) else handle.relative_path
 
 
 def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget, reencode: bool,
