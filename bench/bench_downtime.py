@@ -1,0 +1,266 @@
+"""Downtime benchmark (issue 16): how long the job is down when v1 of the sample job is upgraded to v2 (the ``stats``
+POJO gains ``label``), on a real local Flink 2.3 cluster, with the state of bench_reader's cached savepoint
+(200,000 keys: 10^6 entries by default; ``--keys 2000`` for the small one):
+
+a. Flink's own path: stop-with-savepoint of v1, submit v2 from that savepoint (Flink migrates the POJO at restore);
+b. ours: stop-with-savepoint, ``flinkstate migrate`` in one process (``MigrationJob.run``, what the CLI runs: migrate,
+   verify, publish), submit v2 from the migrated savepoint (which v2 restores as is);
+c. the same with the Spark migration job (``spark_jobs/migrate_state.py``) on local[2], spark-submit included.
+
+Each run starts v1 afresh from the cached savepoint (so every path stops the same state), waits until every subtask
+runs, then times from the stop request to:
+
+- every subtask of v2 RUNNING. Taken from Flink's own per-subtask state timestamps
+  (``GET /jobs/<id>/vertices/<vertex>/subtasktimes``, the JobManager's clock on this same host), not from the job
+  status: a job is RUNNING as soon as it is scheduled, while a subtask turns RUNNING only after its state has been
+  restored (Task.restoreAndInvoke: INITIALIZING -> restore() -> RUNNING). The same timestamps split submit -> RUNNING
+  into the submission (jar upload and the job's main() in the JobManager), scheduling and deployment, and the restore
+  (the longest INITIALIZING -> RUNNING of a subtask);
+- v2's first completed checkpoint (``latest.completed.latest_ack_timestamp``; v2 checkpoints every second), when the
+  upgraded state is durable again.
+
+The stop is polled every 0.1 s (the same for every path) until Flink reports the stop-with-savepoint COMPLETED
+(the savepoint written and every task FINISHED); the job status is not waited for, since the REST API serves it from
+a cache refreshed every 3 s (web.refresh-interval), which alone would add up to 3 s to every path. Each path's
+figures are those of its best run (by stop -> RUNNING) of ``--runs``, printed with the load average before that run:
+the machine may be shared.
+
+    .venv/bin/python bench/bench_downtime.py [--keys 200000] [--runs 3] [--parallelism 1] [--backend hashmap]
+                                             [--no-spark]
+
+Figures are printed, not asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_migrate import spark_submit  # noqa: E402
+from bench.bench_reader import WORK, directory_bytes, load_average, write_savepoint  # noqa: E402
+from flinkstate.engine import LocalFlinkCluster  # noqa: E402
+from flinkstate.engine.rest import FlinkJobFailed, FlinkRestClient  # noqa: E402
+from flinkstate.migration.job import MigrationJob  # noqa: E402
+from flinkstate.savepoint import Savepoint  # noqa: E402
+from tests.support import sample_job  # noqa: E402
+
+#: v2's own manifest (what the demo and the upgrade DAG use): label gets a default, the rest is kept.
+V2_MANIFEST = ROOT / "examples" / "sample-job" / "manifests" / "v2.yaml"
+POLL = 0.1  # seconds between REST polls while timing
+V1_CHECKPOINT_MS = 600_000  # v1 takes no checkpoint while it is timed: none may delay or overlap the stop
+V2_CHECKPOINT_MS = 1_000
+PATHS = ("flink", "single", "spark")
+LABELS = {"flink": "Flink's own", "single": "flinkstate migrate", "spark": "Spark local[2]"}
+
+
+@dataclass
+class Timing:
+    """One run of one path: seconds since the stop request at which each step ended, and the load average before."""
+
+    load: str
+    steps: dict[str, float] = field(default_factory=dict)
+    marks: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def down(self) -> float:
+        return self.marks["running"]
+
+
+def rest(client: FlinkRestClient, path: str) -> Any:
+    """A GET on the REST API for what FlinkRestClient has no method for (subtask times, raw checkpoint stats)."""
+    response = requests.get(f"{client.base_url}{path}", timeout=30)
+    response.raise_for_status()
+    return response.json()
+
+
+def poll(what: str, probe: Callable[[], bool], timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(POLL)
+
+
+def start_v1(client: FlinkRestClient, seed: Path, work: Path, keys: int, parallelism: int, backend: str) -> str:
+    """v1 restored from the cached savepoint, every subtask RUNNING: the job about to be upgraded."""
+    run = sample_job.submit(client, "v1", work / "audit-v1", keys=keys, rate=100, parallelism=parallelism,
+                            state_backend=backend, savepoint_path=seed,
+                            extra_args=["--checkpoint-interval-ms", str(V1_CHECKPOINT_MS)], wait=True)
+    return run.job_id
+
+
+def stop(client: FlinkRestClient, job_id: str, target: Path) -> Path:
+    """Stop-with-savepoint, polled every POLL seconds until the operation is COMPLETED. Flink completes it only once
+    the savepoint is written and every task has FINISHED (StopWithSavepointTerminationHandler), which is what the
+    next step needs. The job status is not waited for: GET /jobs/<id> serves an execution graph cached for
+    web.refresh-interval (3 s by default), so it says RUNNING for up to 3 s after the tasks finished."""
+    trigger = client.trigger_stop_with_savepoint(job_id, str(target))
+    status: dict[str, Any] = {}
+
+    def done() -> bool:
+        status.update(client.savepoint_status(job_id, trigger))
+        return (status.get("status") or {}).get("id") == "COMPLETED"
+
+    poll(f"stop-with-savepoint of {job_id}", done)
+    location = (status.get("operation") or {}).get("location")
+    if not location:
+        raise RuntimeError(f"stop-with-savepoint of {job_id} failed: {status.get('operation')}")
+    return Path(str(location).removeprefix("file:"))
+
+
+def submit_v2(client: FlinkRestClient, savepoint: Path, work: Path, keys: int, parallelism: int, backend: str,
+              origin: float, timing: Timing) -> None:
+    """Submits v2 from ``savepoint`` and records, in seconds since ``origin`` (the stop request): the submission,
+    every subtask RUNNING and the first completed checkpoint, from the JobManager's timestamps."""
+    began = time.time()
+    run = sample_job.submit(client, "v2", work / "audit-v2", keys=keys, rate=100, parallelism=parallelism,
+                            state_backend=backend, savepoint_path=savepoint,
+                            extra_args=["--checkpoint-interval-ms", str(V2_CHECKPOINT_MS)], wait=False)
+    submitted = time.time()
+    job_id = run.job_id
+    try:
+        def all_running() -> bool:
+            job = client.job(job_id)
+            if job["state"] in {"FAILING", "FAILED", "RESTARTING", "CANCELED"} or client.exceptions(job_id):
+                raise FlinkJobFailed(f"v2 ({job_id}) failed while restoring {savepoint}: {job['state']}")
+            return all(v["tasks"].get("RUNNING", 0) == v["parallelism"] for v in job["vertices"])
+
+        poll(f"every subtask of v2 ({job_id}) RUNNING", all_running)
+        subtasks = [subtask["timestamps"] for vertex in client.job(job_id)["vertices"]
+                    for subtask in rest(client, f"/jobs/{job_id}/vertices/{vertex['id']}/subtasktimes")["subtasks"]]
+        running = max(t["RUNNING"] for t in subtasks) / 1000
+        restore = max(t["RUNNING"] - t["INITIALIZING"] for t in subtasks) / 1000
+        poll(f"v2 ({job_id}) to complete a checkpoint", lambda: client.checkpoints(job_id).completed >= 1)
+        checkpoint = rest(client, f"/jobs/{job_id}/checkpoints")["latest"]["completed"]["latest_ack_timestamp"] / 1000
+        restored_from = client.checkpoints(job_id).restored_from
+        if restored_from is None or Path(restored_from.removeprefix("file:")) != savepoint:
+            raise RuntimeError(f"v2 ({job_id}) restored from {restored_from}, not {savepoint}")
+    finally:
+        client.cancel(job_id)
+    timing.steps["submit (jar upload, main(), job id)"] = submitted - began
+    timing.steps["restore (INITIALIZING -> RUNNING)"] = restore
+    timing.marks["running"] = running - origin
+    timing.marks["checkpoint"] = checkpoint - origin
+    # The rest, from the job id to the last subtask RUNNING less its restore: scheduling, deployment, and any
+    # subtask that started restoring late. The steps add up to the total.
+    timing.steps["schedule, deploy (to INITIALIZING)"] = timing.marks["running"] - sum(timing.steps.values())
+
+
+def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, parallelism: int, backend: str) -> Timing:
+    with tempfile.TemporaryDirectory(dir=WORK, prefix="downtime-") as tmp:
+        work = Path(tmp)
+        v1 = start_v1(client, seed, work, keys, parallelism, backend)
+        timing = Timing(load_average())
+        origin = time.time()
+        stopped = stop(client, v1, work / "stop")
+        timing.steps["stop-with-savepoint"] = time.time() - origin
+        restore_from = stopped
+        if path == "single":
+            started = time.perf_counter()
+            report = MigrationJob(str(stopped), str(V2_MANIFEST), str(work / "migrated")).run()
+            total = time.perf_counter() - started
+            timing.steps["migrate (decode, convert, write)"] = report.seconds["migrate"]
+            timing.steps["verify (re-read both, compare)"] = report.seconds["verify"]
+            timing.steps["publish, report"] = total - report.seconds["migrate"] - report.seconds["verify"]
+            restore_from = work / "migrated"
+        elif path == "spark":
+            wall = spark_submit("migrate_state.py", "local[2]", stopped, "--schema", V2_MANIFEST,
+                                "--output", work / "migrated")
+            seconds = read_report(work / "migrated.report")
+            timing.steps["migrate (decode, convert, write)"] = seconds["migrate"]
+            timing.steps["verify (re-read both, compare)"] = seconds["verify"]
+            timing.steps["spark-submit: JVM, session, report"] = wall - seconds["migrate"] - seconds["verify"]
+            restore_from = work / "migrated"
+        submit_v2(client, restore_from, work, keys, parallelism, backend, origin, timing)
+        return timing
+
+
+def read_report(directory: Path) -> dict[str, float]:
+    return {k: float(v) for k, v in json.loads((directory / "report.json").read_text())["seconds"].items()}
+
+
+ROWS = ("stop-with-savepoint", "migrate (decode, convert, write)", "verify (re-read both, compare)",
+        "publish, report", "spark-submit: JVM, session, report", "submit (jar upload, main(), job id)",
+        "schedule, deploy (to INITIALIZING)", "restore (INITIALIZING -> RUNNING)")
+
+
+def print_table(best: dict[str, Timing], runs: dict[str, list[Timing]], title: str) -> None:
+    paths = [p for p in PATHS if p in best]
+    print(f"\n{title}")
+    print(f"{'seconds since the stop request':<40}"
+          + "".join(f"{LABELS[path]:>20}" + (f"{'x Flink':>9}" if path != "flink" else "") for path in paths))
+
+    def row(label: str, values: dict[str, float | None], reference: float | None = None) -> None:
+        line = f"{label:<40}"
+        for path in paths:
+            value = values.get(path)
+            line += f"{value:>20.2f}" if value is not None else f"{'-':>20}"
+            if path != "flink":
+                line += f"{value / reference:>8.2f}x" if reference and value is not None else f"{'':>9}"
+        print(line)
+
+    for label in ROWS:
+        values = {path: best[path].steps.get(label) for path in paths}
+        if any(v is not None for v in values.values()):
+            row(f"  {label}", values)
+    row("= down: stop request -> all RUNNING", {path: best[path].down for path in paths}, best["flink"].down)
+    row("to the 1st completed checkpoint", {path: best[path].marks["checkpoint"] for path in paths},
+        best["flink"].marks["checkpoint"])
+    print(f"{'load average before the best run':<40}" + "".join(
+        f"{best[path].load:>20}" + ("" if path == "flink" else f"{'':>9}") for path in paths))
+    for path in paths:
+        print(f"  {LABELS[path]}, every run (down / to checkpoint, load average before): " + "; ".join(
+            f"{t.down:.2f} / {t.marks['checkpoint']:.2f} s ({t.load})" for t in runs[path]))
+    ratio = best["single"].down / best["flink"].down
+    print(f"  goal (issue 16): down at most 1.2x Flink's own: flinkstate migrate {ratio:.2f}x: "
+          f"{'met' if ratio <= 1.2 else 'NOT met'}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keys", type=int, default=200_000, help="keys of v1's state (5 entries each; default "
+                        "200,000, as bench_migrate; 2,000 for a small state)")
+    parser.add_argument("--runs", type=int, default=3, help="runs per path; the best is shown (default 3)")
+    parser.add_argument("--parallelism", type=int, default=1, help="the jobs' parallelism (default 1)")
+    parser.add_argument("--backend", default="hashmap", choices=["hashmap", "rocksdb"],
+                        help="v1's and v2's state backend (default hashmap); the savepoints are canonical")
+    parser.add_argument("--no-spark", action="store_true", help="leave out the Spark migration job")
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    paths = [p for p in PATHS if p != "spark" or not args.no_spark]
+    runs: dict[str, list[Timing]] = {path: [] for path in paths}
+    # Its own cluster folder: bench_migrate and bench_reader use WORK/cluster and may run at the same time.
+    with LocalFlinkCluster(WORK / "cluster-downtime", slots=max(2, args.parallelism)) as cluster:
+        seed = write_savepoint(cluster, args.keys, "hashmap", args.parallelism)
+        opened = Savepoint.open(seed)
+        entries = sum(1 for info in opened.keyed_states(sample_job.OPERATOR_UID)
+                      for _ in opened.iter_entries(sample_job.OPERATOR_UID, info.name))
+        print(f"v1 -> v2 on Flink {cluster.status().get('flink_version')}, {args.backend}, parallelism "
+              f"{args.parallelism}: v1 restored from {seed.name} ({entries:,} keyed entries, "
+              f"{directory_bytes(seed) / 1e6:.1f} MB) before each run", flush=True)
+        for run in range(args.runs):
+            for path in paths:  # interleaved, so that a busy spell of the machine hits every path alike
+                timing = one_run(cluster.client, path, seed, args.keys, args.parallelism, args.backend)
+                runs[path].append(timing)
+                print(f"  run {run + 1}, {LABELS[path]}: down {timing.down:.2f} s, 1st checkpoint "
+                      f"{timing.marks['checkpoint']:.2f} s (load average before: {timing.load})", flush=True)
+    best = {path: min(timings, key=lambda t: t.down) for path, timings in runs.items()}
+    print_table(best, runs, f"downtime of v1 -> v2, {entries:,} entries, {args.backend}, parallelism "
+                            f"{args.parallelism}, best of {args.runs} runs per path")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
