@@ -8,12 +8,34 @@ snapshot's files, equal those of the canonical savepoint the same Flink test job
 
 from __future__ import annotations
 
+import json
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from flinkstate.format.handles import INCREMENTAL_KEY_GROUPS_V2, IncrementalKeyedStateHandle, RelativeFileStateHandle
+from flinkstate.binary import KeyGroupRange
+from flinkstate.engine import LocalFlinkCluster
+from flinkstate.errors import FlinkStateError
+from flinkstate.format.handles import (
+    INCREMENTAL_KEY_GROUPS_V2,
+    FileStateHandle,
+    HandleAndLocalPath,
+    IncrementalKeyedStateHandle,
+    RelativeFileStateHandle,
+)
 from flinkstate.format.metadata import read_metadata, write_metadata
-from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
-from tests.test_flink_corpus import CORPUS, corpus_dirs
+from flinkstate.format.rocksdb_native import NativeRocksDBStream
+from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot, UnsupportedFormat
+from flinkstate.jsonify import to_json
+from flinkstate.migration.plan import ROCKSDB_NATIVE_REFUSAL
+from flinkstate.savepoint import Savepoint
+from flinkstate.storage.locations import HandleRefused
+from tests.support import sample_job
+from tests.test_flink_corpus import CORPUS, _run_cli, corpus_dirs
 
 T = "flink-tests/src/test/resources/"
 
@@ -72,3 +94,197 @@ def test_native_handle_in_other_metadata_is_refused_when_truncated() -> None:
     data = (CORPUS / path / "_metadata").read_bytes()
     with pytest.raises(SavepointFormatError, match="_metadata"):
         read_metadata(data[: len(data) // 2], f"{path}/_metadata")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Header and entries
+# --------------------------------------------------------------------------------------------------------------------
+
+BROADCAST_21 = T + "new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-"
+#: Flink's whole corpus (not vendored: tests/corpus holds a selection), with the RocksDB native savepoints and
+#: checkpoints of the keyed-state job (new-stateful-udf-migration-itcase) of Flink 1.16 to 2.3 beside its canonical
+#: savepoints.
+FULL_CORPUS = Path("/work/shared/flink-test-corpus/savepoints")
+UDF_VERSIONS = ["1.16", "1.17", "1.18", "1.19", "1.20", "2.0", "2.1", "2.2", "2.3"]
+
+
+def entries(root: Path, path: str) -> dict[tuple[str, str], list[str]]:
+    """(operator id, state) -> the sorted JSON of every entry. Processing-time timers' timestamps are wall-clock
+    times of the run that wrote them, so they are left out; event-time timers keep theirs."""
+    sp = Savepoint.open(root / path)
+    found = {}
+    for op in sp.operators:
+        for state in sp.keyed_states(op):
+            wall_clock = state.kind == "TIMERS" and "processing" in state.name
+            found[(op.operator_id, state.name)] = sorted(
+                json.dumps(to_json(list(e[:2] if wall_clock else e)), sort_keys=True)
+                for e in sp.iter_entries(op, state.name))
+    return found
+
+
+def test_native_header_is_the_canonical_header() -> None:
+    """The meta state file holds the same serializer snapshots as the canonical savepoint of the same job, state
+    for state."""
+    native, canonical = Savepoint.open(CORPUS / (BROADCAST_21 + "savepoint-native")), \
+        Savepoint.open(CORPUS / (BROADCAST_21 + "savepoint"))
+    for op in native.operators:
+        assert native.keyed_states(op) == canonical.keyed_states(canonical.operator(op.operator_id))
+    assert [s.name for s in native.keyed_states("BrProcess1")] == ["_timer_state/processing_user-timers",
+                                                                   "_timer_state/event_user-timers"]
+    streams = native.keyed_streams("BrProcess1")
+    assert [s.key_group_range for _, s in streams] == [KeyGroupRange(i, i) for i in range(4)]
+    assert all(isinstance(s, NativeRocksDBStream) for _, s in streams)
+
+
+@pytest.mark.parametrize("kind", ["savepoint-native", "checkpoint"])
+def test_vendored_native_entries_equal_the_canonical_savepoint(kind: str) -> None:
+    assert entries(CORPUS, BROADCAST_21 + kind) == entries(CORPUS, BROADCAST_21 + "savepoint")
+
+
+def test_native_with_an_unknown_serializer_is_refused_in_one_line() -> None:
+    sp = Savepoint.open(CORPUS / (T + "type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-savepoint-native"))
+    op = next(op for op in sp.operators if any(s.managed_keyed_state for s in op.subtasks.values()))
+    with pytest.raises(UnknownSerializerSnapshot, match="TestSerializerSnapshot") as caught:
+        sp.keyed_states(op)
+    assert "\n" not in str(caught.value)
+    assert sp.describe()["operators"]  # describe lists what it can, the error on the operator
+
+
+full_corpus = pytest.mark.skipif(not FULL_CORPUS.is_dir(), reason="Flink's whole corpus is not on this machine")
+
+
+@full_corpus
+@pytest.mark.parametrize("version", UDF_VERSIONS)
+def test_native_entries_equal_the_canonical_savepoint(version: str) -> None:
+    """Savepoint, native savepoint and retained checkpoint of one deterministic job: the same 32 entries (value
+    states and timers, timestamps included), per operator and state."""
+    base = T + f"new-stateful-udf-migration-itcase-flink{version}-rocksdb-"
+    canonical = entries(FULL_CORPUS, base + "savepoint")
+    assert sum(map(len, canonical.values())) == 32
+    assert entries(FULL_CORPUS, base + "savepoint-native") == canonical
+    assert entries(FULL_CORPUS, base + "checkpoint") == canonical
+
+
+@full_corpus
+def test_schema_then_check_of_a_native_savepoint_is_compatible(tmp_path: Path) -> None:
+    source = FULL_CORPUS / T / "new-stateful-udf-migration-itcase-flink2.3-rocksdb-savepoint-native"
+    manifest = tmp_path / "m.yaml"
+    assert _run_cli(["schema", str(source), "-o", str(manifest)])[0] == 0
+    assert "CheckpointingTimelyStatefulOperator1" in manifest.read_text()
+    status, stdout, stderr = _run_cli(["check", str(source), "--schema", str(manifest), "--format", "json"])
+    assert status == 0, stderr
+    report = json.loads(stdout)
+    assert report["findings"] == [], report["findings"]
+
+
+@full_corpus
+def test_native_dump_is_the_canonical_dump() -> None:
+    base = FULL_CORPUS / T / "new-stateful-udf-migration-itcase-flink2.3-rocksdb-"
+    argv = ["--operator", "CheckpointingTimelyStatefulOperator1", "--state", "state-name"]
+    native = _run_cli(["dump", str(base) + "savepoint-native", *argv])
+    canonical = _run_cli(["dump", str(base) + "savepoint", *argv])
+    assert native[0] == canonical[0] == 0
+    assert native[1] == canonical[1]
+    assert len(native[1].splitlines()) == 4
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Refusals
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_migrate_of_a_native_savepoint_is_refused_in_one_line(tmp_path: Path) -> None:
+    source = CORPUS / (BROADCAST_21 + "savepoint-native")
+    manifest, output = tmp_path / "m.yaml", tmp_path / "out"
+    assert _run_cli(["schema", str(source), "-o", str(manifest)])[0] == 0
+    status, _, stderr = _run_cli(["migrate", str(source), "--schema", str(manifest), "--output", str(output)])
+    assert status == 1 and len(stderr.splitlines()) == 1, stderr
+    assert ROCKSDB_NATIVE_REFUSAL in stderr and "--type canonical" in stderr
+    assert "subtask 0" in stderr and str(source) in stderr
+    assert not output.exists()
+
+
+def _with_file(tmp_path: Path, local_path: str, handle: FileStateHandle) -> Path:
+    """A copy of a vendored native savepoint whose RocksDB file ``local_path`` (of BrProcess1, subtask 0) is
+    ``handle``."""
+    target = tmp_path / "sp"
+    shutil.copytree(CORPUS / (BROADCAST_21 + "savepoint-native"), target)
+    metadata = read_metadata((target / "_metadata").read_bytes())
+    op = next(op for op in metadata.operators if op.uid == "BrProcess1")
+    old = op.subtasks[0].managed_keyed_state
+    assert isinstance(old, IncrementalKeyedStateHandle)
+    def swap(files: tuple[HandleAndLocalPath, ...]) -> tuple[HandleAndLocalPath, ...]:
+        return tuple(HandleAndLocalPath(f.local_path, handle) if f.local_path == local_path else f for f in files)
+
+    op.subtasks[0].managed_keyed_state = replace(old, shared=swap(old.shared), private=swap(old.private))
+    (target / "_metadata").write_bytes(write_metadata(metadata))
+    return target
+
+
+def test_native_file_outside_the_savepoint_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.sst"
+    outside.write_bytes(b"x" * 16)
+    target = _with_file(tmp_path, "CURRENT", FileStateHandle(16, str(outside)))
+    with pytest.raises(HandleRefused, match="points outside the savepoint directory"):
+        Savepoint.open(target)
+
+
+def test_native_file_shorter_than_recorded_is_refused(tmp_path: Path) -> None:
+    sp_dir = CORPUS / (BROADCAST_21 + "savepoint-native")
+    metadata = read_metadata((sp_dir / "_metadata").read_bytes())
+    op = next(op for op in metadata.operators if op.uid == "BrProcess1")
+    old = op.subtasks[0].managed_keyed_state
+    assert isinstance(old, IncrementalKeyedStateHandle)
+    current = next(f for f in old.private if f.local_path == "CURRENT")
+    assert isinstance(current.handle, RelativeFileStateHandle)
+    inside = str(tmp_path / "sp" / current.handle.relative_path)
+    target = _with_file(tmp_path, "CURRENT", FileStateHandle(current.handle.size + 5, inside))
+    sp = Savepoint.open(target)
+    with pytest.raises(FlinkStateError, match="the metadata records 21") as caught:
+        list(sp.iter_entries("BrProcess1", "_timer_state/event_user-timers"))
+    assert "\n" not in str(caught.value) and "BrProcess1" in str(caught.value)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A native RocksDB savepoint the real Flink 2.3 cluster of this test run writes
+# --------------------------------------------------------------------------------------------------------------------
+
+KEYS = 12
+
+
+def test_real_rocksdb_native_savepoint_reads(flink_cluster: LocalFlinkCluster, tmp_path: Path) -> None:
+    """Stop-with-savepoint, formatType NATIVE, of the sample job on RocksDB (parallelism 2): value, LIST (RocksDB
+    merge operands), MAP and timer state; each key's states are those of one event count, as the job computes
+    them, and the whole savepoint is refused by migrate in one line."""
+    client = flink_cluster.client
+    run = sample_job.submit(client, "v1", tmp_path / "audit", keys=KEYS, rate=300, parallelism=2,
+                            state_backend="rocksdb")
+    run.wait_for_keys()
+    time.sleep(0.5)
+    trigger = client.trigger_stop_with_savepoint(run.job_id, str(tmp_path / "native"), format_type="NATIVE")
+    source = Path(client.wait_for_savepoint(run.job_id, trigger).removeprefix("file:"))
+    sp = Savepoint.open(source)
+    streams = sp.keyed_streams("stats")
+    assert len(streams) == 2 and all(isinstance(s, NativeRocksDBStream) for _, s in streams)
+    values: dict[str, dict[str, Any]] = {}
+    for state in ("stats", "count", "recent"):
+        for key, _, value in sp.iter_entries("stats", state):
+            values.setdefault(key, {})[state] = to_json(value)
+    for key, _, user_key, value in sp.iter_entries("stats", "buckets"):
+        values.setdefault(key, {}).setdefault("buckets", {})[user_key] = to_json(value)
+    assert len(values) == KEYS
+    for key, states in values.items():
+        assert states == sample_job.expected_state(key, states["count"]), key
+    timer_state = next(s.name for s in sp.keyed_states("stats") if s.kind == "TIMERS")
+    assert sorted(key for key, _, _ in sp.iter_entries("stats", timer_state)) == sorted(values)
+    # key groups come out in order, each within its subtask's range
+    for _, stream in streams:
+        groups = [kg for kg, _ in stream.iter_blocks("count")]
+        assert groups == sorted(groups) and all(kg in stream.key_group_range for kg in groups)
+    manifest, output = tmp_path / "m.yaml", tmp_path / "out"
+    assert _run_cli(["schema", str(source), "-o", str(manifest)])[0] == 0
+    status, stdout, stderr = _run_cli(["check", str(source), "--schema", str(manifest), "--format", "json"])
+    assert status == 0 and json.loads(stdout)["findings"] == [], stderr
+    status, _, stderr = _run_cli(["migrate", str(source), "--schema", str(manifest), "--output", str(output)])
+    assert status == 1 and len(stderr.splitlines()) == 1 and ROCKSDB_NATIVE_REFUSAL in stderr, stderr
+    assert not output.exists()
