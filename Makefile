@@ -11,11 +11,12 @@ test: setup
 	.venv/bin/pytest $(PYTEST_ARGS)
 
 # The quick loop: every test that needs no Flink cluster, Spark or Airflow (markers: tests/conftest.py), except the
-# fault-injection suite (its mutants of Flink's own savepoints alone take 15 s); under a minute on 2 cores.
-# `make test` runs all of them.
+# fault-injection suite (its mutants of Flink's own savepoints alone take 15 s), spread over every core
+# (pytest-xdist); under a minute on 2 cores. `make test` runs all of them, one at a time (the Flink, Spark and
+# Airflow tests share one cluster per session).
 UNIT_MARKERS = not flink and not spark and not airflow and not fuzz
 unit: setup
-	.venv/bin/pytest -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
+	.venv/bin/pytest -m "$(UNIT_MARKERS)" -n auto $(PYTEST_ARGS)
 
 # ruff, then mypy (strict for flinkstate; configured in pyproject.toml).
 lint: setup

@@ -42,7 +42,14 @@ from flinkstate.format.operator_state import SOURCE_SPLITS_STATE, OperatorStateE
 from flinkstate.format_errors import SavepointFormatError, StateNotFound, UnsupportedFormat
 from flinkstate.jsonify import to_json
 from flinkstate.manifest import Manifest, ManifestError, load_manifest, manifest_from_savepoint, parse_manifest
-from flinkstate.migration.code_policy import ALLOW_CODE_ENV, CodeNotAllowed, CodePolicy, load_function
+from flinkstate.migration.code_policy import (
+    ALLOW_CODE_ENV,
+    ALLOW_CODE_HELP,
+    CodeNotAllowed,
+    CodePolicy,
+    add_allow_code_argument,
+    load_function,
+)
 from flinkstate.migration.dry_run import DryRunUnit, run_dry_run, run_dry_run_unit
 from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.manifest_targets import plan_state_migration
@@ -93,6 +100,7 @@ def configure(*, s3: S3Options | None = None, allow_external_handles: bool | Non
 
 __all__ = [
     "ALLOW_CODE_ENV",
+    "ALLOW_CODE_HELP",
     "BACKENDS",
     "DEFAULT_GRACE",
     "SOURCE_SPLITS_STATE",
@@ -144,6 +152,7 @@ __all__ = [
     "VerificationError",
     "WriteError",
     "__version__",
+    "add_allow_code_argument",
     "check",
     "client_for",
     "configure",

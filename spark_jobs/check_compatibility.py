@@ -30,12 +30,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
 
 from flinkstate import (
+    ALLOW_CODE_HELP,
     BACKENDS,
     CodePolicy,
     DryRunResult,
     DryRunUnit,
     MigrationJob,
     Savepoint,
+    add_allow_code_argument,
     check,
     plan_state_migration,
     run_dry_run,
@@ -43,7 +45,6 @@ from flinkstate import (
     verify_published,
     write_file,
 )
-from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument
 from spark_jobs.common import collect_guarded, guarded, run_main, shared, spark_map, spark_session, unit_count
 
 REPORT_JSON = "check-report.json"

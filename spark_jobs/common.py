@@ -28,7 +28,7 @@ def spark_session(app_name: str) -> Any:
 
 
 def _start_worker(_: int) -> int:
-    import flinkstate.migration.units  # noqa: F401 -- what every task of the jobs imports first
+    import flinkstate  # noqa: F401 -- what every task of the jobs imports first (the public API imports it all)
 
     return os.getpid()
 

@@ -24,8 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
 
-from flinkstate import CodePolicy, MigrationJob
-from flinkstate.cli.migrate import ALLOW_CODE_HELP, add_allow_code_argument, render_text
+from flinkstate import ALLOW_CODE_HELP, CodePolicy, MigrationJob, add_allow_code_argument
 from spark_jobs.common import run_main, shared, spark_map, spark_session, unit_count
 
 
@@ -61,7 +60,7 @@ def main(argv: list[str]) -> int:
         report = job.run_in_units(spark_map(spark), unit_count(spark, args.units))
     finally:
         spark.stop()
-    print(json.dumps(report.to_json(), indent=2) if args.json else render_text(report, job.report_path))
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.render_text(job.report_path))
     return 0
 
 

@@ -158,6 +158,8 @@ API_USERS = {
     "plugins/flinkstate_airflow/notifiers.py": (),
     "plugins/flinkstate_airflow/hooks.py": (),
     "plugins/flinkstate_airflow/releases.py": (),
+    "spark_jobs": (),
+    "examples": (),
 }
 
 

@@ -20,13 +20,13 @@ from flinkstate import (
     MigrationPlanner,
     Report,
     Savepoint,
+    add_allow_code_argument,
     check,
     load_function,
     printable,
     run_dry_run,
     write_file,
 )
-from flinkstate.cli.migrate import add_allow_code_argument
 from flinkstate.cli.verbose import log, phase
 
 

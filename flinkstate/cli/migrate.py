@@ -10,29 +10,17 @@ import time
 from typing import Any
 
 from flinkstate import (
-    ALLOW_CODE_ENV,
     CodePolicy,
     MigrationJob,
     MigrationPlan,
-    MigrationReport,
     Savepoint,
     SavepointOutput,
     SubtaskResult,
+    add_allow_code_argument,
     migrate_subtask,
     track,
 )
 from flinkstate.cli.verbose import log, phase, savepoint_opened
-
-ALLOW_CODE_HELP = (f"a manifest is data; its migration functions (function: MODULE:FUNC) are Python code, imported "
-                   f"only when allowed: --allow-code MODULES (comma-separated trusted modules and their submodules) "
-                   f"or --allow-code=all (any module but the standard library). Default: ${ALLOW_CODE_ENV} (same "
-                   f"values), else no code")
-
-
-def add_allow_code_argument(parser: argparse.ArgumentParser, help_text: str = ALLOW_CODE_HELP) -> None:
-    # nargs="?": the bare flag means all; give a list as --allow-code=a,b (or after SAVEPOINT) so that it cannot
-    # take SAVEPOINT for a module list.
-    parser.add_argument("--allow-code", nargs="?", const="all", metavar="MODULES", help=help_text)
 
 
 def register(subparsers: Any) -> None:
@@ -74,21 +62,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        print(render_text(report, job.report_path))
+        print(report.render_text(job.report_path))
     return 0
 
 
-def render_text(report: MigrationReport, report_dir: str) -> str:
-    lines = [f"migrated {report.source}", f"  -> {report.output} (_metadata version {report.metadata_version})"]
-    for operator, states in report.counts.items():
-        for name, count in states.items():
-            dead = f", {count.dead_lettered} dead-lettered" if count.dead_lettered else ""
-            lines.append(f"  {operator}/{name}: {count.read} read, {count.written} written{dead}")
-    lines.append("  verification against the source:")
-    lines += [f"    {line}" for line in report.verification]
-    lines.append(f"  report: {report_dir}/report.json ({len(report.dead_letters)} dead letters in "
-                 f"dead-letters.jsonl)")
-    return "\n".join(lines)
 
 
 def _logged_units(source: Savepoint, plan: MigrationPlan, units: list[tuple[str, int]],

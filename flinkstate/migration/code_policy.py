@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import re
@@ -121,4 +122,19 @@ def load_function(reference: str, policy: CodePolicy | None = None, what: str = 
     return target  # type: ignore[no-any-return]
 
 
-__all__ = ["ALLOW_CODE_ENV", "CodeNotAllowed", "CodePolicy", "load_function"]
+# The command-line option of every program that may run a manifest's migration functions (the CLI's migrate and
+# check, the Spark jobs): one spelling and one help text.
+ALLOW_CODE_HELP = ("a manifest is data; its migration functions (function: MODULE:FUNC) are Python code, imported "
+                   "only when allowed: --allow-code MODULES (comma-separated trusted modules and their submodules) "
+                   f"or --allow-code=all (any module but the standard library). Default: ${ALLOW_CODE_ENV} (same "
+                   "values), else no code")
+
+
+def add_allow_code_argument(parser: argparse.ArgumentParser, help_text: str = ALLOW_CODE_HELP) -> None:
+    # nargs="?": the bare flag means all; give a list as --allow-code=a,b (or after SAVEPOINT) so that it cannot
+    # take SAVEPOINT for a module list.
+    parser.add_argument("--allow-code", nargs="?", const="all", metavar="MODULES", help=help_text)
+
+
+__all__ = ["ALLOW_CODE_ENV", "ALLOW_CODE_HELP", "CodeNotAllowed", "CodePolicy", "add_allow_code_argument",
+           "load_function"]

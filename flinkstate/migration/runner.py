@@ -45,6 +45,20 @@ class MigrationReport:
                 "dead_letters": len(self.dead_letters), "verification": self.verification,
                 "seconds": self.seconds}
 
+    def render_text(self, report_dir: str) -> str:
+        """What ``flinkstate migrate`` and the Spark migration job print: counts per state, what the verification
+        compared, and where the report (``report_dir``) is."""
+        lines = [f"migrated {self.source}", f"  -> {self.output} (_metadata version {self.metadata_version})"]
+        for operator, states in self.counts.items():
+            for name, count in states.items():
+                dead = f", {count.dead_lettered} dead-lettered" if count.dead_lettered else ""
+                lines.append(f"  {operator}/{name}: {count.read} read, {count.written} written{dead}")
+        lines.append("  verification against the source:")
+        lines += [f"    {line}" for line in self.verification]
+        lines.append(f"  report: {report_dir}/report.json ({len(self.dead_letters)} dead letters in "
+                     f"dead-letters.jsonl)")
+        return "\n".join(lines)
+
 
 def merge_counts(plan: MigrationPlan, results: list[SubtaskResult]) -> dict[str, dict[str, StateCount]]:
     totals: dict[str, dict[str, StateCount]] = {}
