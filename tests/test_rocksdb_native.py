@@ -288,3 +288,30 @@ def test_real_rocksdb_native_savepoint_reads(flink_cluster: LocalFlinkCluster, t
     status, _, stderr = _run_cli(["migrate", str(source), "--schema", str(manifest), "--output", str(output)])
     assert status == 1 and len(stderr.splitlines()) == 1 and ROCKSDB_NATIVE_REFUSAL in stderr, stderr
     assert not output.exists()
+
+
+@full_corpus
+def test_native_raw_entries_are_the_canonical_bytes() -> None:
+    """RocksDB's key and value bytes are the canonical savepoint's (which copies them from RocksDB)."""
+    from flinkstate.format.keyed_stream import KeyedStateStream, iter_raw_entries, raw_key
+    from flinkstate.format.rocksdb_native import iter_raw
+
+    base = FULL_CORPUS / T / "new-stateful-udf-migration-itcase-flink2.3-rocksdb-"
+    native, canonical = Savepoint.open(f"{base}savepoint-native"), Savepoint.open(f"{base}savepoint")
+    compared = 0
+    for op in native.operators:
+        for state in native.keyed_states(op):
+            ours = sorted((key, value) for _, stream in native.keyed_streams(op)
+                          if isinstance(stream, NativeRocksDBStream) for _, key, value in iter_raw(stream, state.name))
+            theirs = []
+            for _, stream in canonical.keyed_streams(canonical.operator(op.operator_id)):
+                assert isinstance(stream, KeyedStateStream)
+                index = stream.header().state_index(state.name)
+                for key_group, start, end in stream.blocks:
+                    data = stream.read_block(key_group, start, end)
+                    theirs += [(raw_key(data, ks, ke), data[vs:ve]) for sid, ks, ke, vs, ve in iter_raw_entries(data)
+                               if sid == index]
+            if "processing" not in state.name:  # wall-clock timestamps in processing-time timer keys
+                assert ours == sorted(theirs)
+                compared += len(ours)
+    assert compared == 24

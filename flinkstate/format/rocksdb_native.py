@@ -236,9 +236,25 @@ class NativeRocksDBStream(KeyedStateStream):
             yield current, entries
 
 
+def iter_raw(stream: NativeRocksDBStream, state_name: str) -> Iterator[tuple[int, bytes, bytes]]:
+    """``(key group, key bytes, value bytes)`` of every entry of one state inside the stream's key-group range, in
+    RocksDB's order (byte-level comparisons with a canonical savepoint's raw entries)."""
+    if stream.header().state_index(state_name) is None:
+        return
+    db = stream._open_db()
+    if state_name not in stream._families:
+        return
+    prefix, wanted = stream.prefix_bytes, stream.key_group_range
+    for key, value in db.get_column_family(state_name).items(from_key=wanted.start.to_bytes(prefix, "big")):
+        key_group = int.from_bytes(key[:prefix], "big")
+        if key_group > wanted.end:
+            return
+        yield key_group, bytes(key), bytes(value)
+
+
 def native_handle_files(handle: IncrementalKeyedStateHandle) -> int:
     """How many RocksDB files the snapshot of one subtask has (``describe``)."""
     return len(handle.shared) + len(handle.private)
 
 
-__all__ = ["NATIVE_ROCKSDB", "TAKE_CANONICAL", "NativeRocksDBStream", "native_handle_files"]
+__all__ = ["NATIVE_ROCKSDB", "TAKE_CANONICAL", "NativeRocksDBStream", "iter_raw", "native_handle_files"]
