@@ -14,6 +14,7 @@ from flinkstate.errors import WriteError
 from flinkstate.format.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
+    IncrementalKeyedStateHandle,
     KeyGroupsStateHandle,
     RelativeFileStateHandle,
     StreamStateHandle,
@@ -68,10 +69,13 @@ def assemble_metadata(source: Savepoint, plan: MigrationPlan, results: list[Subt
     return metadata
 
 
-def _copy_keyed(handle: KeyGroupsStateHandle | None, source: Savepoint, output: SavepointOutput,
-                copied: dict[str, CopiedFile]) -> KeyGroupsStateHandle | None:
+def _copy_keyed(handle: KeyGroupsStateHandle | IncrementalKeyedStateHandle | None, source: Savepoint,
+                output: SavepointOutput, copied: dict[str, CopiedFile]) -> KeyGroupsStateHandle | None:
     if handle is None:
         return None
+    if isinstance(handle, IncrementalKeyedStateHandle):  # the planner refuses these first; never copied half-way
+        raise MigrationError(f"keyed state of checkpoint {handle.checkpoint_id}: a native RocksDB snapshot cannot "
+                             "be copied into a canonical savepoint")
     return KeyGroupsStateHandle(handle.code, handle.offsets,
                                 copy_stream_handle(handle.delegate, source.location, output, copied),
                                 handle.state_handle_id)

@@ -123,7 +123,9 @@ def _stream_sizes(source: Savepoint, plan: MigrationPlan, streams: Sequence[tupl
     sizes = []
     for operator_id, subtask in streams:
         handle = plan.operators[operator_id].source.subtasks[subtask].managed_keyed_state
-        sizes.append(handle.delegate.size if handle is not None and handle.delegate is not None else 0)
+        # A native RocksDB handle has no one stream to split (the planner refuses those first).
+        sizes.append(handle.delegate.size
+                     if isinstance(handle, KeyGroupsStateHandle) and handle.delegate is not None else 0)
     return sizes
 
 

@@ -30,7 +30,11 @@ from typing import Any
 from flinkstate._speedups import fast_canonical, state_pairs
 from flinkstate.binary import KeyGroupRange, assign_key_group
 from flinkstate.errors import FlinkStateError, printable
-from flinkstate.format.handles import KeyGroupsStateHandle, StreamStateHandle
+from flinkstate.format.handles import (
+    IncrementalKeyedStateHandle,
+    KeyedStateHandle,
+    StreamStateHandle,
+)
 from flinkstate.format.keyed_header import KeyedBackendHeader
 from flinkstate.format.keyed_stream import StreamSource, raw_key
 from flinkstate.format.metadata import OperatorState
@@ -256,10 +260,12 @@ def _same_stream(source: Savepoint, a: StreamStateHandle | None, output: Savepoi
         raise VerificationError(f"{where}: the bytes differ from the source's")
 
 
-def _same_keyed(source: Savepoint, a: KeyGroupsStateHandle | None, output: Savepoint,
-                b: KeyGroupsStateHandle | None, where: str) -> None:
+def _same_keyed(source: Savepoint, a: KeyedStateHandle | None, output: Savepoint,
+                b: KeyedStateHandle | None, where: str) -> None:
     if a is None and b is None:
         return
+    if isinstance(a, IncrementalKeyedStateHandle) or isinstance(b, IncrementalKeyedStateHandle):
+        raise VerificationError(f"{where}: a native RocksDB snapshot, which a migration never writes")
     if a is None or b is None or a.offsets != b.offsets:
         raise VerificationError(f"{where}: missing, added, or other key-group offsets than the source's")
     _same_stream(source, a.delegate, output, b.delegate, where)
