@@ -34,6 +34,11 @@ LARGE_FILE_BYTES = 1024 * 1024
 ALWAYS = {
     # The only changelog-state-backend checkpoint (CHANGELOG_HANDLE_V2 in _metadata).
     "flink-tests/src/test/resources/new-stateful-udf-migration-itcase-flink1.17-hashmap-checkpoint",
+    # RocksDB native savepoints and retained checkpoints that hold entries (the broadcast job's hold none), of the
+    # oldest and the newest Flink, beside the canonical savepoints of the same job: tests/test_rocksdb_native.py
+    # compares their entries value for value.
+    *(f"flink-tests/src/test/resources/new-stateful-udf-migration-itcase-flink{version}-rocksdb-{kind}"
+      for version in ("1.16", "2.3") for kind in ("checkpoint", "savepoint-native")),
 }
 
 _FAMILIES = (

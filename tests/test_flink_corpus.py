@@ -18,7 +18,8 @@ table is updated on purpose. Each "unsupported" reason was checked against the b
 - ``_metadata version 2``: bytes 4-8 of ``_metadata`` are 2 (``MetadataV2Serializer``, Flink 1.10 and earlier);
   read since ``flinkstate.format.metadata`` reads version 2 (every corpus file written back byte for byte).
 - ``INCREMENTAL_KEY_GROUPS_V2``: keyed handle code 11 (``MetadataV2V3SerializerBase``), RocksDB native savepoints and
-  incremental checkpoints (SST files beside ``_metadata``).
+  incremental checkpoints (SST files beside ``_metadata``); read since ``flinkstate.format.rocksdb_native`` (the
+  RocksDB files opened read-only with rocksdict; their migration is refused in one line).
 - ``CHANGELOG_HANDLE_V2``: handle code 14, the only checkpoint written with the changelog state backend.
 - ``HashMap (heap) backend's native snapshot format``: handle code 3/12 and blocks written by
   ``HeapSnapshotStrategy`` (every key group present, each block starting with ``i32 keyGroupId``), i.e. HashMap
@@ -53,11 +54,14 @@ import pytest
 from flinkstate.binary import I32
 from flinkstate.cli import main as cli_main
 from flinkstate.errors import FlinkStateError
-from flinkstate.format.handles import OperatorStreamStateHandle
+from flinkstate.format.handles import IncrementalKeyedStateHandle, OperatorStreamStateHandle
 from flinkstate.format.keyed_header import KeyedBackendHeader
 from flinkstate.format.keyed_stream import KeyedStateStream, StreamSource, iter_raw_entries, raw_key
+from flinkstate.format.metadata import read_metadata
+from flinkstate.format.rocksdb_native import NativeRocksDBStream, iter_raw
 from flinkstate.format_errors import UnknownSerializerSnapshot, UnsupportedFormat
 from flinkstate.jsonify import to_json
+from flinkstate.migration.plan import ROCKSDB_NATIVE_REFUSAL
 from flinkstate.savepoint import Savepoint
 
 pytestmark = pytest.mark.corpus
@@ -167,8 +171,8 @@ EXPECTED: dict[str, str] = {
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-rocksdb-checkpoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-rocksdb-savepoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-hashmap-checkpoint': 'reads',
-    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-rocksdb-checkpoint': "unsupported: " + ROCKSDB_NATIVE,
-    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-rocksdb-savepoint-native': "unsupported: " + ROCKSDB_NATIVE,  # noqa: E501
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-rocksdb-checkpoint': 'reads',
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-rocksdb-savepoint-native': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.18-hashmap-savepoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.19-hashmap-checkpoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.20-hashmap-checkpoint': 'reads',
@@ -181,15 +185,15 @@ EXPECTED: dict[str, str] = {
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-checkpoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-savepoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-savepoint-native': 'reads',
-    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-checkpoint': "unsupported: " + ROCKSDB_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-checkpoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-savepoint': 'reads',
-    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-savepoint-native': "unsupported: " + ROCKSDB_NATIVE,  # noqa: E501
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-savepoint-native': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-checkpoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-savepoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-savepoint-native': 'reads',
-    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-checkpoint': "unsupported: " + ROCKSDB_NATIVE,
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-checkpoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-savepoint': 'reads',
-    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-savepoint-native': "unsupported: " + ROCKSDB_NATIVE,  # noqa: E501
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-savepoint-native': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.2-hashmap-savepoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-hashmap-checkpoint': 'reads',
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-hashmap-savepoint': 'reads',
@@ -211,7 +215,9 @@ EXPECTED: dict[str, str] = {
     _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-checkpoint': 'reads',
     _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-savepoint': 'reads',
     _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-savepoint-native': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-rocksdb-checkpoint': 'reads',
     _T + 'new-stateful-udf-migration-itcase-flink1.16-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-rocksdb-savepoint-native': 'reads',
     _T + 'new-stateful-udf-migration-itcase-flink1.17-hashmap-checkpoint': "unsupported: " + CHANGELOG,
     _T + 'new-stateful-udf-migration-itcase-flink1.18-hashmap-savepoint': 'reads',
     _T + 'new-stateful-udf-migration-itcase-flink1.19-rocksdb-savepoint': 'reads',
@@ -234,7 +240,9 @@ EXPECTED: dict[str, str] = {
     _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-checkpoint': 'reads',
     _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint': 'reads',
     _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint-native': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-rocksdb-checkpoint': 'reads',
     _T + 'new-stateful-udf-migration-itcase-flink2.3-rocksdb-savepoint': 'reads',
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-rocksdb-savepoint-native': 'reads',
     _T + 'operatorstate/complexKeyed-flink1.10': 'reads',
     _T + 'operatorstate/complexKeyed-flink1.11': 'reads',
     _T + 'operatorstate/complexKeyed-flink1.12': 'reads',
@@ -272,9 +280,9 @@ EXPECTED: dict[str, str] = {
     _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-checkpoint': "unsupported: " + TEST_SERIALIZER,
     _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-savepoint': "unsupported: " + TEST_SERIALIZER,
     _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-savepoint-native': "unsupported: " + TEST_SERIALIZER,  # noqa: E501
-    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-checkpoint': "unsupported: " + ROCKSDB_NATIVE,
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-checkpoint': "unsupported: " + TEST_SERIALIZER,
     _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-savepoint': "unsupported: " + TEST_SERIALIZER,
-    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-savepoint-native': "unsupported: " + ROCKSDB_NATIVE,  # noqa: E501
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-savepoint-native': "unsupported: " + TEST_SERIALIZER,  # noqa: E501
     _T + 'unified-sink-migration-test/savepoint-7bd90b-3a2cda6957cb': 'reads',
 }
 
@@ -352,6 +360,8 @@ COUNTS: dict[str, tuple[int, int]] = {
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-rocksdb-checkpoint': (0, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.16-rocksdb-savepoint': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-hashmap-checkpoint': (0, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-rocksdb-checkpoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.17-rocksdb-savepoint-native': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.18-hashmap-savepoint': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.19-hashmap-checkpoint': (0, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink1.20-hashmap-checkpoint': (4, 0),
@@ -364,11 +374,15 @@ COUNTS: dict[str, tuple[int, int]] = {
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-checkpoint': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-savepoint': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-hashmap-savepoint-native': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-checkpoint': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.0-rocksdb-savepoint-native': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-checkpoint': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-savepoint': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-hashmap-savepoint-native': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-checkpoint': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-savepoint': (4, 0),
+    _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.1-rocksdb-savepoint-native': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.2-hashmap-savepoint': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-hashmap-checkpoint': (4, 0),
     _T + 'new-stateful-broadcast-udf-migration-itcase-flink2.3-hashmap-savepoint': (4, 0),
@@ -390,7 +404,9 @@ COUNTS: dict[str, tuple[int, int]] = {
     _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-checkpoint': (8, 32),
     _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-savepoint': (8, 32),
     _T + 'new-stateful-udf-migration-itcase-flink1.16-hashmap-savepoint-native': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-rocksdb-checkpoint': (8, 32),
     _T + 'new-stateful-udf-migration-itcase-flink1.16-rocksdb-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink1.16-rocksdb-savepoint-native': (8, 32),
     _T + 'new-stateful-udf-migration-itcase-flink1.18-hashmap-savepoint': (8, 32),
     _T + 'new-stateful-udf-migration-itcase-flink1.19-rocksdb-savepoint': (8, 32),
     _T + 'new-stateful-udf-migration-itcase-flink1.20-hashmap-checkpoint': (8, 32),
@@ -412,7 +428,9 @@ COUNTS: dict[str, tuple[int, int]] = {
     _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-checkpoint': (8, 32),
     _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint': (8, 32),
     _T + 'new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint-native': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-rocksdb-checkpoint': (8, 32),
     _T + 'new-stateful-udf-migration-itcase-flink2.3-rocksdb-savepoint': (8, 32),
+    _T + 'new-stateful-udf-migration-itcase-flink2.3-rocksdb-savepoint-native': (8, 32),
     _T + 'operatorstate/complexKeyed-flink1.10': (5, 10),
     _T + 'operatorstate/complexKeyed-flink1.11': (5, 10),
     _T + 'operatorstate/complexKeyed-flink1.12': (5, 10),
@@ -450,7 +468,9 @@ COUNTS: dict[str, tuple[int, int]] = {
     _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-checkpoint': (0, 0),
     _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-savepoint': (0, 0),
     _T + 'type-serializer-snapshot-migration-itcase-flink1.16-hashmap-savepoint-native': (0, 0),
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-checkpoint': (0, 0),
     _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-savepoint': (0, 0),
+    _T + 'type-serializer-snapshot-migration-itcase-flink1.16-rocksdb-savepoint-native': (0, 0),
     _T + 'unified-sink-migration-test/savepoint-7bd90b-3a2cda6957cb': (0, 0),
 }
 # fmt: on
@@ -527,6 +547,11 @@ def read_savepoint(path: Path) -> Reading:
                     decoded.update(json.dumps(to_json(list(e)), sort_keys=True) for e in entries)
             if stream.heap_format:
                 _heap_raw(reading, op.operator_id, header, stream)
+                continue
+            if isinstance(stream, NativeRocksDBStream):  # RocksDB's own files: its key/value pairs as stored
+                for name in names:
+                    raw = reading.raw.setdefault((op.operator_id, name), collections.Counter())
+                    raw.update((key, value) for _, key, value in iter_raw(stream, name))
                 continue
             for key_group, start, end in stream.blocks:
                 data = stream.read_block(key_group, start, end)
@@ -717,8 +742,24 @@ HEAP_FORMAT: list[str] = [
 HEAP_MIGRATION = "keyed state is in the HashMap (heap) backend's native snapshot format (a checkpoint or native " \
     "savepoint): migrate needs a savepoint in the canonical format"
 
+
+
+def _rocksdb_native(path: str) -> bool:
+    """Whether any subtask's keyed state is a native RocksDB snapshot (handle code 5 or 11)."""
+    try:
+        metadata = read_metadata((CORPUS / path / "_metadata").read_bytes(), path)
+    except FlinkStateError:
+        return False
+    return any(isinstance(sub.managed_keyed_state, IncrementalKeyedStateHandle)
+               for op in metadata.operators for sub in op.subtasks.values())
+
+
+#: RocksDB native savepoints and retained checkpoints: read (flinkstate.format.rocksdb_native), migration refused.
+ROCKSDB_NATIVE_FORMAT = [p for p in corpus_dirs() if _rocksdb_native(p)]
+
 #: path -> reason substring of savepoints whose identity migration is refused (one line).
-MIGRATION_REFUSED: dict[str, str] = dict.fromkeys(HEAP_FORMAT, HEAP_MIGRATION)
+MIGRATION_REFUSED: dict[str, str] = {**dict.fromkeys(HEAP_FORMAT, HEAP_MIGRATION),
+                                     **dict.fromkeys(ROCKSDB_NATIVE_FORMAT, ROCKSDB_NATIVE_REFUSAL)}
 
 
 def _operator_state_bytes(sp: Savepoint, handle: OperatorStreamStateHandle | None) -> tuple[Any, ...] | None:

@@ -24,6 +24,7 @@ from flinkstate import _speedups
 from flinkstate.binary import Reader
 from flinkstate.errors import FlinkStateError
 from flinkstate.format.keyed_stream import iter_raw_entries
+from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.registry import read_snapshot
@@ -236,8 +237,8 @@ def test_flink_savepoint_corpus(path: str, monkeypatch: pytest.MonkeyPatch) -> N
     for op in sp.operators:
         streams = _outcome(lambda o=op: sp.keyed_streams(o))
         for _, stream in streams[1] if streams[0] == "ok" else []:
-            if _outcome(stream.header)[0] == "error" or stream.heap_format:
-                continue
+            if _outcome(stream.header)[0] == "error" or stream.heap_format or isinstance(stream, NativeRocksDBStream):
+                continue  # no canonical blocks to walk (the entries were compared above, both ways)
             _assert_compiled_walk(stream)
 
 
