@@ -18,6 +18,12 @@ Crash-safe upgrades of a running job (what the Airflow DAGs and ``flinkstate upg
 (:class:`UpgradeJournal`, its :class:`Phase` and :class:`Outcome`), the :class:`DeploymentRegistry` (what runs, as
 :class:`JobVersion`), and recovery of a run that died (:func:`recover`, :func:`restore_old`, :func:`sweep`).
 
+A job's own serializer snapshot classes (Flink writes their bytes without a length, so an unknown one stops the
+reader) are read by plugins: a package's entry point in the group ``flinkstate.serializers`` names a module that
+subclasses :class:`TypeSerializerSnapshot` (reading the payload with a :class:`Reader`, writing it with a
+:class:`Writer`, delegating records to built-in snapshots from :func:`type_snapshot`) and registers it with
+:func:`register_serializer_snapshot`.
+
 Every error is a :class:`FlinkStateError` with a one-line message naming the file, operator and state.
 """
 
@@ -25,7 +31,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from flinkstate.compatibility import Finding, Verdict
+from flinkstate.binary import Reader, Writer
+from flinkstate.compatibility import Compatibility, Finding, Verdict
 from flinkstate.engine.local import LocalFlinkCluster
 from flinkstate.engine.rest import (
     FlinkJobFailed,
@@ -63,11 +70,15 @@ from flinkstate.progress import track
 from flinkstate.report import Report
 from flinkstate.resolution import BACKENDS, MigrationPlanner, check
 from flinkstate.savepoint import KeyedStateInfo, Savepoint, open_savepoint
+from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.registry import PLUGIN_GROUP
+from flinkstate.serializers.registry import register as register_serializer_snapshot
 from flinkstate.storage import settings as _settings
 from flinkstate.storage.locations import HandleRefused, StorageError
 from flinkstate.storage.outputs import SavepointOutput
 from flinkstate.storage.settings import S3Options
 from flinkstate.storage.uri import copy_savepoint, exists, open_output, read_file, write_file
+from flinkstate.typenotation import to_snapshot as type_snapshot
 from flinkstate.upgrades.journal import (
     DeploymentRegistry,
     JobVersion,
@@ -103,11 +114,13 @@ __all__ = [
     "ALLOW_CODE_HELP",
     "BACKENDS",
     "DEFAULT_GRACE",
+    "PLUGIN_GROUP",
     "SOURCE_SPLITS_STATE",
     "SUPPORTED_VERSIONS",
     "CodeNotAllowed",
     "CodePolicy",
     "CodeRefused",
+    "Compatibility",
     "DeploymentRegistry",
     "DryRunResult",
     "DryRunUnit",
@@ -135,6 +148,7 @@ __all__ = [
     "OperatorStateElement",
     "Outcome",
     "Phase",
+    "Reader",
     "Recovery",
     "Report",
     "S3Options",
@@ -145,12 +159,14 @@ __all__ = [
     "StateNotFound",
     "StorageError",
     "SubtaskResult",
+    "TypeSerializerSnapshot",
     "UnsupportedFormat",
     "UpgradeError",
     "UpgradeJournal",
     "Verdict",
     "VerificationError",
     "WriteError",
+    "Writer",
     "__version__",
     "add_allow_code_argument",
     "check",
@@ -175,6 +191,7 @@ __all__ = [
     "progress_shown",
     "read_file",
     "recover",
+    "register_serializer_snapshot",
     "restore_old",
     "run_dry_run",
     "run_dry_run_unit",
@@ -184,6 +201,7 @@ __all__ = [
     "sweep",
     "to_json",
     "track",
+    "type_snapshot",
     "verify_migration",
     "verify_published",
     "write_file",

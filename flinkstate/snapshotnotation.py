@@ -54,6 +54,8 @@ def to_notation(snapshot: TypeSerializerSnapshot) -> Notation:
     if isinstance(snapshot, UnknownSnapshot):
         return {"unknown": snapshot.class_name, "version": snapshot.version,
                 "raw": base64.b64encode(snapshot.raw).decode()}
+    if registry.from_plugin(snapshot.class_name):
+        return _plugin_notation(snapshot)
     return _composite_notation(snapshot)
 
 
@@ -129,6 +131,11 @@ def _table_notation(snapshot: TypeSerializerSnapshot) -> dict[str, Any]:
     # The Table runtime's snapshots hold Java-serialized LogicalTypes, which this tool reads but cannot build from
     # a type's text: the notation shows Flink SQL's type and carries the snapshot's exact bytes.
     return {"table": snapshot.type_name(), "snapshot": base64.b64encode(registry.snapshot_bytes(snapshot)).decode()}
+
+
+def _plugin_notation(snapshot: TypeSerializerSnapshot) -> dict[str, Any]:
+    # A plugin's snapshot (a job's own serializer): its type name, and its exact bytes, which only the plugin reads.
+    return {"plugin": snapshot.type_name(), "snapshot": base64.b64encode(registry.snapshot_bytes(snapshot)).decode()}
 
 
 __all__ = ["to_notation"]

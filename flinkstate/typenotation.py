@@ -40,6 +40,7 @@ from typing import Any
 
 from flinkstate.binary import Reader, Writer
 from flinkstate.errors import FlinkStateError
+from flinkstate.format_errors import UnknownSerializerSnapshot
 from flinkstate.serializers import familynotation, registry
 from flinkstate.serializers.avro import GENERIC_RECORD, AvroSnapshot
 from flinkstate.serializers.base import TypeSerializerSnapshot, UnknownSnapshot
@@ -219,12 +220,13 @@ def _boxed_array(component: TypeSerializerSnapshot, text: str) -> GenericArraySn
 
 
 _FORMS = ("pojo", "row", "enum", "avro", "kryo", "list", "set", "map", "tuple", "nullable", "ttl", "array",
-          "table", *familynotation.FORMS, "unknown")
+          "table", "plugin", *familynotation.FORMS, "unknown")
 _ALLOWED_KEYS = {
     "pojo": {"fields", "subclasses", "nonregistered_subclasses", "declaring_classes"}, "row": {"row_kind"},
     "enum": {"constants"},
     "avro": {"schema"}, "kryo": {"registrations", "default_serializers", "default_serializer_classes"},
     "nullable": {"padding"}, "array": {"component_class"}, "unknown": {"version", "raw"}, "table": {"snapshot"},
+    "plugin": {"snapshot"},
     **familynotation.FORMS,
 }
 
@@ -413,11 +415,28 @@ def _table_form(notation: Mapping[str, Any]) -> TypeSerializerSnapshot:
     return snapshot
 
 
+def _plugin_form(notation: Mapping[str, Any]) -> TypeSerializerSnapshot:
+    text = _require(notation, "plugin", str, "must be the plugin type's name")
+    try:
+        snapshot = snapshot_from_bytes(_b64(notation.get("snapshot", ""), "snapshot"))
+    except UnknownSerializerSnapshot as exc:
+        raise TypeNotationError(f"{exc.class_name} is read by no serializer plugin installed here (entry point "
+                                f"group {registry.PLUGIN_GROUP})", "snapshot") from None
+    except FlinkStateError as exc:
+        raise TypeNotationError(f"bad plugin serializer snapshot ({exc})", "snapshot") from None
+    if not registry.from_plugin(snapshot.class_name):
+        raise TypeNotationError(f"{snapshot.class_name} is read by no serializer plugin", "snapshot")
+    if snapshot.type_name() != text:
+        raise TypeNotationError(f"the type {text!r} is not the snapshot's {snapshot.type_name()!r}", "plugin")
+    return snapshot
+
+
 #: The builder of each mapping form (``_from_mapping`` has checked that the mapping names exactly one).
 _FORM_BUILDERS: dict[str, Callable[[Mapping[str, Any]], TypeSerializerSnapshot]] = {
     "pojo": _pojo_form, "row": _row_form, "enum": _enum_form, "avro": _avro_form, "kryo": _kryo_form,
     "list": _list_form, "set": _set_form, "map": _map_form, "tuple": _tuple_form, "nullable": _nullable_form,
     "ttl": _ttl_form, "array": _array_form, "unknown": _unknown_form, "table": _table_form,
+    "plugin": _plugin_form,
 }
 
 

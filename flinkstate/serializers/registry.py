@@ -4,14 +4,20 @@
     top level:  i32 proxyVersion (2) ; UTF className ; i32 version ; payload
     nested:                            UTF className ; i32 version ; payload
 
-The payload carries no length, so an unknown class stops parsing: :class:`UnknownSerializerSnapshot`.
+The payload carries no length, so an unknown class stops parsing: :class:`UnknownSerializerSnapshot`. A job's own
+snapshot classes are read by plugins: installed packages that name, in the entry-point group
+``flinkstate.serializers``, a module registering readers with :func:`register` (or one
+:class:`TypeSerializerSnapshot` subclass). They are code a user installed, as pytest's plugins are, never anything a
+savepoint or manifest names.
 """
 
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import entry_points
 
 from flinkstate.binary import Reader, Writer
+from flinkstate.errors import EnvironmentProblem
 from flinkstate.format_errors import UnknownSerializerSnapshot, UnsupportedFormat
 from flinkstate.serializers.base import TypeSerializerSnapshot
 
@@ -27,7 +33,11 @@ _FAMILY_MODULES = (
     "streaming", "cep", "bitmapvariant",
 )
 
+#: The entry-point group of serializer snapshot plugins.
+PLUGIN_GROUP = "flinkstate.serializers"
+
 _REGISTRY: dict[str, type[TypeSerializerSnapshot]] = {}
+_PLUGIN_CLASS_NAMES: set[str] = set()  # the Java class names plugins registered
 _loaded: list[bool] = []  # whether every family module has been imported (they register on import)
 
 
@@ -43,7 +53,29 @@ def _load_families() -> None:
     if not _loaded:
         for module in _FAMILY_MODULES:
             importlib.import_module(f"flinkstate.serializers.{module}")
-        _loaded.append(True)
+        _loaded.append(True)  # before the plugins: a plugin's own lookups must not load them again
+        _load_plugins()
+
+
+def _load_plugins() -> None:
+    """Imports every installed serializer plugin (after the built-in families, so that a plugin may read a class
+    flinkstate already reads, e.g. to fix it, only by registering it itself)."""
+    for point in sorted(entry_points(group=PLUGIN_GROUP), key=lambda p: p.name):
+        before = dict(_REGISTRY)
+        try:
+            loaded = point.load()
+        except Exception as exc:  # any failure of someone else's code: one line naming the plugin
+            raise EnvironmentProblem(f"serializer plugin {point.name} ({point.value}, entry point group "
+                                     f"{PLUGIN_GROUP}) failed to load: {type(exc).__name__}: {exc}") from None
+        if isinstance(loaded, type) and issubclass(loaded, TypeSerializerSnapshot):
+            register(loaded)
+        _PLUGIN_CLASS_NAMES.update(name for name, cls in _REGISTRY.items() if before.get(name) is not cls)
+
+
+def from_plugin(class_name: str) -> bool:
+    """Whether a plugin, not a built-in family, reads this snapshot class."""
+    _load_families()
+    return class_name in _PLUGIN_CLASS_NAMES
 
 
 def lookup(class_name: str) -> type[TypeSerializerSnapshot] | None:
