@@ -1,0 +1,151 @@
+"""The SQL job (tests/support/sql_job/sqljob/SqlJob.java) seen from the tests: how to build and run it, and every
+value its state must hold after it processed the sequence prefix 0..N-1.
+
+The job reads ``datagen``'s sequence 0, 1, 2, ... at parallelism 1 and derives every column from ``id``:
+``k = 'k' || id % 7``, ``d = id % 5``, ``amount = id / 4`` (DECIMAL(10, 2)), ``ltz = 1700000000000 + id * 1001`` ms
+(TIMESTAMP_LTZ(3)), ``ts`` / ``ts6`` the same instant as TIMESTAMP(3) / TIMESTAMP(6) in UTC. Keep this module in step
+with the Java source.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from flinkstate.engine import LocalFlinkCluster
+from flinkstate.engine.local import find_flink_home
+from flinkstate.engine.rest import FlinkRestClient
+from flinkstate.serializers.times import Instant, LocalDate, LocalDateTime, LocalTime
+
+#: The operators' uids (table.exec.uid.generation = ALWAYS: "<exec node id>_<transformation>"; the ids are fixed by
+#: the job's plan) and their keyed states.
+AGG_UID = "4_group-aggregate"
+AGG_SCALED_UID = "9_group-aggregate"
+DEDUP_UID = "14_deduplicate"
+SOURCE_UID = "1_source"
+AGG_STATE = "accState"
+DEDUP_STATE = "deduplicate-state"
+
+SOURCE_DIR = Path(__file__).resolve().parent / "sql_job"
+BUILD_DIR = SOURCE_DIR / "build"
+ENTRY_CLASS = "sqljob.SqlJob"
+GROUPS = 7
+DEDUP_KEYS = 5
+EPOCH_MS = 1_700_000_000_000
+STEP_MS = 1_001
+#: The last id the source emits (its operator state holds every id still to come: keep it small).
+DEFAULT_END = 29_999
+#: Rows per second the source emits (compiled into the plan, like DEFAULT_END).
+RATE = 400
+
+
+# -- the values ------------------------------------------------------------------------------------------------------
+
+
+def millis(id_: int) -> int:
+    return EPOCH_MS + id_ * STEP_MS
+
+
+def instant(id_: int) -> Instant:
+    """``ltz``: TIMESTAMP_LTZ(3) reads as an Instant."""
+    return Instant.of_epoch_nanos(millis(id_) * 1_000_000)
+
+
+def local(id_: int) -> LocalDateTime:
+    """``ts`` / ``ts6``: the same instant as a TIMESTAMP in UTC (the job's table.local-time-zone)."""
+    days, ms = divmod(millis(id_), 86_400_000)
+    return LocalDateTime.of(LocalDate.of_epoch_day(days),
+                            LocalTime(ms // 3_600_000, ms // 60_000 % 60, ms // 1000 % 60, ms % 1000 * 1_000_000))
+
+
+def amount(id_: int, scale: int = 2) -> Decimal:
+    """``amount = id / 4`` at ``scale`` digits (DECIMAL(10, 2), or DECIMAL(12, 3) in agg_scaled)."""
+    return decimal_units(id_ * 25 * 10 ** (scale - 2), scale)
+
+
+def decimal_units(unscaled: int, scale: int) -> Decimal:
+    """A Decimal with exactly ``scale`` fraction digits, as BigDecimal(unscaled, scale)."""
+    return Decimal(unscaled).scaleb(-scale)
+
+
+def group_key(j: int) -> tuple[str]:
+    return (f"k{j}",)
+
+
+def expected_accumulators(n: int, scale: int = 2) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """agg's (and, with scale 3, agg_scaled's) accState after the prefix 0..n-1: per group key, the accumulator row
+    COUNT(*), SUM(id), MAX(id), MIN(id), SUM(amount), MAX(amount), MAX(ts), MIN(ts), MAX(ts6), MAX(ltz) (AVG(id) is
+    SUM / COUNT: the planner reuses those two)."""
+    expected: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for j in range(min(n, GROUPS)):
+        ids = range(j, n, GROUPS)
+        total = sum(ids)
+        total_amount = decimal_units(total * 25 * 10 ** (scale - 2), scale)
+        expected[group_key(j)] = (len(ids), total, ids[-1], ids[0], total_amount, amount(ids[-1], scale),
+                                  local(ids[-1]), local(ids[0]), local(ids[-1]), instant(ids[-1]))
+    return expected
+
+
+def expected_dedup(n: int) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """dedup's deduplicate-state after the prefix 0..n-1: per d, the last row (id, proc, k, d, amount, ltz, ts); the
+    PROCTIME column is stored as null (the planner materializes it only when read)."""
+    expected: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for d in range(min(n, DEDUP_KEYS)):
+        last = n - 1 - (n - 1 - d) % DEDUP_KEYS
+        expected[(d,)] = (last, None, f"k{last % GROUPS}", d, amount(last), instant(last), local(last))
+    return expected
+
+
+def build(flink_home: Path | None = None, out_dir: Path = BUILD_DIR) -> Path:
+    """Compiles the job with javac against the Flink distribution's lib/ (as examples/*/build.sh do); the jar is
+    rebuilt only when a source is newer than it."""
+    home = find_flink_home(flink_home)
+    jar = out_dir / "sql-job.jar"
+    sources = sorted(SOURCE_DIR.rglob("*.java"))
+    if jar.exists() and all(s.stat().st_mtime <= jar.stat().st_mtime for s in sources):
+        return jar
+    out_dir.mkdir(parents=True, exist_ok=True)
+    classes = out_dir / "classes"
+    shutil.rmtree(classes, ignore_errors=True)
+    classpath = f"{home / 'lib'}/*"
+    subprocess.run(["javac", "-nowarn", "--release", "17", "-encoding", "UTF-8", "-cp", classpath,
+                    "-d", str(classes), *map(str, sources)], check=True)
+    # The plan, compiled in a fresh JVM (node ids, hence uids, from 1), goes into the jar (see SqlJob.java).
+    subprocess.run(["java", "-cp", f"{classes}{os.pathsep}{classpath}", ENTRY_CLASS, "--compile",
+                    str(classes / "sqljob" / "plan.json"), "--rate", str(RATE), "--end", str(DEFAULT_END)],
+                   check=True, capture_output=True)
+    subprocess.run(["jar", "--create", "--file", f"{jar}.tmp", "--main-class", ENTRY_CLASS, "-C", str(classes), "."],
+                   check=True)
+    os.replace(f"{jar}.tmp", jar)
+    shutil.rmtree(classes)
+    return jar
+
+
+def submit(client: FlinkRestClient, jar: Path, *, state_backend: str = "hashmap",
+           savepoint_path: str | os.PathLike[str] | None = None) -> str:
+    """Submits the job (parallelism 1) and waits until its tasks run; returns the job id."""
+    args = ["--set", f"state.backend.type={state_backend}"]
+    job_id = client.submit_jar(jar, entry_class=ENTRY_CLASS, program_args=args, parallelism=1,
+                               savepoint_path=os.fspath(savepoint_path) if savepoint_path else None)
+    client.wait_until_running(job_id, timeout=120)
+    return job_id
+
+
+def stop_with_savepoint(client: FlinkRestClient, job_id: str, target: Path) -> Path:
+    """Stops the job with a canonical savepoint and moves it to ``target``."""
+    location = client.stop_with_savepoint(job_id, str(target.parent / f"{target.name}.tmp"))
+    shutil.move(location.removeprefix("file:"), target)
+    return target
+
+
+def write_savepoint(cluster: LocalFlinkCluster, jar: Path, target: Path, *, seconds: float,
+                    state_backend: str = "hashmap", savepoint_path: Path | None = None) -> Path:
+    """Runs the job for ``seconds`` (from ``savepoint_path`` if given) and stops it with a savepoint at ``target``."""
+    job_id = submit(cluster.client, jar, state_backend=state_backend, savepoint_path=savepoint_path)
+    time.sleep(seconds)
+    return stop_with_savepoint(cluster.client, job_id, target)

@@ -1,0 +1,122 @@
+package sqljob;
+
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.table.api.EnvironmentSettings;
+import org.apache.flink.table.api.PlanReference;
+import org.apache.flink.table.api.StatementSet;
+import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.util.HashMap;
+import java.util.Map;
+
+/**
+ * A SQL job whose state flinkstate's tests read value by value (tests/support/sql_job.py recomputes it; keep the
+ * two in step).
+ *
+ * <p>Source: {@code datagen} emitting the sequence 0, 1, 2, ... at parallelism 1 and a fixed rate, so that what was
+ * processed before a savepoint is the prefix 0..N-1 (the sequence generator keeps the values still to emit in its
+ * operator state, so a restored job continues from N). Every other column is a pure function of {@code id}.
+ *
+ * <p>Queries (one StatementSet, blackhole sinks):
+ * <ul>
+ *   <li>{@code agg}: GROUP BY a string key with COUNT, SUM, MAX, MIN, AVG over BIGINT, DECIMAL(10, 2), TIMESTAMP(3),
+ *       TIMESTAMP(6) and TIMESTAMP_LTZ(3);</li>
+ *   <li>{@code agg_scaled}: the same aggregate over the amount as DECIMAL(12, 3), i.e. what a changed query's
+ *       accumulators look like (the tests use its type to edit the manifest);</li>
+ *   <li>{@code dedup}: keep the last row per key (ROW_NUMBER over proctime DESC = 1), which stores whole rows.</li>
+ * </ul>
+ *
+ * <p>Stable operator uids: the planner's uids ("&lt;exec node id&gt;_&lt;transformation&gt;") take the node ids from a
+ * JVM-wide counter, so a job compiled in a JobManager that compiled other plans before gets other uids (and cannot
+ * restore its own savepoint). The plan is therefore compiled once at build time ({@code --compile FILE}, a fresh JVM:
+ * ids from 1) and shipped in the jar as {@code sqljob/plan.json}; the job executes that plan, whose uids are fixed.
+ *
+ * <p>Arguments: {@code --compile FILE} (with {@code --rate ROWS_PER_SECOND}, {@code --end LAST_ID}: write the plan and
+ * exit); otherwise {@code --set key=value} (repeatable: any Flink option, e.g. {@code state.backend.type=rocksdb}).
+ */
+public final class SqlJob {
+    /** Groups of the aggregates and of the deduplication: ids are keyed by id % GROUPS and id % DEDUP_KEYS. */
+    static final int GROUPS = 7;
+    static final int DEDUP_KEYS = 5;
+
+    private SqlJob() {}
+
+    public static void main(String[] args) throws IOException {
+        Map<String, String> options = new HashMap<>();
+        Map<String, String> flinkConf = new HashMap<>();
+        flinkConf.put("parallelism.default", "1");
+        for (int i = 0; i < args.length; i += 2) {
+            String name = args[i];
+            String value = args[i + 1];
+            if (name.equals("--set")) {
+                int eq = value.indexOf('=');
+                if (eq <= 0) {
+                    throw new IllegalArgumentException("--set expects key=value, got: " + value);
+                }
+                flinkConf.put(value.substring(0, eq), value.substring(eq + 1));
+            } else {
+                options.put(name.replaceFirst("^--", ""), value);
+            }
+        }
+        String rate = options.getOrDefault("rate", "400");
+        String end = options.getOrDefault("end", "29999");
+
+        StreamExecutionEnvironment env =
+                StreamExecutionEnvironment.getExecutionEnvironment(Configuration.fromMap(flinkConf));
+        StreamTableEnvironment tEnv =
+                StreamTableEnvironment.create(env, EnvironmentSettings.newInstance().inStreamingMode().build());
+        // CAST(TIMESTAMP_LTZ AS TIMESTAMP) depends on the session time zone: UTC makes it a function of id.
+        tEnv.getConfig().set("table.local-time-zone", "UTC");
+        String compile = options.get("compile");
+        if (compile == null) {
+            tEnv.executePlan(PlanReference.fromJsonString(planJson()));
+            return;
+        }
+
+        // Catalog tables, not temporary ones: the compiled plan persists a catalog table's options (rate, end, sinks).
+        tEnv.executeSql("CREATE TABLE seq (id BIGINT NOT NULL, proc AS PROCTIME()) WITH ("
+                + "'connector' = 'datagen', 'fields.id.kind' = 'sequence', 'fields.id.start' = '0', "
+                + "'fields.id.end' = '" + end + "', 'rows-per-second' = '" + rate + "')");
+        // Derived columns: amount = id / 4 exactly; ltz = 2023-11-14T22:13:20Z + id * 1001 ms.
+        tEnv.executeSql("CREATE TEMPORARY VIEW events AS SELECT id, proc, "
+                + "CONCAT('k', CAST(MOD(id, " + GROUPS + ") AS STRING)) AS k, "
+                + "CAST(MOD(id, " + DEDUP_KEYS + ") AS INT) AS d, "
+                + "CAST(id * 0.25 AS DECIMAL(10, 2)) AS amount, "
+                + "TO_TIMESTAMP_LTZ(1700000000000 + id * 1001, 3) AS ltz, "
+                + "CAST(TO_TIMESTAMP_LTZ(1700000000000 + id * 1001, 3) AS TIMESTAMP(3)) AS ts, "
+                + "CAST(TO_TIMESTAMP_LTZ(1700000000000 + id * 1001, 3) AS TIMESTAMP(6)) AS ts6 "
+                + "FROM seq");
+        String aggColumns = "k STRING, cnt BIGINT, total BIGINT, max_id BIGINT, min_id BIGINT, avg_id BIGINT, "
+                + "amount_sum DECIMAL(38, %1$d), amount_max DECIMAL(%2$d, %1$d), ts_max TIMESTAMP(3), "
+                + "ts_min TIMESTAMP(3), ts6_max TIMESTAMP(6), ltz_max TIMESTAMP_LTZ(3)";
+        tEnv.executeSql("CREATE TABLE agg_sink (" + String.format(aggColumns, 2, 10)
+                + ") WITH ('connector' = 'blackhole')");
+        tEnv.executeSql("CREATE TABLE agg_scaled_sink (" + String.format(aggColumns, 3, 12)
+                + ") WITH ('connector' = 'blackhole')");
+        tEnv.executeSql("CREATE TABLE dedup_sink (d INT, id BIGINT, k STRING, amount DECIMAL(10, 2), "
+                + "ts TIMESTAMP(3), ltz TIMESTAMP_LTZ(3)) WITH ('connector' = 'blackhole')");
+
+        String aggregate = "SELECT k, COUNT(*), SUM(id), MAX(id), MIN(id), AVG(id), SUM(a), MAX(a), MAX(ts), MIN(ts), "
+                + "MAX(ts6), MAX(ltz) FROM (SELECT k, id, ts, ts6, ltz, %s AS a FROM events) GROUP BY k";
+        StatementSet statements = tEnv.createStatementSet();
+        statements.addInsertSql("INSERT INTO agg_sink " + String.format(aggregate, "amount"));
+        statements.addInsertSql("INSERT INTO agg_scaled_sink "
+                + String.format(aggregate, "CAST(amount AS DECIMAL(12, 3))"));
+        statements.addInsertSql("INSERT INTO dedup_sink SELECT d, id, k, amount, ts, ltz FROM ("
+                + "SELECT *, ROW_NUMBER() OVER (PARTITION BY d ORDER BY proc DESC) AS rn FROM events) WHERE rn = 1");
+        statements.compilePlan().writeToFile(compile);
+    }
+
+    private static String planJson() throws IOException {
+        try (InputStream in = SqlJob.class.getResourceAsStream("plan.json")) {
+            if (in == null) {
+                throw new IllegalStateException("sqljob/plan.json is missing from the jar: build it with --compile");
+            }
+            return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+        }
+    }
+}
