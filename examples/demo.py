@@ -24,6 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from flinkstate import FlinkRestClient, FlinkStateError, LocalFlinkCluster, open_savepoint, to_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +101,24 @@ def show_entries(title: str, savepoint: Path, states: tuple[str, ...] = ("stats"
             print(f"     {state:<7} {key:<7} {json.dumps(to_json(value))}")
 
 
+def downtime(client: FlinkRestClient, record: dict[str, Any], job_id: str) -> str:
+    """The upgrade's downtime: from the stop request (the journal's STOPPING phase) to the last subtask of the new
+    job RUNNING, i.e. with its state restored (Flink's own per-subtask timestamps; the job status says RUNNING
+    before the restore), split by the journal's phases. Read now: the next run of the deployment replaces the
+    journal."""
+    journal = json.loads(Path(record["plan"]["journal"]).read_text())
+    at = {step["phase"]: step["epoch"] for step in reversed(journal["history"])}  # the first time of each phase
+    running = max(subtask["timestamps"]["RUNNING"] for vertex in client.job(job_id)["vertices"]
+                  for subtask in requests.get(f"{client.base_url}/jobs/{job_id}/vertices/{vertex['id']}/subtasktimes",
+                                              timeout=30).json()["subtasks"]) / 1000
+    steps = {"stop": at["stopped"] - at["stopping"], "Spark migration": at["migrated"] - at["migrating"],
+             "re-check": at["verified"] - at["migrated"], "submit": running - at["submitting"]}
+    total = running - at["stopping"]
+    steps["Airflow between tasks"] = total - sum(steps.values())
+    return (f"downtime (stop request -> every v2 subtask RUNNING): {total:.1f} s = "
+            + ", ".join(f"{name} {seconds:.1f}" for name, seconds in steps.items()))
+
+
 def cancel_earlier_demo_jobs(client: FlinkRestClient) -> None:
     for job in client.list_jobs():
         if job["name"].startswith("keyed-stats-") and job["state"] not in {"FINISHED", "CANCELED", "FAILED"}:
@@ -146,6 +166,7 @@ def main() -> int:
     v2_job = deployed["job_id"]
     print(f"   v2 runs as job {v2_job}: {client.job_state(v2_job)}, restored from "
           f"{client.checkpoints(v2_job).restored_from}")
+    print(f"   {downtime(client, record, v2_job)}")
 
     step("Trying v3: `count` changes from long to String, with no conversion declared (Flink would loop in "
          "restarts)")
