@@ -1,7 +1,7 @@
 """A SQL job of our own (tests/support/sql_job/), written by the real Flink 2.3 cluster of the test run, read value
 by value: the Table runtime's RowData family on state the planner wrote for a GROUP BY aggregate (BIGINT, DECIMAL
-in its compact and non-compact forms, TIMESTAMP(3), TIMESTAMP(6), TIMESTAMP_LTZ(3) accumulators under a STRING key)
-and a deduplication (whole rows under an INT key).
+in its compact and non-compact forms, TIMESTAMP(3), TIMESTAMP(6), TIMESTAMP_LTZ(3) accumulators under a STRING key),
+a deduplication (whole rows under an INT key) and a regular join (MapState of RowData rows -> count, both sides).
 
 The job processed the sequence prefix 0..N-1 before its stop-with-savepoint; N is taken from the state itself (the
 sum of the counts) and then every key of every state is compared with what Python recomputes from N, exactly
@@ -30,7 +30,7 @@ from flinkstate.resolution import check
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.uri import open_output
 from tests.support import sql_job
-from tests.support.sql_job import AGG_SCALED_UID, AGG_STATE, AGG_UID, DEDUP_STATE, DEDUP_UID
+from tests.support.sql_job import AGG_SCALED_UID, AGG_STATE, AGG_UID, DEDUP_STATE, DEDUP_UID, JOIN_STATES, JOIN_UID
 
 BACKENDS = ("hashmap", "rocksdb")
 #: Seconds each job runs before its savepoint (400 rows/s): enough for every key to hold many rows.
@@ -69,6 +69,15 @@ def _entries(savepoint: Path, uid: str, state: str) -> dict[Any, Any]:
     return found
 
 
+def _map_entries(savepoint: Path, uid: str, state: str) -> dict[Any, dict[Any, Any]]:
+    """key -> {user key: value} of every entry of one MAP state."""
+    found: dict[Any, dict[Any, Any]] = {}
+    for key, namespace, user_key, value in Savepoint.open(savepoint).iter_entries(uid, state):
+        assert namespace is None and user_key not in found.get(key, {}), (uid, state, key, user_key)
+        found.setdefault(key, {})[user_key] = value
+    return found
+
+
 def _exact(found: dict[Any, Any], expected: dict[Any, Any], what: str) -> None:
     """Equal keys and values, compared by repr as well: Decimal('1.50') == Decimal('1.5') in Python, but the scale
     is part of the value Flink stored, and so are the Python types."""
@@ -90,6 +99,8 @@ def check_every_value(savepoint: Path) -> int:
     _exact(_entries(savepoint, AGG_SCALED_UID, AGG_STATE), sql_job.expected_accumulators(n, 3),
            f"{savepoint} agg_scaled")
     _exact(_entries(savepoint, DEDUP_UID, DEDUP_STATE), sql_job.expected_dedup(n), f"{savepoint} dedup")
+    for state, expected in sql_job.expected_pairs(n).items():
+        _exact(_map_entries(savepoint, JOIN_UID, state), expected, f"{savepoint} pairs {state}")
     # The source's operator state: the sequence values still to emit, N onwards (what a restored job continues with).
     sp = Savepoint.open(savepoint)
     remaining = [element.value for _, element in sp.iter_operator_state(sql_job.SOURCE_UID, "id-sequence-state")]
@@ -111,10 +122,16 @@ def test_describe_and_schema_show_the_sql_states(savepoints: dict[str, Path], tm
         (AGG_UID, AGG_STATE, "ROW<`f0` STRING NOT NULL>", AGG_TYPE.format(p=10, s=2)),
         (AGG_SCALED_UID, AGG_STATE, "ROW<`f0` STRING NOT NULL>", AGG_TYPE.format(p=12, s=3)),
         (DEDUP_UID, DEDUP_STATE, "ROW<`f0` INT NOT NULL>", DEDUP_TYPE),
+        (JOIN_UID, "left-records", "ROW<`f0` BIGINT NOT NULL>",
+         "user key ROW<`f0` BIGINT NOT NULL, `f1` STRING NOT NULL>\n    value Integer"),
+        (JOIN_UID, "right-records", "ROW<`f0` BIGINT NOT NULL>",
+         "user key ROW<`f0` BIGINT NOT NULL, `f1` TIMESTAMP_LTZ(3), `f2` BIGINT NOT NULL>\n    value Integer"),
     ]:
         section = out[out.index(f"(uid {uid},"):]
-        section = section[:section.find("\noperator ")]
-        assert f"keyed state {state}: VALUE\n    key {key}, namespace VoidNamespace\n    value {value}\n" in section
+        end = section.find("\noperator ")
+        section = section if end < 0 else section[:end + 1]
+        kind, value = ("MAP", value) if value.startswith("user key") else ("VALUE", f"value {value}")
+        assert f"keyed state {state}: {kind}\n    key {key}, namespace VoidNamespace\n    {value}\n" in section
     manifest = tmp_path / "v1.yaml"
     assert main(["schema", str(savepoint), "-o", str(manifest)]) == 0
     operators = yaml.safe_load(manifest.read_text())["operators"]
@@ -182,13 +199,16 @@ def test_reencoded_savepoint_restores_and_keeps_counting(flink_cluster: LocalFli
     source = savepoints["hashmap"]
     n = rows_processed(source)
     migrated = tmp_path / "migrated"
-    report = migrate_savepoint(str(source), [OperatorTarget(uid) for uid in (AGG_UID, AGG_SCALED_UID, DEDUP_UID)],
-                               open_output(migrated), reencode=True)
+    uids = (AGG_UID, AGG_SCALED_UID, DEDUP_UID, JOIN_UID)
+    report = migrate_savepoint(str(source), [OperatorTarget(uid) for uid in uids], open_output(migrated),
+                               reencode=True)
     assert report.counts[AGG_UID][AGG_STATE].written == sql_job.GROUPS
     assert report.counts[DEDUP_UID][DEDUP_STATE].written == sql_job.DEDUP_KEYS
+    assert [report.counts[JOIN_UID][state].written for state in JOIN_STATES] == [n, n]
     rewritten = sorted(p.name for p in migrated.glob("keyed-*"))
-    assert len(rewritten) == 3, rewritten
-    for uid, state in [(AGG_UID, AGG_STATE), (AGG_SCALED_UID, AGG_STATE), (DEDUP_UID, DEDUP_STATE)]:
+    assert len(rewritten) == len(uids), rewritten
+    for uid, state in [(AGG_UID, AGG_STATE), (AGG_SCALED_UID, AGG_STATE), (DEDUP_UID, DEDUP_STATE),
+                       (JOIN_UID, JOIN_STATES[0]), (JOIN_UID, JOIN_STATES[1])]:
         assert _raw(migrated, uid, state) == _raw(source, uid, state), (uid, state)
 
     client = flink_cluster.client

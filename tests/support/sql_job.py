@@ -27,9 +27,11 @@ from flinkstate.serializers.times import Instant, LocalDate, LocalDateTime, Loca
 AGG_UID = "4_group-aggregate"
 AGG_SCALED_UID = "9_group-aggregate"
 DEDUP_UID = "14_deduplicate"
+JOIN_UID = "21_join"
 SOURCE_UID = "1_source"
 AGG_STATE = "accState"
 DEDUP_STATE = "deduplicate-state"
+JOIN_STATES = ("left-records", "right-records")
 
 SOURCE_DIR = Path(__file__).resolve().parent / "sql_job"
 BUILD_DIR = SOURCE_DIR / "build"
@@ -99,6 +101,15 @@ def expected_dedup(n: int) -> dict[tuple[Any, ...], tuple[Any, ...]]:
         last = n - 1 - (n - 1 - d) % DEDUP_KEYS
         expected[(d,)] = (last, None, f"k{last % GROUPS}", d, amount(last), instant(last), local(last))
     return expected
+
+
+def expected_pairs(n: int) -> dict[str, dict[tuple[Any, ...], dict[tuple[Any, ...], int]]]:
+    """pairs' join state after the prefix 0..n-1, per side: join key -> {projected row: how many times it came}.
+    Left rows (id, k) under id; right rows (id, ltz, id + 1) under id + 1 (the planner projects the join key in)."""
+    return {
+        "left-records": {(i,): {(i, f"k{i % GROUPS}"): 1} for i in range(n)},
+        "right-records": {(i + 1,): {(i, instant(i), i + 1): 1} for i in range(n)},
+    }
 
 
 def build(flink_home: Path | None = None, out_dir: Path = BUILD_DIR) -> Path:

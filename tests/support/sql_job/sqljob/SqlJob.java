@@ -27,7 +27,9 @@ import java.util.Map;
  *       TIMESTAMP(6) and TIMESTAMP_LTZ(3);</li>
  *   <li>{@code agg_scaled}: the same aggregate over the amount as DECIMAL(12, 3), i.e. what a changed query's
  *       accumulators look like (the tests use its type to edit the manifest);</li>
- *   <li>{@code dedup}: keep the last row per key (ROW_NUMBER over proctime DESC = 1), which stores whole rows.</li>
+ *   <li>{@code dedup}: keep the last row per key (ROW_NUMBER over proctime DESC = 1), which stores whole rows;</li>
+ *   <li>{@code pairs}: a regular join of each row with the row before it ({@code a.id = b.id + 1}), which keeps every
+ *       row of both sides (no unique key: MapState of row -> count).</li>
  * </ul>
  *
  * <p>Stable operator uids: the planner's uids ("&lt;exec node id&gt;_&lt;transformation&gt;") take the node ids from a
@@ -100,6 +102,9 @@ public final class SqlJob {
         tEnv.executeSql("CREATE TABLE dedup_sink (d INT, id BIGINT, k STRING, amount DECIMAL(10, 2), "
                 + "ts TIMESTAMP(3), ltz TIMESTAMP_LTZ(3)) WITH ('connector' = 'blackhole')");
 
+        tEnv.executeSql("CREATE TABLE pairs_sink (id BIGINT, k STRING, previous BIGINT, previous_ltz TIMESTAMP_LTZ(3)) "
+                + "WITH ('connector' = 'blackhole')");
+
         String aggregate = "SELECT k, COUNT(*), SUM(id), MAX(id), MIN(id), AVG(id), SUM(a), MAX(a), MAX(ts), MIN(ts), "
                 + "MAX(ts6), MAX(ltz) FROM (SELECT k, id, ts, ts6, ltz, %s AS a FROM events) GROUP BY k";
         StatementSet statements = tEnv.createStatementSet();
@@ -108,6 +113,8 @@ public final class SqlJob {
                 + String.format(aggregate, "CAST(amount AS DECIMAL(12, 3))"));
         statements.addInsertSql("INSERT INTO dedup_sink SELECT d, id, k, amount, ts, ltz FROM ("
                 + "SELECT *, ROW_NUMBER() OVER (PARTITION BY d ORDER BY proc DESC) AS rn FROM events) WHERE rn = 1");
+        statements.addInsertSql("INSERT INTO pairs_sink SELECT a.id, a.k, b.id, b.ltz FROM events a JOIN events b "
+                + "ON a.id = b.id + 1");
         statements.compilePlan().writeToFile(compile);
     }
 
