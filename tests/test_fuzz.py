@@ -171,6 +171,30 @@ def draw_mutants(source: str, savepoint: Path, count: int, seed: int = SEED) -> 
     """``count`` mutants of ``savepoint``, the same on every run. All candidates are generated (a few thousand per
     source), grouped by kind, and drawn round-robin across kinds so that every kind is represented."""
     rng = random.Random(f"{seed}:{source}")
+    pools = {kind: rng.sample(items, len(items)) for kind, items in sorted(_candidates(source, savepoint, rng).items())
+             if items}
+    drawn: list[Mutant] = []
+    while len(drawn) < count and any(pools.values()):
+        for items in pools.values():
+            if items and len(drawn) < count:
+                drawn.append(items.pop())
+    return drawn
+
+
+def mutant_by_label(label: str, savepoint: Path, seed: int = SEED) -> Mutant:
+    """Reproduction: the mutant a failure names (``source:file:kind@detail``, as printed), rebuilt from the source
+    savepoint the run kept (its ``--basetemp``), e.g. ``mutant_by_label("heap-p2:_metadata:flip@1234^0x10", sp)``.
+    Every candidate is generated again with the run's seed, so flips and lengths get the same random draws."""
+    source = label.split(":", 1)[0]
+    for items in _candidates(source, savepoint, random.Random(f"{seed}:{source}")).values():
+        for mutant in items:
+            if mutant.label == label:
+                return mutant
+    raise LookupError(f"no mutant {label!r} among the candidates of {savepoint}")
+
+
+def _candidates(source: str, savepoint: Path, rng: random.Random) -> dict[str, list[Mutant]]:
+    """Every candidate mutant of ``savepoint``, by kind (``rng`` draws flips and length values, in file order)."""
     by_kind: dict[str, list[Mutant]] = collections.defaultdict(list)
     for path in sorted(p for p in savepoint.iterdir() if p.is_file()):
         data = path.read_bytes()
@@ -184,13 +208,7 @@ def draw_mutants(source: str, savepoint: Path, count: int, seed: int = SEED) -> 
         if name == "_metadata":
             by_kind["metadata-offsets"] += [Mutant(source, name, "offsets", d, m)
                                             for d, m in offset_corruptions(data, rng)]
-    pools = {kind: rng.sample(items, len(items)) for kind, items in sorted(by_kind.items()) if items}
-    drawn: list[Mutant] = []
-    while len(drawn) < count and any(pools.values()):
-        for items in pools.values():
-            if items and len(drawn) < count:
-                drawn.append(items.pop())
-    return drawn
+    return by_kind
 
 
 # ------------------------------------------------------------------------------------------------------------------

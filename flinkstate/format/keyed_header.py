@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from flinkstate.binary import Reader, Writer
+from flinkstate.format.handles import DISTRIBUTION_MODES
 from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot, UnsupportedFormat
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.registry import read_snapshot, write_snapshot
@@ -20,6 +21,10 @@ KEYED_STATE_TYPE = "KEYED_STATE_TYPE"
 VALUE_SERIALIZER = "VALUE_SERIALIZER"
 NAMESPACE_SERIALIZER = "NAMESPACE_SERIALIZER"
 USER_KEY_SERIALIZER = "USER_KEY_SERIALIZER"
+OPERATOR_STATE_DISTRIBUTION_MODE = "OPERATOR_STATE_DISTRIBUTION_MODE"
+#: ``StateDescriptor.Type``: the names Flink's restore parses with ``valueOf`` (``OperatorStateHandle.Mode``'s are
+#: handles.DISTRIBUTION_MODES).
+STATE_DESCRIPTOR_TYPES = ("UNKNOWN", "VALUE", "LIST", "REDUCING", "FOLDING", "AGGREGATING", "MAP")
 #: The kind reported for priority-queue (timer) states.
 TIMERS = "TIMERS"
 
@@ -111,6 +116,7 @@ class KeyedBackendHeader:
 
 
 def read_state_meta_info(reader: Reader) -> StateMetaInfo:
+    name_at = reader.pos
     name = reader.utf()
     start = reader.pos
     type_index = reader.i32()
@@ -124,7 +130,46 @@ def read_state_meta_info(reader: Reader) -> StateMetaInfo:
             meta.serializers.append((key, read_snapshot(reader, top_level=True)))
         except SavepointFormatError as exc:
             raise exc.located(None, 0, f"state {name}, {key}") from None
+    problem = restore_problem(meta)
+    if problem is not None:
+        raise reader.error(f"state {name}: {problem}", name_at)
     return meta
+
+
+#: What Flink's restore requires of a state's meta info, by backend type: the serializer snapshots it looks up
+#: (``Preconditions.checkNotNull`` in the ``Registered*BackendMetaInfo(StateMetaInfoSnapshot)`` constructors) and the
+#: option it parses with ``Enum.valueOf`` (a missing or unknown name throws).
+_REQUIRED_SERIALIZERS = {"KEY_VALUE": (NAMESPACE_SERIALIZER, VALUE_SERIALIZER),
+                         "KEY_VALUE_V2": (NAMESPACE_SERIALIZER, VALUE_SERIALIZER),
+                         "PRIORITY_QUEUE": (VALUE_SERIALIZER,),
+                         "OPERATOR": (VALUE_SERIALIZER,),
+                         "BROADCAST": ("KEY_SERIALIZER", VALUE_SERIALIZER)}
+_REQUIRED_OPTION = {"KEY_VALUE": (KEYED_STATE_TYPE, STATE_DESCRIPTOR_TYPES),
+                    "KEY_VALUE_V2": (KEYED_STATE_TYPE, STATE_DESCRIPTOR_TYPES),
+                    "OPERATOR": (OPERATOR_STATE_DISTRIBUTION_MODE, DISTRIBUTION_MODES),
+                    "BROADCAST": (OPERATOR_STATE_DISTRIBUTION_MODE, DISTRIBUTION_MODES)}
+
+
+def restore_problem(meta: StateMetaInfo) -> str | None:
+    """Why Flink could not restore this state's meta info (a serializer snapshot it needs is missing, or its state
+    type or distribution mode is no name Flink knows), or None. Flink writes them all; a savepoint without one, a
+    corrupted key name say, fails Flink's restore, so readers refuse it here rather than meet the gap later."""
+    option = _REQUIRED_OPTION.get(meta.backend_type)
+    if option is not None:
+        key, known = option
+        value = meta.option(key)
+        if value not in known:
+            return (f"option {key} is {'missing' if value is None else repr(value)}, not one of Flink's "
+                    f"({', '.join(known)})")
+    required = list(_REQUIRED_SERIALIZERS[meta.backend_type])
+    if meta.backend_type == "KEY_VALUE_V2" and meta.option(KEYED_STATE_TYPE) == "MAP":
+        required.append(USER_KEY_SERIALIZER)  # RegisteredKeyAndUserKeyValueStateBackendMetaInfo
+    missing = [key for key in required if meta.serializer(key) is None]
+    if missing:
+        found = ", ".join(key for key, _ in meta.serializers) or "none"
+        return (f"no {' or '.join(missing)} snapshot for a {meta.backend_type} state (serializer snapshots: {found}); "
+                f"Flink's restore needs it")
+    return None
 
 
 def write_state_meta_info(writer: Writer, meta: StateMetaInfo) -> None:
