@@ -1,7 +1,8 @@
 """A SQL job of our own (tests/support/sql_job/), written by the real Flink 2.3 cluster of the test run, read value
 by value: the Table runtime's RowData family on state the planner wrote for a GROUP BY aggregate (BIGINT, DECIMAL
-in its compact and non-compact forms, TIMESTAMP(3), TIMESTAMP(6), TIMESTAMP_LTZ(3) accumulators under a STRING key),
-a deduplication (whole rows under an INT key) and a regular join (MapState of RowData rows -> count, both sides).
+in its compact and non-compact forms, TIMESTAMP(3), TIMESTAMP(6), TIMESTAMP(9), TIMESTAMP_LTZ(3) accumulators under
+a STRING key), a deduplication (whole rows under an INT key) and a regular join (MapState of RowData rows -> count,
+both sides).
 
 The job processed the sequence prefix 0..N-1 before its stop-with-savepoint; N is taken from the state itself (the
 sum of the counts) and then every key of every state is compared with what Python recomputes from N, exactly
@@ -38,7 +39,7 @@ RUN_SECONDS = 3.0
 MIN_ROWS = 100
 
 AGG_TYPE = ("ROW<`f0` BIGINT, `f1` BIGINT, `f2` BIGINT, `f3` BIGINT, `f4` DECIMAL(38, {s}), `f5` DECIMAL({p}, {s}), "
-            "`f6` TIMESTAMP(3), `f7` TIMESTAMP(3), `f8` TIMESTAMP(6), `f9` TIMESTAMP_LTZ(3)>")
+            "`f6` TIMESTAMP(3), `f7` TIMESTAMP(3), `f8` TIMESTAMP(6), `f9` TIMESTAMP_LTZ(3), `f10` TIMESTAMP(9)>")
 DEDUP_TYPE = ("ROW<`f0` BIGINT NOT NULL, `f1` TIMESTAMP_LTZ(3) *PROCTIME* NOT NULL, `f2` STRING NOT NULL, "
               "`f3` INT NOT NULL, `f4` DECIMAL(10, 2) NOT NULL, `f5` TIMESTAMP_LTZ(3), `f6` TIMESTAMP(3)>")
 

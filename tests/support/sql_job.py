@@ -3,8 +3,8 @@ value its state must hold after it processed the sequence prefix 0..N-1.
 
 The job reads ``datagen``'s sequence 0, 1, 2, ... at parallelism 1 and derives every column from ``id``:
 ``k = 'k' || id % 7``, ``d = id % 5``, ``amount = id / 4`` (DECIMAL(10, 2)), ``ltz = 1700000000000 + id * 1001`` ms
-(TIMESTAMP_LTZ(3)), ``ts`` / ``ts6`` the same instant as TIMESTAMP(3) / TIMESTAMP(6) in UTC. Keep this module in step
-with the Java source.
+(TIMESTAMP_LTZ(3)), ``ts`` / ``ts6`` the same instant as TIMESTAMP(3) / TIMESTAMP(6) in UTC, ``ts9`` 2024-01-01T00:00
+plus ``id`` nanoseconds (TIMESTAMP(9)). Keep this module in step with the Java source.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -65,6 +66,11 @@ def local(id_: int) -> LocalDateTime:
                             LocalTime(ms // 3_600_000, ms // 60_000 % 60, ms // 1000 % 60, ms % 1000 * 1_000_000))
 
 
+def nanos(id_: int) -> LocalDateTime:
+    """``ts9``: 2024-01-01T00:00 plus ``id`` nanoseconds (TIMESTAMP(9))."""
+    return LocalDateTime(2024, 1, 1, nano=id_)
+
+
 def amount(id_: int, scale: int = 2) -> Decimal:
     """``amount = id / 4`` at ``scale`` digits (DECIMAL(10, 2), or DECIMAL(12, 3) in agg_scaled)."""
     return decimal_units(id_ * 25 * 10 ** (scale - 2), scale)
@@ -81,15 +87,15 @@ def group_key(j: int) -> tuple[str]:
 
 def expected_accumulators(n: int, scale: int = 2) -> dict[tuple[Any, ...], tuple[Any, ...]]:
     """agg's (and, with scale 3, agg_scaled's) accState after the prefix 0..n-1: per group key, the accumulator row
-    COUNT(*), SUM(id), MAX(id), MIN(id), SUM(amount), MAX(amount), MAX(ts), MIN(ts), MAX(ts6), MAX(ltz) (AVG(id) is
-    SUM / COUNT: the planner reuses those two)."""
+    COUNT(*), SUM(id), MAX(id), MIN(id), SUM(amount), MAX(amount), MAX(ts), MIN(ts), MAX(ts6), MAX(ltz), MAX(ts9)
+    (AVG(id) is SUM / COUNT: the planner reuses those two)."""
     expected: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for j in range(min(n, GROUPS)):
         ids = range(j, n, GROUPS)
         total = sum(ids)
         total_amount = decimal_units(total * 25 * 10 ** (scale - 2), scale)
         expected[group_key(j)] = (len(ids), total, ids[-1], ids[0], total_amount, amount(ids[-1], scale),
-                                  local(ids[-1]), local(ids[0]), local(ids[-1]), instant(ids[-1]))
+                                  local(ids[-1]), local(ids[0]), local(ids[-1]), instant(ids[-1]), nanos(ids[-1]))
     return expected
 
 
@@ -121,8 +127,7 @@ def build(flink_home: Path | None = None, out_dir: Path = BUILD_DIR) -> Path:
     if jar.exists() and all(s.stat().st_mtime <= jar.stat().st_mtime for s in sources):
         return jar
     out_dir.mkdir(parents=True, exist_ok=True)
-    classes = out_dir / "classes"
-    shutil.rmtree(classes, ignore_errors=True)
+    classes = Path(tempfile.mkdtemp(prefix="classes-", dir=out_dir))  # private: parallel test runs may build too
     classpath = f"{home / 'lib'}/*"
     subprocess.run(["javac", "-nowarn", "--release", "17", "-encoding", "UTF-8", "-cp", classpath,
                     "-d", str(classes), *map(str, sources)], check=True)
@@ -130,9 +135,10 @@ def build(flink_home: Path | None = None, out_dir: Path = BUILD_DIR) -> Path:
     subprocess.run(["java", "-cp", f"{classes}{os.pathsep}{classpath}", ENTRY_CLASS, "--compile",
                     str(classes / "sqljob" / "plan.json"), "--rate", str(RATE), "--end", str(DEFAULT_END)],
                    check=True, capture_output=True)
-    subprocess.run(["jar", "--create", "--file", f"{jar}.tmp", "--main-class", ENTRY_CLASS, "-C", str(classes), "."],
+    staged = classes.with_suffix(".jar")
+    subprocess.run(["jar", "--create", "--file", str(staged), "--main-class", ENTRY_CLASS, "-C", str(classes), "."],
                    check=True)
-    os.replace(f"{jar}.tmp", jar)
+    os.replace(staged, jar)
     shutil.rmtree(classes)
     return jar
 

@@ -24,7 +24,7 @@ import java.util.Map;
  * <p>Queries (one StatementSet, blackhole sinks):
  * <ul>
  *   <li>{@code agg}: GROUP BY a string key with COUNT, SUM, MAX, MIN, AVG over BIGINT, DECIMAL(10, 2), TIMESTAMP(3),
- *       TIMESTAMP(6) and TIMESTAMP_LTZ(3);</li>
+ *       TIMESTAMP(6), TIMESTAMP_LTZ(3) and TIMESTAMP(9);</li>
  *   <li>{@code agg_scaled}: the same aggregate over the amount as DECIMAL(12, 3), i.e. what a changed query's
  *       accumulators look like (the tests use its type to edit the manifest);</li>
  *   <li>{@code dedup}: keep the last row per key (ROW_NUMBER over proctime DESC = 1), which stores whole rows;</li>
@@ -90,11 +90,13 @@ public final class SqlJob {
                 + "CAST(id * 0.25 AS DECIMAL(10, 2)) AS amount, "
                 + "TO_TIMESTAMP_LTZ(1700000000000 + id * 1001, 3) AS ltz, "
                 + "CAST(TO_TIMESTAMP_LTZ(1700000000000 + id * 1001, 3) AS TIMESTAMP(3)) AS ts, "
-                + "CAST(TO_TIMESTAMP_LTZ(1700000000000 + id * 1001, 3) AS TIMESTAMP(6)) AS ts6 "
+                + "CAST(TO_TIMESTAMP_LTZ(1700000000000 + id * 1001, 3) AS TIMESTAMP(6)) AS ts6, "
+                // 2024-01-01T00:00 plus id nanoseconds: sub-millisecond digits in the non-compact TIMESTAMP layout
+                + "CAST(CONCAT('2024-01-01 00:00:00.', LPAD(CAST(id AS STRING), 9, '0')) AS TIMESTAMP(9)) AS ts9 "
                 + "FROM seq");
         String aggColumns = "k STRING, cnt BIGINT, total BIGINT, max_id BIGINT, min_id BIGINT, avg_id BIGINT, "
                 + "amount_sum DECIMAL(38, %1$d), amount_max DECIMAL(%2$d, %1$d), ts_max TIMESTAMP(3), "
-                + "ts_min TIMESTAMP(3), ts6_max TIMESTAMP(6), ltz_max TIMESTAMP_LTZ(3)";
+                + "ts_min TIMESTAMP(3), ts6_max TIMESTAMP(6), ltz_max TIMESTAMP_LTZ(3), ts9_max TIMESTAMP(9)";
         tEnv.executeSql("CREATE TABLE agg_sink (" + String.format(aggColumns, 2, 10)
                 + ") WITH ('connector' = 'blackhole')");
         tEnv.executeSql("CREATE TABLE agg_scaled_sink (" + String.format(aggColumns, 3, 12)
@@ -106,7 +108,7 @@ public final class SqlJob {
                 + "WITH ('connector' = 'blackhole')");
 
         String aggregate = "SELECT k, COUNT(*), SUM(id), MAX(id), MIN(id), AVG(id), SUM(a), MAX(a), MAX(ts), MIN(ts), "
-                + "MAX(ts6), MAX(ltz) FROM (SELECT k, id, ts, ts6, ltz, %s AS a FROM events) GROUP BY k";
+                + "MAX(ts6), MAX(ltz), MAX(ts9) FROM (SELECT k, id, ts, ts6, ltz, ts9, %s AS a FROM events) GROUP BY k";
         StatementSet statements = tEnv.createStatementSet();
         statements.addInsertSql("INSERT INTO agg_sink " + String.format(aggregate, "amount"));
         statements.addInsertSql("INSERT INTO agg_scaled_sink "
