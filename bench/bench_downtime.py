@@ -51,7 +51,8 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_migrate import spark_submit  # noqa: E402
 from bench.bench_reader import WORK, directory_bytes, load_average, write_savepoint  # noqa: E402
 from flinkstate.engine import LocalFlinkCluster  # noqa: E402
-from flinkstate.engine.rest import FlinkJobFailed, FlinkRestClient  # noqa: E402
+from flinkstate.engine.rest import TERMINAL_STATES, FlinkJobFailed, FlinkRestClient  # noqa: E402
+from flinkstate.errors import FlinkStateError  # noqa: E402
 from flinkstate.migration.job import MigrationJob  # noqa: E402
 from flinkstate.savepoint import Savepoint  # noqa: E402
 from tests.support import sample_job  # noqa: E402
@@ -148,7 +149,8 @@ def submit_v2(client: FlinkRestClient, savepoint: Path, work: Path, keys: int, p
         if restored_from is None or Path(restored_from.removeprefix("file:")) != savepoint:
             raise RuntimeError(f"v2 ({job_id}) restored from {restored_from}, not {savepoint}")
     finally:
-        client.cancel(job_id)
+        if client.job_state(job_id) not in TERMINAL_STATES:  # a failed v2 keeps its error, not the cancel's
+            client.cancel(job_id)
     timing.steps["submit (jar upload, main(), job id)"] = submitted - began
     timing.steps["restore (INITIALIZING -> RUNNING)"] = restore
     timing.marks["running"] = running - origin
@@ -263,4 +265,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (FlinkStateError, RuntimeError, OSError) as exc:  # one line, e.g. a v2 that failed to restore
+        print(f"bench_downtime: error: {exc}", file=sys.stderr)
+        sys.exit(1)
