@@ -37,7 +37,7 @@ import yaml
 from flinkstate.binary import operator_id_from_uid
 from flinkstate.errors import FlinkStateError, printable
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
-from flinkstate.format.metadata import has_state
+from flinkstate.format.metadata import OperatorState, has_state
 from flinkstate.identity import OperatorRef
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
@@ -170,8 +170,28 @@ def manifest_from_savepoint(savepoint: Savepoint, job: str | None = None) -> Man
             schema.key = header.key_serializer
             for meta in header.states:
                 schema.states[meta.name] = _state_schema(meta, header)
+            _check_notations(savepoint, op, schema)
         operators[label] = schema
     return Manifest(operators, job, savepoint.location.uri)
+
+
+def _check_notations(savepoint: Savepoint, op: OperatorState, schema: OperatorSchema) -> None:
+    """Every type of the operator's keyed states has a notation, which is what the manifest writes. A snapshot that
+    has none (a tuple class that is no Flink tuple, a corrupted class name say) is refused here, naming the state
+    file whose header holds it (the first subtask's that lists the state: the union took it from there), instead of
+    later, while the YAML is written, naming nothing."""
+    streams = [stream for _, stream in savepoint.keyed_streams(op)]
+    try:
+        if schema.key is not None:
+            to_notation(schema.key)
+    except TypeNotationError as exc:
+        raise FlinkStateError(f"{streams[0].source.path}: operator {schema.label}: key serializer: {exc}") from None
+    for name, state in schema.states.items():
+        try:
+            state.to_dict()
+        except TypeNotationError as exc:
+            where = next(s.source.path for s in streams if s.header().state_index(name) is not None)
+            raise FlinkStateError(f"{where}: operator {schema.label}, state {name}: {exc}") from None
 
 
 def _state_schema(meta: StateMetaInfo, header: KeyedBackendHeader) -> StateSchema:
