@@ -137,3 +137,20 @@ def test_sweep_leaves_a_journal_another_actor_took(tmp_path: Path):
     journal.advance("stopped", "stop", stop_savepoint="/sp/savepoint-1")  # the run lives on, after the read
     with pytest.raises(JournalConflict):
         recover(None, taken, "watchdog")  # type: ignore[arg-type]  # never reaches Flink: the claim fails first
+
+
+def test_the_migrate_step_lasts_until_its_recheck(tmp_path: Path):
+    """run.json's durations: the migrate step ends when the re-check passed (VERIFIED, after MIGRATED), or at
+    MIGRATED where no re-check ran; ``down`` runs from the stop until the new job passed its gate."""
+    journal = UpgradeJournal.start(_plan(tmp_path), "resolve")
+    for phase in ("stopping", "stopped", "migrating", "migrated", "verified", "submitting", "submitted", "gating",
+                  "gate_passed"):
+        journal.advance(phase, "test")
+    times = {"stopping": 100.0, "stopped": 101.0, "migrating": 101.5, "migrated": 110.0, "verified": 125.0,
+             "submitting": 125.5, "submitted": 126.0, "gating": 126.0, "gate_passed": 140.0}
+    for step in journal.data["history"]:
+        step["epoch"] = times.get(step["phase"], 99.0)
+    journal.data.update(outcome="upgraded", running={"version": "new", "job_id": "1" * 32})
+    assert journal.durations() == {"stop": 1.0, "migrate": 23.5, "submit": 0.5, "gate": 14.0, "down": 40.0}
+    journal.data["history"] = [s for s in journal.data["history"] if s["phase"] != "verified"]
+    assert journal.durations()["migrate"] == 8.5

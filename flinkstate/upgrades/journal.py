@@ -404,8 +404,10 @@ class UpgradeJournal:
             ended = min((t for t in (self.entered_at(e) for e in ends) if t is not None), default=None)
             return round(ended - began, 1) if began is not None and ended is not None else None
 
+        # The re-check (VERIFIED) comes after the migration (MIGRATED): the migrate step ends with it where it ran.
+        migrate = span(Phase.MIGRATING, Phase.VERIFIED)
         spans = {"stop": span(Phase.STOPPING, Phase.STOPPED),
-                 "migrate": span(Phase.MIGRATING, Phase.VERIFIED, Phase.MIGRATED),
+                 "migrate": migrate if migrate is not None else span(Phase.MIGRATING, Phase.MIGRATED),
                  "submit": span(Phase.SUBMITTING, Phase.SUBMITTED), "gate": span(Phase.GATING, Phase.GATE_PASSED),
                  "rollback": span(Phase.ROLLING_BACK, Phase.DONE)}
         if self.reached(Phase.STOPPED):
