@@ -223,7 +223,19 @@ def read_keyed_header(reader: Reader, tolerant: bool = False) -> KeyedBackendHea
     return header
 
 
+def read_stream_header(data: bytes, path: str, context: str, tolerant: bool = False) -> KeyedBackendHeader:
+    """The header at the start of a stream's bytes (a canonical stream, a native snapshot's meta file), every
+    error located at ``path`` and named by ``context`` (the operator): raised, or kept on the header (``tolerant``)."""
+    try:
+        header = read_keyed_header(Reader(data, 0, path), tolerant)
+    except SavepointFormatError as exc:
+        raise exc.located(path, 0, context) from None
+    if header.error is not None:
+        header.error = header.error.located(path, 0, context)
+    return header
+
+
 __all__ = ["BACKEND_STATE_TYPES", "END_OF_KEY_GROUP_MARK", "FIRST_BIT_IN_BYTE_MASK", "KEYED_PROXY_VERSION",
            "KEYED_STATE_TYPE", "NAMESPACE_SERIALIZER", "TIMERS", "USER_KEY_SERIALIZER", "VALUE_SERIALIZER",
-           "KeyedBackendHeader", "StateMetaInfo", "read_keyed_header", "read_state_meta_info", "state_meta_bytes",
-           "write_state_meta_info"]
+           "KeyedBackendHeader", "StateMetaInfo", "read_keyed_header", "read_state_meta_info", "read_stream_header",
+           "state_meta_bytes", "write_state_meta_info"]

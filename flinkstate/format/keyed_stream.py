@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 import cramjam
 
 from flinkstate._speedups import raw_entries_compiled, scan_compiled
-from flinkstate.binary import I32, U16, KeyGroupRange, Reader
+from flinkstate.binary import I32, U16, KeyGroupRange
 from flinkstate.errors import WriteError
 from flinkstate.format.handles import (
     SAVEPOINT_KEY_GROUPS,
@@ -45,7 +45,7 @@ from flinkstate.format.keyed_header import (
     FIRST_BIT_IN_BYTE_MASK,
     KeyedBackendHeader,
     StateMetaInfo,
-    read_keyed_header,
+    read_stream_header,
 )
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
 from flinkstate.storage.locations import SavepointLocation
@@ -193,12 +193,7 @@ class KeyedStateStream:
         if self._header is None or (self._header.error is not None and not tolerant):
             end = self._blocks[0][1] if self._blocks else self.source.size
             data = self.source.read(0, end)
-            try:
-                header = read_keyed_header(Reader(data, 0, self.source.path), tolerant)
-            except SavepointFormatError as exc:
-                raise exc.located(self.source.path, 0, self.context) from None
-            if header.error is not None:
-                header.error = header.error.located(self.source.path, 0, self.context)
+            header = read_stream_header(data, self.source.path, self.context, tolerant)
             # Cached only once checked: a refused header must be refused again by the next non-tolerant call.
             self.heap_format = self._is_heap_format(header.compressed)
             if header.error is None and header.length != end:

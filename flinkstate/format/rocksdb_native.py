@@ -78,17 +78,11 @@ class NativeRocksDBStream(KeyedStateStream):
     def header(self, tolerant: bool = False) -> KeyedBackendHeader:
         """The ``KeyedBackendSerializationProxy`` of the meta state file, which must hold nothing else."""
         if self._header is None or (self._header.error is not None and not tolerant):
-            from flinkstate.binary import Reader
-            from flinkstate.format.keyed_header import read_keyed_header
+            from flinkstate.format.keyed_header import read_stream_header
 
             data = self.source.read(0, self.source.size)
-            try:
-                header = read_keyed_header(Reader(data, 0, self.source.path), tolerant)
-            except SavepointFormatError as exc:
-                raise exc.located(self.source.path, 0, self.context) from None
-            if header.error is not None:
-                header.error = header.error.located(self.source.path, 0, self.context)
-            elif header.length != len(data):
+            header = read_stream_header(data, self.source.path, self.context, tolerant)
+            if header.error is None and header.length != len(data):
                 raise SavepointFormatError(f"{self.context}: {len(data) - header.length} bytes after the keyed state "
                                            f"header in the native RocksDB meta state file", self.source.path,
                                            header.length)
