@@ -268,12 +268,7 @@ def test_real_heap_snapshot_reads(native_snapshots: dict[str, Path], kind: str) 
     for _, stream in streams:
         assert stream.header().compressed is (kind == "native-savepoint")
         assert stream.heap_format
-    values: dict[str, dict[str, Any]] = {}
-    for state in ("stats", "count", "recent"):
-        for key, _, value in sp.iter_entries("stats", state):
-            values.setdefault(key, {})[state] = to_json(value)
-    for key, _, user_key, value in sp.iter_entries("stats", "buckets"):
-        values.setdefault(key, {}).setdefault("buckets", {})[user_key] = to_json(value)
+    values = sample_job.states_by_key(sp)
     _consistent(values)
     timer_state = next(s.name for s in sp.keyed_states("stats") if s.kind == "TIMERS")
     # one processing-time timer per key (VoidNamespace)

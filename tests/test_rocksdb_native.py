@@ -13,7 +13,6 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -259,12 +258,7 @@ def test_real_rocksdb_native_savepoint_reads(flink_cluster: LocalFlinkCluster, t
     sp = Savepoint.open(source)
     streams = sp.keyed_streams("stats")
     assert len(streams) == 2 and all(isinstance(s, NativeRocksDBStream) for _, s in streams)
-    values: dict[str, dict[str, Any]] = {}
-    for state in ("stats", "count", "recent"):
-        for key, _, value in sp.iter_entries("stats", state):
-            values.setdefault(key, {})[state] = to_json(value)
-    for key, _, user_key, value in sp.iter_entries("stats", "buckets"):
-        values.setdefault(key, {}).setdefault("buckets", {})[user_key] = to_json(value)
+    values = sample_job.states_by_key(sp)
     assert len(values) == KEYS
     for key, states in values.items():
         assert states == sample_job.expected_state(key, states["count"]), key

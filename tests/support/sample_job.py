@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from flinkstate.engine.rest import FlinkRestClient
+from flinkstate.jsonify import to_json
+from flinkstate.savepoint import Savepoint
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_DIR = ROOT / "examples" / "sample-job"
@@ -49,6 +51,18 @@ def expected_count(key: str, first_seq: int, keys: int) -> int:
 def counts_for_position(position: int, keys: int) -> dict[str, int]:
     """The count of every key once the source has emitted events 0 .. position-1."""
     return {key_name(k): len(range(k, position, keys)) for k in range(keys)}
+
+
+def states_by_key(sp: Savepoint, operator: str = "stats") -> dict[str, dict[str, Any]]:
+    """Every key's states as read from a savepoint of the job, in the shape of :func:`expected_state` (JSON values;
+    the MAP state ``buckets`` as user key -> value)."""
+    values: dict[str, dict[str, Any]] = {}
+    for state in ("stats", "count", "recent"):
+        for key, _, value in sp.iter_entries(operator, state):
+            values.setdefault(key, {})[state] = to_json(value)
+    for key, _, user_key, value in sp.iter_entries(operator, "buckets"):
+        values.setdefault(key, {}).setdefault("buckets", {})[user_key] = to_json(value)
+    return values
 
 
 def expected_state(key: str, n: int, version: str = "v1") -> dict[str, Any]:
