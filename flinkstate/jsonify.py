@@ -1,5 +1,8 @@
 """Decoded state values → JSON-ready Python values, the encoding ``flinkstate dump`` promises:
-POJO → object; Row and Tuple → array by position; List/Set → array; byte[] → base64 string; null → null;
+POJO → object; Row and Tuple → array by position (a Row or RowData whose RowKind is not INSERT →
+``{"row_kind": "-U", "fields": [...]}``, with Flink's short strings ``-U``, ``+U``, ``-D``, as ``Row.toString`` prints
+them: an update or delete is a different record from an insert of the same fields); List/Set → array;
+byte[] → base64 string; null → null;
 BigDecimal → string (no precision loss); VoidNamespace → null; TimeWindow → {"start", "end"}; TTL values →
 {"value", "last_access"}; Kryo (opaque) values → {"type", "base64"}; Enum → constant name.
 
@@ -25,11 +28,14 @@ from typing import Any
 
 from flinkstate.serializers.kryo import OpaqueValue
 from flinkstate.serializers.namespaces import TimeWindow
+from flinkstate.serializers.row import KindedRow
 from flinkstate.serializers.timer import Timer
 from flinkstate.serializers.times import Temporal
 from flinkstate.serializers.ttl import TtlValue
 
 _NON_FINITE = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}
+#: RowKind's short strings (org.apache.flink.types.RowKind#shortString), by the byte value Flink stores.
+ROW_KIND_SHORT = ("+I", "-U", "+U", "-D")
 
 
 def to_json(value: Any) -> Any:
@@ -47,6 +53,8 @@ def to_json(value: Any) -> Any:
         return {"value": to_json(value.value), "last_access": value.last_access}
     if isinstance(value, Timer):
         return {"timestamp": value.timestamp, "key": to_json(value.key), "namespace": to_json(value.namespace)}
+    if isinstance(value, KindedRow) and value.kind:
+        return {"row_kind": ROW_KIND_SHORT[value.kind], "fields": [to_json(v) for v in value]}
     if isinstance(value, (list, tuple)):
         return [to_json(v) for v in value]
     if isinstance(value, (set, frozenset)):

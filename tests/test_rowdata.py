@@ -179,6 +179,16 @@ def test_values_are_those_the_sql_tests_wrote() -> None:
         (("three",), None, ("three", 3, "cc"))]
 
 
+
+def test_dump_shows_a_rows_kind() -> None:
+    # SinkMaterializer keeps the rows it wrote per upsert key with their RowKind: BOB's 5 was inserted and updated to
+    # 6 (+U). An update that dumped as the array of an insert would misstate the state, so the kind is named.
+    [(key, namespace, rows)] = _entries("stream-exec-sink_1/insert-into-upsert-with-sink-upsert-materializer-"
+                                        "writable-metadata-v1", "values")
+    assert (key, namespace) == (("BOB",), None)
+    assert [getattr(row, "kind", 0) for row in rows] == [0, 2]
+    assert to_json(rows) == [["BOB", 5], {"row_kind": "+U", "fields": ["BOB", 6]}]
+
 # --------------------------------------------------------------------------------------------------------------------
 # 2. Generated rows of every logical type
 # --------------------------------------------------------------------------------------------------------------------
