@@ -38,7 +38,7 @@ from flinkstate.format.handles import (
     RelativeFileStateHandle,
     StreamStateHandle,
 )
-from flinkstate.format.heap_blocks import HEAP_FORMAT, HeapBlock, heap_codecs, walk_heap_block
+from flinkstate.format.heap_blocks import HEAP_FORMAT, HeapBlock, HeapStateCodec, heap_codecs, walk_heap_block
 from flinkstate.format.keyed_entries import EntryDecoder, KeyLayout, make_entry_decoder
 from flinkstate.format.keyed_header import (
     END_OF_KEY_GROUP_MARK,
@@ -153,6 +153,8 @@ def key_group_prefix_bytes(max_parallelism: int) -> int:
 class KeyedStateStream:
     """One subtask's keyed-state stream. ``context`` (e.g. ``operator stats``) prefixes error messages."""
 
+    _heap_codecs: list[HeapStateCodec] | None = None  # a heap-format stream's codecs, built on its first block
+
     def __init__(self, location: SavepointLocation, handle: KeyGroupsStateHandle, max_parallelism: int,
                  context: str) -> None:
         if handle.delegate is None:
@@ -247,22 +249,25 @@ class KeyedStateStream:
                     ) -> Iterator[HeapBlock]:
         """The parsed blocks of a heap-format stream (every key group, within ``key_group_range``); with
         ``state_name``, each block is walked only up to that state's section."""
+        for key_group, start, end in self._blocks:
+            if key_group_range is None or key_group in key_group_range:
+                yield self.heap_block(key_group, start, end, state_name)
+
+    def heap_block(self, key_group: int, start: int, end: int, state_name: str | None = None) -> HeapBlock:
+        """One parsed block of a heap-format stream (``(key group, start, end)`` of :attr:`blocks`)."""
         header = self.header()
         wanted = header.state_index(state_name) if state_name is not None else None
-        codecs = heap_codecs(header)
-        for key_group, start, end in self._blocks:
-            if key_group_range is not None and key_group not in key_group_range:
-                continue
-            data = self.source.read(start, end - start)
-            try:
-                yield walk_heap_block(data, key_group, codecs, header.compressed, wanted)
-            except SavepointFormatError as exc:
-                state = f", state {state_name}" if state_name else ""
-                where = f" (at {exc.offset} in the decompressed block)" if header.compressed else ""
-                # a compressed block's error is placed at the block's start, its offset inside said in the text
-                base = start - (exc.offset or 0) if header.compressed else start
-                raise exc.located(self.source.path, base, f"{self.context}{state}, key group {key_group}{where}"
-                                  ) from None
+        codecs = heap_codecs(header) if self._heap_codecs is None else self._heap_codecs
+        self._heap_codecs = codecs  # built once per stream: a block per key group may be thousands of calls
+        try:
+            return walk_heap_block(self.source.read(start, end - start), key_group, codecs, header.compressed, wanted)
+        except SavepointFormatError as exc:
+            state = f", state {state_name}" if state_name else ""
+            where = f" (at {exc.offset} in the decompressed block)" if header.compressed else ""
+            # a compressed block's error is placed at the block's start, its offset inside said in the text
+            base = start - (exc.offset or 0) if header.compressed else start
+            raise exc.located(self.source.path, base, f"{self.context}{state}, key group {key_group}{where}"
+                              ) from None
 
     def read_block(self, key_group: int, start: int, end: int, state_name: str | None = None) -> bytes:
         """The (decompressed) block of one key group; ``state_name`` only names the state being read in errors."""

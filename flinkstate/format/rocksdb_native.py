@@ -34,7 +34,7 @@ from flinkstate.format.handles import (
 from flinkstate.format.heap_blocks import HeapBlock
 from flinkstate.format.keyed_entries import make_entry_decoder
 from flinkstate.format.keyed_header import KeyedBackendHeader
-from flinkstate.format.keyed_stream import KeyedStateStream, StreamSource, key_group_prefix_bytes
+from flinkstate.format.keyed_stream import KeyedStateStream, StreamSource, encode_block, key_group_prefix_bytes
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
 from flinkstate.storage.locations import SavepointLocation, StorageError
 
@@ -64,6 +64,9 @@ class NativeRocksDBStream(KeyedStateStream):
         self.heap_format = False
         self._directory: str | None = None
         self._db: Any = None
+        # canonical_block's position: one raw iterator per state (by state id), and the key group it read last
+        self._cursors: list[Any] | None = None
+        self._cursor_group = -1
 
     @property
     def key_group_range(self) -> KeyGroupRange:
@@ -169,6 +172,7 @@ class NativeRocksDBStream(KeyedStateStream):
                                        f"records {handle.size}", self.location.describe(name), copied)
 
     def close(self) -> None:
+        self._cursors = None  # iterators first: they hold the column families open
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -230,15 +234,65 @@ class NativeRocksDBStream(KeyedStateStream):
             yield current, entries
 
 
-def iter_raw(stream: NativeRocksDBStream, state_name: str) -> Iterator[tuple[int, bytes, bytes]]:
-    """``(key group, key bytes, value bytes)`` of every entry of one state inside the stream's key-group range, in
-    RocksDB's order (byte-level comparisons with a canonical savepoint's raw entries)."""
+    def canonical_block(self, key_group: int) -> bytes:
+        """The key group's block as a canonical savepoint of the same job stores it (uncompressed; ``b""`` when the
+        key group holds no entry): per state in state-id order (the header's), its RocksDB key and value bytes in
+        RocksDB's key order, copied as they are. That is what ``FullSnapshotAsyncWriter`` writes from
+        ``RocksStatesPerKeyGroupMergeIterator`` (ordered by key group, then state id, then key), list state's merged
+        value included (the merge operator runs on read). Calls for consecutive key groups continue one iterator per
+        state; any other call seeks, so memory stays one key group's entries."""
+        header = self.header()
+        db = self._open_db()
+        prefix = self.prefix_bytes
+        start = key_group.to_bytes(prefix, "big")
+        if self._cursors is None:
+            self._cursors = [db.get_column_family(state.name).iter() if state.name in self._families else None
+                             for state in header.states]
+            self._cursor_group = -1
+        reseek = key_group != self._cursor_group + 1
+        self._cursor_group = key_group
+        runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
+        for state_id, cursor in enumerate(self._cursors):
+            if cursor is None:
+                continue
+            pairs: list[tuple[bytes, bytes]] = []
+            try:
+                if reseek:
+                    cursor.seek(start)
+                while cursor.valid():
+                    key = bytes(cursor.key())
+                    group = int.from_bytes(key[:prefix], "big")
+                    if group > key_group:
+                        break
+                    if group < key_group:
+                        raise SavepointFormatError(f"entry of key group {group} after key group {key_group - 1}")
+                    pairs.append((key, bytes(cursor.value())))
+                    cursor.next()
+            except SavepointFormatError as exc:
+                raise SavepointFormatError(f"{self.context}, state {header.states[state_id].name}, key group "
+                                           f"{key_group}: {exc.what}", self.source.path) from None
+            except Exception as exc:  # RocksDB's status (e.g. an unmerged list operand)
+                raise SavepointFormatError(f"{self.context}, state {header.states[state_id].name}, key group "
+                                           f"{key_group}: cannot read the entry ({type(exc).__name__}: {exc})",
+                                           self.source.path) from None
+            runs.append((state_id, pairs))
+        return encode_block(runs)
+
+
+def iter_raw(stream: NativeRocksDBStream, state_name: str, key_group_range: KeyGroupRange | None = None
+             ) -> Iterator[tuple[int, bytes, bytes]]:
+    """``(key group, key bytes, value bytes)`` of every entry of one state inside the stream's key-group range (and
+    ``key_group_range``), in RocksDB's order (byte-level comparisons with a canonical savepoint's raw entries)."""
     if stream.header().state_index(state_name) is None:
         return
     db = stream._open_db()
     if state_name not in stream._families:
         return
     prefix, wanted = stream.prefix_bytes, stream.key_group_range
+    if key_group_range is not None:
+        wanted = wanted.intersection(key_group_range)
+        if not len(wanted):
+            return
     for key, value in db.get_column_family(state_name).items(from_key=wanted.start.to_bytes(prefix, "big")):
         key_group = int.from_bytes(key[:prefix], "big")
         if key_group > wanted.end:

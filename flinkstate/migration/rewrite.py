@@ -13,6 +13,7 @@ import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from flinkstate._speedups import fast_encoder
@@ -29,6 +30,7 @@ from flinkstate.format.keyed_stream import (
 )
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.jsonify import to_json
+from flinkstate.migration.native import CanonicalBlocks, EntryEncoder
 from flinkstate.migration.plan import DROP, MigrationError, MigrationPlan, OperatorPlan, StateRewrite, localize
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
@@ -184,12 +186,32 @@ def _layout(header: KeyedBackendHeader, meta: StateMetaInfo, prefix_bytes: int) 
                      key.fixed_length < 0 and namespace.fixed_length < 0, key_snapshot=key)
 
 
+def identity_encoders(stream: KeyedStateStream, operator: Any) -> list[EntryEncoder | None]:
+    """Per state id of the stream's header, the canonical encoder of its entries with its own serializers (None for
+    a state without a codec): what writes a native stream's decoded entries canonically."""
+    header = stream.header()
+    identity = OperatorPlan(operator, operator.operator_id, operator.uid, header, header,
+                            [StateRewrite(m.name, m.name, i, m.kind, None, None, False, True)
+                             for i, m in enumerate(header.states)])
+    encoders: list[EntryEncoder | None] = []
+    for rewrite in identity.rewrites:
+        assert rewrite is not None
+        try:
+            encoders.append(StateCodec(identity, rewrite, stream.prefix_bytes).encode_entry)
+        except (NotImplementedError, SavepointFormatError):
+            encoders.append(None)
+    return encoders
+
+
 class _SubtaskMigrator:
     def __init__(self, source: Savepoint, plan: OperatorPlan, subtask: int) -> None:
         self.source = source
         self.subtask = subtask
         self.streams = dict(source.keyed_streams(plan.source))
         self.stream = self.streams[subtask]
+        # Blocks in the canonical layout, whatever the source's format (native snapshots are converted).
+        self.blocks = {index: CanonicalBlocks(stream, partial(identity_encoders, stream, plan.source))
+                       for index, stream in self.streams.items()}
         # Each stream's blocks use its own header's state ids. In place, a subtask keeps its own state list; rekeyed,
         # entries come from every stream, so the output lists every state and each stream's ids are mapped.
         if plan.key_transform is None:
@@ -257,17 +279,24 @@ class _SubtaskMigrator:
         recompress = plan.new_header.compressed != plan.old_header.compressed  # type: ignore[union-attr]
         only_copies = not recompress and all(r is not None and not r.touches_values and r.new_id == i
                                              for i, r in enumerate(plan.rewrites))
+        blocks = self.blocks[self.subtask]
         for key_group, start, end in stream.blocks:
             if key_group_range is not None and key_group not in key_group_range:
                 continue
-            if only_copies:
+            if only_copies and not blocks.native:
                 # No state of this operator changes its bytes: the stored block is copied as it is (only the
                 # header changed), but still scanned for the entry counts.
                 raw = stream.source.read(start, end - start)
                 self._count_block(stream.read_block(key_group, start, end), key_group, start)
                 writer.write_raw_block(key_group, raw)
                 continue
-            data = stream.read_block(key_group, start, end)
+            data = blocks.read(key_group, start, end)
+            if not data:  # a native snapshot's key group without entries
+                continue
+            if only_copies:  # a native block, already in the canonical layout: written (compressed if asked) as is
+                self._count_block(data, key_group, start)
+                writer.write_block(key_group, data)
+                continue
             writer.write_block(key_group, encode_block(self._rewrite_block(data, key_group, start)))
 
     def _count_block(self, data: bytes, key_group: int, block_offset: int) -> None:
@@ -332,7 +361,9 @@ class _SubtaskMigrator:
         for index, stream in sorted(self.streams.items()):
             ids = self.stream_ids[index]
             for key_group, start, end in stream.blocks:
-                data = stream.read_block(key_group, start, end)
+                data = self.blocks[index].read(key_group, start, end)
+                if not data:
+                    continue
                 for local_id, ks, ke, vs, ve in stream.raw_entries(data, key_group, start):
                     state_id = ids[local_id]
                     rewrite = plan.rewrites[state_id]
@@ -438,12 +469,14 @@ def dry_run_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, su
             writer = KeyedStreamWriter(sink, migrator.plan.new_header, migrator.stream.key_group_range, os.devnull)
             migrator.run_rekeyed(writer, migrator.stream.key_group_range, op_plan.source.max_parallelism)
     else:
-        stream = migrator.stream
+        stream, blocks = migrator.stream, migrator.blocks[subtask]
         for key_group, start, end in stream.blocks:
             if key_group_range is None or key_group in key_group_range:
-                migrator._rewrite_block(stream.read_block(key_group, start, end), key_group, start)
+                data = blocks.read(key_group, start, end)
+                if data:
+                    migrator._rewrite_block(data, key_group, start)
     return DryRunResult(operator_id, subtask, key_group_range, migrator.counts, migrator.dead_letters)
 
 
-__all__ = ["DryRunResult", "StateCodec", "StateCount", "SubtaskResult", "dry_run_subtask", "migrate_entry",
-           "migrate_subtask"]
+__all__ = ["DryRunResult", "StateCodec", "StateCount", "SubtaskResult", "dry_run_subtask", "identity_encoders",
+           "migrate_entry", "migrate_subtask"]

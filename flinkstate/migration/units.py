@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 from flinkstate.binary import KeyGroupRange
 from flinkstate.format.handles import (
     SAVEPOINT_KEY_GROUPS,
+    IncrementalKeyedStateHandle,
     KeyGroupRangeOffsets,
     KeyGroupsStateHandle,
     RelativeFileStateHandle,
@@ -106,7 +107,9 @@ def _split_stream(stream: KeyedStateStream, operator_id: str, subtask: int, part
     about the same number of stored bytes."""
     full = stream.key_group_range
     blocks = stream.blocks
-    total = sum(end - start for _, start, end in blocks)
+    # A native RocksDB snapshot's blocks have no stored size (its entries are in RocksDB's files): each key group
+    # weighs one there, so its range is cut into equal numbers of key groups.
+    total = sum(max(end - start, 1) for _, start, end in blocks)
     parts = max(1, min(parts, len(blocks)))
     starts = [full.start]
     done, cut = 0, 1
@@ -114,7 +117,7 @@ def _split_stream(stream: KeyedStateStream, operator_id: str, subtask: int, part
         if cut < parts and done >= total * cut / parts and key_group > starts[-1]:
             starts.append(key_group)
             cut += 1
-        done += end - start
+        done += max(end - start, 1)
     bounds = [*starts[1:], full.end + 1]
     return [Unit(operator_id, subtask, KeyGroupRange(a, b - 1)) for a, b in zip(starts, bounds, strict=True)]
 
@@ -123,9 +126,11 @@ def _stream_sizes(source: Savepoint, plan: MigrationPlan, streams: Sequence[tupl
     sizes = []
     for operator_id, subtask in streams:
         handle = plan.operators[operator_id].source.subtasks[subtask].managed_keyed_state
-        # A native RocksDB handle has no one stream to split (the planner refuses those first).
-        sizes.append(handle.delegate.size
-                     if isinstance(handle, KeyGroupsStateHandle) and handle.delegate is not None else 0)
+        if isinstance(handle, IncrementalKeyedStateHandle):  # native RocksDB: the size of its files
+            sizes.append(sum(f.handle.size for f in (*handle.shared, *handle.private) if f.handle is not None))
+        else:
+            sizes.append(handle.delegate.size
+                         if isinstance(handle, KeyGroupsStateHandle) and handle.delegate is not None else 0)
     return sizes
 
 

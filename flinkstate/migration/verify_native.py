@@ -1,0 +1,210 @@
+"""The verifier's source entries of an operator whose keyed state is in a native format (native RocksDB files, the
+HashMap backend's own blocks), read with the native readers, not through the canonical blocks the migration made
+of them (:mod:`flinkstate.migration.native`), so that a fault in that conversion shows as a difference.
+
+As for canonical sources (``verify._exact_source_entries``), every source entry must re-encode to exactly the bytes
+Flink wrote before it is compared: a RocksDB entry to its key and value bytes; a heap element (``namespace, key,
+state``, the state serialized whole) to its bytes in the block. A codec that loses anything (a nanosecond, a NaN
+payload) is caught here, not hidden behind two equally shortened values. Memory: one key group's entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from flinkstate.binary import I32, KeyGroupRange
+from flinkstate.errors import FlinkStateError
+from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
+from flinkstate.format.keyed_stream import KeyedStateStream
+from flinkstate.format.metadata import OperatorState
+from flinkstate.format.rocksdb_native import NativeRocksDBStream, iter_raw
+from flinkstate.migration.canonical import show
+from flinkstate.migration.plan import OperatorPlan, StateRewrite
+from flinkstate.migration.rewrite import StateCodec
+from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.timer import Timer
+
+Encoder = Callable[[Any, bytearray], None]
+
+
+class NativeVerificationError(FlinkStateError):
+    """A native source entry does not re-encode to its bytes (raised on as the verifier's ``VerificationError``)."""
+
+
+def native_source(source: Savepoint, op: OperatorState) -> bool:
+    """Whether any subtask of the operator holds keyed state in a native format (read from the source itself)."""
+    for _, stream in source.keyed_streams(op):
+        if isinstance(stream, NativeRocksDBStream):
+            return True
+        stream.header()
+        if stream.heap_format:
+            return True
+    return False
+
+
+def _identity_codec(op: OperatorState, header: KeyedBackendHeader, state_id: int, prefix_bytes: int) -> StateCodec:
+    identity = OperatorPlan(op, op.operator_id, op.uid, header, header,
+                            [StateRewrite(m.name, m.name, i, m.kind, None, None, False, True)
+                             for i, m in enumerate(header.states)])
+    rewrite = identity.rewrites[state_id]
+    assert rewrite is not None
+    return StateCodec(identity, rewrite, prefix_bytes)
+
+
+def native_source_entries(source: Savepoint, op: OperatorState, op_plan: OperatorPlan, rewrite: StateRewrite,
+                          where: str, key_groups: KeyGroupRange | None = None
+                          ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+    """``(key group, entries)`` of one state of the source, decoded by each stream's own reader and checked to
+    re-encode exactly, in key-group order (subtask ranges are disjoint and in order); within ``key_groups``."""
+    del op_plan  # the source alone says what it holds
+    for _, stream in source.keyed_streams(op):
+        if key_groups is not None and not len(stream.key_group_range.intersection(key_groups)):
+            continue
+        header = stream.header()
+        state_id = header.state_index(rewrite.old_name)
+        if state_id is None:
+            continue  # this subtask never registered the state
+        try:
+            if isinstance(stream, NativeRocksDBStream):
+                yield from _rocksdb_entries(stream, op, header, state_id, key_groups)
+            elif stream.heap_format:
+                yield from _heap_entries(stream, header, state_id, key_groups)
+            else:  # the State Processor API mixes canonical streams with heap ones
+                yield from _canonical_entries(stream, op, header, state_id, key_groups)
+        except NativeVerificationError as exc:
+            # verify imports this module, so its error class is looked up here, when one is raised
+            from flinkstate.migration.verify import VerificationError
+
+            raise VerificationError(f"{where}, {exc}") from None
+
+
+def _rocksdb_entries(stream: NativeRocksDBStream, op: OperatorState, header: KeyedBackendHeader, state_id: int,
+                     key_groups: KeyGroupRange | None) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+    codec = _identity_codec(op, header, state_id, stream.prefix_bytes)
+    current, entries = -1, list[tuple[Any, ...]]()
+    for kg, key, value in iter_raw(stream, header.states[state_id].name, key_groups):
+        if kg != current:
+            if entries:
+                yield current, entries
+            current, entries = kg, []
+        data = key + value
+        entries.append(_codec_exact(codec, data, (0, len(key), len(key), len(data)), (key, value), kg, header,
+                                    state_id))
+    if entries:
+        yield current, entries
+
+
+def _canonical_entries(stream: KeyedStateStream, op: OperatorState, header: KeyedBackendHeader, state_id: int,
+                       key_groups: KeyGroupRange | None) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+    codec = _identity_codec(op, header, state_id, stream.prefix_bytes)
+    for kg, start, end in stream.blocks:
+        if key_groups is not None and kg not in key_groups:
+            continue
+        data = stream.read_block(kg, start, end)
+        entries = []
+        for sid, ks, ke, vs, ve in stream.raw_entries(data, kg, start):
+            if sid == state_id:
+                stored = (bytes((data[ks] & 0x7F,)) + data[ks + 1:ke], data[vs:ve])
+                entries.append(_codec_exact(codec, data, (ks, ke, vs, ve), stored, kg, header, state_id))
+        if entries:
+            yield kg, entries
+
+
+def _heap_entries(stream: KeyedStateStream, header: KeyedBackendHeader, state_id: int,
+                  key_groups: KeyGroupRange | None) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+    state = header.states[state_id]
+    encode_element = _heap_element_encoder(state, header)
+    for block in stream.heap_blocks(state.name, key_groups):
+        entries: list[tuple[Any, ...]] = []
+        for sid, _, elements in block.sections:
+            if sid != state_id:
+                continue
+            for element in elements:
+                try:
+                    same = encode_element(element.entries) == block.payload[element.start:element.end]
+                except FlinkStateError:
+                    raise
+                except Exception as exc:
+                    raise _failed(block.key_group, exc) from None
+                if not same:
+                    raise _not_exact(block.key_group, element.entries[0], header, state_id)
+                entries += element.entries
+        if entries:
+            yield block.key_group, entries
+
+
+def _heap_element_encoder(state: StateMetaInfo, header: KeyedBackendHeader
+                          ) -> Callable[[tuple[tuple[Any, ...], ...]], bytes]:
+    """The bytes ``HeapSnapshotStrategy`` writes for one element, from its decoded entries (one entry; a map state
+    one per user key, in the element's order): namespace, key, then the state by its full serializer (a list state's
+    ``ListSerializer``, a map state's ``MapSerializer``); a timer by its ``TimerSerializer``."""
+    kind, full = state.kind, state.serializer("VALUE_SERIALIZER")
+    if full is None or header.key_serializer is None or state.namespace_serializer is None:
+        raise NativeVerificationError(f"state {state.name}: no key, namespace or value serializer")
+    if kind == TIMERS:
+        timer = full.encoder()
+
+        def encode_timer(entries: tuple[tuple[Any, ...], ...]) -> bytes:
+            (key, namespace, timestamp), = entries
+            out = bytearray()
+            timer(Timer(timestamp, key, namespace), out)
+            return bytes(out)
+
+        return encode_timer
+    key_enc: Encoder = header.key_serializer.encoder()
+    ns_enc: Encoder = state.namespace_serializer.encoder()
+    if kind == "MAP":
+        user_key_enc, user_value_enc = full.nested[0].encoder(), full.nested[1].encoder()
+    else:
+        value_enc = full.encoder()
+
+    def encode(entries: tuple[tuple[Any, ...], ...]) -> bytes:
+        out = bytearray()
+        ns_enc(entries[0][1], out)
+        key_enc(entries[0][0], out)
+        if kind != "MAP":
+            value_enc(entries[0][2], out)
+            return bytes(out)
+        out += I32.pack(len(entries))
+        for _, _, user_key, user_value in entries:
+            user_key_enc(user_key, out)
+            if user_value is None:
+                out.append(1)
+            else:
+                out.append(0)
+                user_value_enc(user_value, out)
+        return bytes(out)
+
+    return encode
+
+
+def _codec_exact(codec: StateCodec, data: bytes, span: tuple[int, int, int, int], stored: tuple[bytes, bytes],
+                 kg: int, header: KeyedBackendHeader, state_id: int) -> tuple[Any, ...]:
+    """One stored (key, value) decoded, and checked to encode back to ``stored``."""
+    try:
+        entry = codec.decode(data, *span)
+        same = codec.encode_entry(entry, kg) == stored
+    except FlinkStateError:
+        raise
+    except Exception as exc:
+        raise _failed(kg, exc) from None
+    if not same:
+        raise _not_exact(kg, entry, header, state_id)
+    return entry
+
+
+def _failed(kg: int, exc: Exception) -> NativeVerificationError:
+    return NativeVerificationError(f"key group {kg}: a source entry cannot be decoded and re-encoded "
+                                   f"({type(exc).__name__}: {exc})")
+
+
+def _not_exact(kg: int, entry: tuple[Any, ...], header: KeyedBackendHeader, state_id: int) -> NativeVerificationError:
+    state = header.states[state_id]
+    type_name = state.value_serializer.type_name() if state.value_serializer is not None else state.kind
+    return NativeVerificationError(f"key group {kg}: the source entry {show(entry)} does not re-encode to the bytes "
+                                   f"Flink wrote: this tool's codec for {type_name} would change it, so the state "
+                                   f"cannot be migrated exactly")
+
+
+__all__ = ["NativeVerificationError", "native_source", "native_source_entries"]
