@@ -4,7 +4,8 @@ POJO → object; Row and Tuple → array by position (a Row or RowData whose Row
 them: an update or delete is a different record from an insert of the same fields); List/Set → array;
 byte[] → base64 string; null → null;
 BigDecimal → string (no precision loss); VoidNamespace → null; TimeWindow → {"start", "end"}; TTL values →
-{"value", "last_access"}; Kryo (opaque) values → {"type", "base64"}; Enum → constant name.
+{"value", "last_access"}; Kryo values decoded (JDK classes) → {"type", "class", "value"}, Kryo (opaque) values →
+{"type", "base64"}; Enum → constant name.
 
 Dates and times (the exact models of :mod:`flinkstate.serializers.times`) → ISO-8601 strings with every stored digit:
 Instant and java.sql.Timestamp in UTC with 9 fractional digits and ``Z`` (``2024-05-01T10:15:00.123456789Z``),
@@ -27,6 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from flinkstate.serializers.kryo import OpaqueValue
+from flinkstate.serializers.kryo_data import KryoValue, plain
 from flinkstate.serializers.namespaces import TimeWindow
 from flinkstate.serializers.row import KindedRow
 from flinkstate.serializers.timer import Timer
@@ -65,6 +67,8 @@ def to_json(value: Any) -> Any:
         return str(value)
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
         return value.isoformat()
+    if isinstance(value, KryoValue):  # still marked as Kryo: "type" is the declared Kryo type, "class" the record's
+        return {"type": value.type_name, "class": value.java_class, "value": to_json(plain(value.value))}
     if isinstance(value, OpaqueValue):
         return {"type": value.type_name, "base64": base64.b64encode(value.data).decode("ascii")}
     raise TypeError(f"no JSON encoding for {type(value).__name__}")

@@ -1,10 +1,13 @@
 """``KryoSerializerSnapshot`` (version 2): ``UTF typeClass`` then three LinkedOptionalMaps (registrations, default
 serializer instances, default serializer classes) whose frames are kept as raw bytes.
 
-Kryo data (``writeClassAndObject``; Kryo 2.24 in Flink 1.x, 5.6 in 2.x) is not decoded: records are opaque and
-have no length of their own, so they can only be returned whole where the stream frames them (a whole state
-value, a MAP state value, or the last field of a POJO stored as one), as :class:`OpaqueValue`, and are written
-back byte for byte. Anywhere else (a list element, a POJO field followed by others) they are refused.
+Kryo data (``writeClassAndObject``; Kryo 2.24 in Flink 1.x, 5.6 in 2.x) is decoded by
+:mod:`flinkstate.serializers.kryo_data` where the record holds only JDK classes with built-in serializers: the
+value is a :class:`~flinkstate.serializers.kryo_data.KryoValue` that keeps the record's bytes (written back as they
+were). Any other record (a user class, a custom serializer) is opaque and has no length of its own: it is returned
+whole where the stream frames it (a whole state value, a MAP state value, or the last field of a POJO stored as
+one), as :class:`OpaqueValue`, and written back byte for byte. Anywhere else (a list element, a POJO field followed
+by others) only a fully decodable record can be delimited; an opaque one is refused.
 """
 
 from __future__ import annotations
@@ -16,6 +19,15 @@ from flinkstate.binary import Reader, Writer
 from flinkstate.compatibility import INCOMPATIBLE, RECONFIGURED, Compatibility, Finding
 from flinkstate.format_errors import UnsupportedFormat
 from flinkstate.serializers.base import Decoder, Encoder, TypeSerializerSnapshot
+from flinkstate.serializers.kryo_data import (
+    KRYO2,
+    KRYO5,
+    KryoCorrupt,
+    KryoOpaque,
+    KryoValue,
+    decode_record,
+    registration_table,
+)
 from flinkstate.serializers.pojo import OptionalMapEntry, read_linked_optional_map, write_linked_optional_map
 from flinkstate.serializers.registry import register
 
@@ -33,12 +45,25 @@ def opaque_encoder(type_name: str, what: str = "values") -> Encoder:
     :class:`OpaqueValue` read from a savepoint for the same type can be written back, since making new bytes would
     need the class's Java code."""
     def encode(value: Any, out: bytearray) -> None:
+        if isinstance(value, KryoValue) and value.type_name == type_name:
+            out += value.data  # decoded for reading; the original bytes are the exact record
+            return
         if not isinstance(value, OpaqueValue) or value.type_name != type_name:
             raise UnsupportedFormat(f"{type_name}: only {what} read from a savepoint (passed through byte for byte) "
                                     f"can be written, not {type(value).__name__}")
         out += value.data
 
     return encode
+
+
+def _registered_plain(frame: Any) -> bool:
+    """Whether a KryoRegistration frame (``UTF class; i32 serializerDefinitionType``) registers the class with
+    Kryo's default serializer (type 0, UNSPECIFIED) rather than a serializer class or instance of its own."""
+    if not isinstance(frame, (bytes, bytearray)) or len(frame) < 2:
+        return False
+    name_len = int.from_bytes(frame[:2], "big")
+    kind = frame[2 + name_len:6 + name_len]
+    return len(kind) == 4 and int.from_bytes(kind, "big") == 0
 
 
 def _raw(frame: Reader) -> bytes:
@@ -74,20 +99,71 @@ class KryoSnapshot(TypeSerializerSnapshot):
         for entries in (self.registrations, self.default_serializers, self.default_serializer_classes):
             write_linked_optional_map(writer, entries, _same, _same)
 
-    #: A Kryo record carries no length: it is known only as a whole stored value (or the tail of one).
+    #: A Kryo record carries no length: an opaque one is known only as a whole stored value (or the tail of one).
+    #: Decodable records are delimited by :meth:`make_decoder`; whole values go through :meth:`tail_decoder`.
     needs_end = True
+    #: The Kryo version of the savepoint's data (2: Flink 1.x, 5: Flink 2.x) when the caller knows it (the _metadata
+    #: version: <= 4 is Flink 1.x, >= 5 Flink 2.x); None: a record is decoded only where both readings agree, or
+    #: (a whole value) where exactly one reads it to its end.
+    kryo_version: int | None = None
+
+    def registrations_in_order(self) -> list[tuple[str, bool]]:
+        """The snapshot's registrations (class name, registered without a serializer of its own), in id order."""
+        result = []
+        for entry in self.registrations:
+            result.append((entry.name, _registered_plain(entry.value)))
+        return result
+
+    def _versions(self) -> tuple[int, ...]:
+        return (self.kryo_version,) if self.kryo_version in (KRYO2, KRYO5) else (KRYO2, KRYO5)
+
+    def _tables(self) -> dict[int, dict[int, tuple[str, bool]]]:
+        plain = self.registrations_in_order()
+        return {v: registration_table(v, plain) for v in (KRYO2, KRYO5)}
 
     def make_decoder(self) -> Decoder:
-        raise UnsupportedFormat(f"Kryo-serialized {self.type_class} cannot be decoded here: Kryo records carry no "
-                                f"length, so only a whole stored value (or a POJO's last field) can be passed through")
-
-    def tail_decoder(self) -> Decoder:
-        type_name = self.type_name()
+        """Delimits a record by decoding it: only records of JDK classes with built-in serializers have an end."""
+        type_name, versions, tables = self.type_name(), self._versions(), self._tables()
 
         def decode(buf: bytes, off: int) -> tuple[Any, int]:
-            return OpaqueValue(type_name, bytes(buf[off:])), len(buf)
+            try:
+                version, cls, value, end = decode_record(buf, off, len(buf), versions, tables, whole=False)
+            except KryoOpaque as e:
+                raise UnsupportedFormat(f"{type_name} value at byte {off} holds {e}: Kryo records carry no length, "
+                                        f"so it can be passed through only as a whole stored value") from None
+            except KryoCorrupt as e:
+                raise KryoCorrupt(f"{type_name}: {e}") from None
+            return KryoValue(type_name, cls, value, bytes(buf[off:end]), version), end
 
         return decode
+
+    def tail_decoder(self) -> Decoder:
+        """A whole stored value: decoded when possible, else passed through as :class:`OpaqueValue` (as before)."""
+        type_name, versions, tables = self.type_name(), self._versions(), self._tables()
+
+        def decode(buf: bytes, off: int) -> tuple[Any, int]:
+            data = bytes(buf[off:])
+            try:
+                version, cls, value, _ = decode_record(data, 0, len(data), versions, tables, whole=True)
+            except (KryoOpaque, KryoCorrupt):
+                return OpaqueValue(type_name, data), len(buf)
+            return KryoValue(type_name, cls, value, data, version), len(buf)
+
+        return decode
+
+    def describe_values(self, values: list[Any]) -> str:
+        """The per-state verdict for what was read: "Kryo: decoded (java.util.ArrayList, ...)", "Kryo: opaque" or
+        both with counts."""
+        decoded = sorted({v.java_class for v in values if isinstance(v, KryoValue)})
+        opaque = sum(1 for v in values if isinstance(v, OpaqueValue))
+        if not values:
+            return "Kryo: no values read"
+        if not opaque:
+            return f"Kryo: decoded ({', '.join(decoded)})"
+        if not decoded:
+            return "Kryo: opaque (passed through byte for byte)"
+        return (f"Kryo: {len(values) - opaque} of {len(values)} values decoded ({', '.join(decoded)}), {opaque} "
+                f"opaque (passed through byte for byte)")
 
     def make_encoder(self) -> Encoder:
         return opaque_encoder(self.type_name(), "Kryo values")
