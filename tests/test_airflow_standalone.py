@@ -139,9 +139,10 @@ def standalone(tmp_path_factory: pytest.TempPathFactory, flink_cluster: LocalFli
 def stop_standalone(process: subprocess.Popen[bytes], marker: str, log_path: Path) -> None:
     """Stops standalone's whole process group: SIGINT first (SIGTERM to the parent alone leaves its workers behind),
     then SIGTERM and SIGKILL to the group when a component does not exit in time (under load its scheduler can
-    hang in shutdown, and its LocalExecutor workers ignore SIGINT and SIGTERM: seen here, they needed SIGKILL). Passes
-    only when no process of ours is left."""
-    for signum, grace in ((signal.SIGINT, 60), (signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+    hang in shutdown, and its LocalExecutor workers ignore SIGINT and SIGTERM: seen here, they needed SIGKILL; so did
+    its dag-processor, which outlived 60 s of SIGINT and 20 s of SIGTERM, hence the short graces). Passes only when
+    no process of ours is left."""
+    for signum, grace in ((signal.SIGINT, 20), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
         try:
             os.killpg(process.pid, signum)
         except ProcessLookupError:
@@ -155,9 +156,11 @@ def stop_standalone(process: subprocess.Popen[bytes], marker: str, log_path: Pat
         while (process.poll() is None or processes_with_env(marker, process.pid)) and time.monotonic() < deadline:
             time.sleep(1)
         if process.poll() is not None and not processes_with_env(marker, process.pid):
-            if signum != signal.SIGINT:
-                print(f"airflow standalone needed {signal.Signals(signum).name} to stop")
+            print(f"airflow standalone stopped on {signal.Signals(signum).name} in "
+                  f"{grace - (deadline - time.monotonic()):.0f} s")
             return
+        print(f"airflow standalone still running {grace} s after {signal.Signals(signum).name}: "
+              f"{ {pid: describe(pid) for pid in processes_with_env(marker, process.pid)} }")
     left = {pid: describe(pid) for pid in processes_with_env(marker, process.pid)}
     print_tail(log_path)
     pytest.fail(f"airflow standalone left processes behind even after SIGKILL: {left}")
