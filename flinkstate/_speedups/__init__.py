@@ -249,6 +249,22 @@ def state_pairs(stream: Any, data: bytes, key_group: int, block_offset: int, sta
             if state_id is None or sid == state_id]
 
 
+def state_span(stream: Any, data: bytes, key_group: int, state_id: int) -> tuple[int, int, int] | None:
+    """``(start, end, count)``: the bytes of the entries of state ``state_id`` in one block of ``stream`` (``data``
+    as its ``read_block`` returns it) when they are one run, as Flink's full-snapshot writer emits them, and their
+    number; ``(0, 0, 0)`` when it has none. None when the fast path is off, the entries are in several runs, or the
+    block is malformed: the caller then compares the entries one by one (:func:`state_pairs`, which reports a
+    malformed block)."""
+    if not enabled() or type(data) is not bytes:
+        return None
+    try:
+        span: tuple[int, int, int] | None = _cdecode.state_span(data, len(stream.header().states), key_group,
+                                                                 stream.prefix_bytes, state_id)
+        return span
+    except Exception:
+        return None
+
+
 def fast_canonical(reference: Callable[[Any], Any]) -> Callable[[Any], Any] | None:
     """``reference`` (flinkstate.migration.canonical.canonical, the verifier's comparable form of a decoded value)
     built in C for the exact built-in types (None, bool, str, bytes, int, float, list, tuple, dict); other types,
@@ -260,6 +276,66 @@ def fast_canonical(reference: Callable[[Any], Any]) -> Callable[[Any], Any] | No
         return _cdecode.canonical(value, reference)
 
     return canonical
+
+
+def reencode_checker(key: TypeSerializerSnapshot, state: Any, prefix_bytes: int
+                     ) -> Callable[[bytes, int, int, int, list[tuple[Any, ...]]], int] | None:
+    """The verifier's exactness check of whole blocks, compiled: ``check(data, key_group, state_id, state_count,
+    entries)`` re-encodes ``entries`` (the block's decoded entries of state ``state_id``) with ``key`` and ``state``'s
+    own serializers, as :class:`flinkstate.migration.rewrite.StateCodec` does, and compares each with the bytes in
+    the block: -1 when every entry re-encodes exactly, else the index of the first that does not (the caller then
+    reruns the reference, entry by entry, which reports it). Raises on a block it cannot walk. None when the fast
+    path is off, or for timers (their key is the timer serializer's; the reference checks them)."""
+    from flinkstate.format.keyed_header import TIMERS
+
+    if not enabled() or state.kind == TIMERS:
+        return None
+    namespace, value, user_key = state.namespace_serializer, state.value_serializer, state.user_key_serializer
+    if namespace is None or value is None or (state.kind == "MAP" and user_key is None):
+        return None
+    kind = E_MAP if state.kind == "MAP" else E_LIST if state.kind == "LIST" else E_VALUE
+    ambiguous = key.fixed_length < 0 and namespace.fixed_length < 0
+    encoders = (fast_encoder(key), fast_encoder(namespace), fast_encoder(value),
+                fast_encoder(user_key) if user_key is not None else None)
+    check = _cdecode.reencode_check
+
+    def checker(data: bytes, key_group: int, state_id: int, state_count: int, entries: list[tuple[Any, ...]]
+                ) -> int:
+        index: int = check(data, key_group, state_id, state_count, prefix_bytes, entries, kind, ambiguous, *encoders)
+        return index
+
+    return checker
+
+
+def same_entries_reference(want: list[Any], got: list[Any], canonical: Callable[[Any], Any]) -> int:
+    """The pure-Python twin of the compiled ``same_entries``: -1 when both lists have the same length and their
+    items the same canonical forms pair by pair (``canonical`` is flinkstate.migration.canonical.canonical), else
+    the index of the first pair that differs (the shorter list's length on a length difference)."""
+    for index, (a, b) in enumerate(zip(want, got, strict=False)):
+        if canonical(a) != canonical(b):
+            return index
+    return -1 if len(want) == len(got) else min(len(want), len(got))
+
+
+def fast_same_entries(canonical: Callable[[Any], Any]) -> Callable[[list[Any], list[Any]], int] | None:
+    """The compiled ``same_entries(want, got)``: -1 when the lists are equal pair by pair as Java compares values
+    (``canonical``'s forms equal), else the index of the first pair it cannot call equal. It builds no canonical
+    form: exact built-in types are compared in place (the same type at every node, floats by bits, dicts in order),
+    any other type by ``canonical(a) == canonical(b)``. It may answer "not equal" for pairs whose canonical forms
+    are equal (dicts in another order, NaNs of two payloads), never the reverse: the caller then compares canonical
+    forms, which decide. None when the fast path is off."""
+    if not enabled():
+        return None
+    same_entries = _cdecode.same_entries
+
+    def reference(a: Any, b: Any) -> bool:
+        return bool(canonical(a) == canonical(b))
+
+    def compiled(want: list[Any], got: list[Any]) -> int:
+        index: int = same_entries(want, got, reference)
+        return index
+
+    return compiled
 
 
 def scan_compiled(decoder: object, data: bytes, key_group: int, wanted: int, state_count: int, prefix_bytes: int
@@ -292,5 +368,6 @@ def raw_entries_compiled(data: bytes, state_count: int | None, key_group: int | 
 
 
 __all__ = ["BUILD_ERROR", "PURE_PYTHON_VARIABLE", "codec_spec", "enabled", "encoder_spec", "fast_canonical",
-           "fast_codec", "fast_encoder", "fast_entry_decoder", "is_compiled", "pure_python_requested",
-           "raw_entries_compiled", "scan_compiled", "state_pairs"]
+           "fast_codec", "fast_encoder", "fast_entry_decoder", "fast_same_entries", "is_compiled",
+           "pure_python_requested", "raw_entries_compiled", "reencode_checker", "same_entries_reference",
+           "scan_compiled", "state_pairs", "state_span"]

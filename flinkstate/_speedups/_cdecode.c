@@ -1361,7 +1361,320 @@ static PyObject *canonical(PyObject *module, PyObject *args) {
     return canonical_of(value, reference);
 }
 
+/* state_span(data, state_count, key_group, prefix_bytes, state_id) -> (start, end, count): the bytes of the
+ * entries of one state in a block when they are one run (Flink's full-snapshot writer emits a key group state by
+ * state), from the first entry's key length to the last entry's value end, and how many entries; (0, 0, 0) when
+ * the state has none; None when its entries are in more than one run. The walk is raw_pairs'; DecodeError on
+ * anything it would refuse. Two kept states are then compared as two byte ranges. */
+static PyObject *state_span(PyObject *module, PyObject *args) {
+    PyObject *data;
+    Py_ssize_t state_count, key_group, wanted;
+    int prefix_bytes;
+    if (!PyArg_ParseTuple(args, "O!nnin", &PyBytes_Type, &data, &state_count, &key_group, &prefix_bytes, &wanted))
+        return NULL;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    if (size < 2) return block_error("empty key-group block", 0);
+    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
+    Py_ssize_t pos = 2, start = 0, end = 0, count = 0;
+    int runs = 0, in_run = 0;
+    if (state_id >= state_count) return block_error("bad state id", 0);
+    while (pos + 4 <= size) {
+        Py_ssize_t entry_start = pos;
+        int32_t key_len = (int32_t)be32(p + pos);
+        Py_ssize_t ks = pos + 4, ke = ks + key_len;
+        if (key_len <= 0 || ke + 4 > size) goto bad;
+        int32_t value_len = (int32_t)be32(p + ke);
+        Py_ssize_t vs = ke + 4;
+        pos = vs + value_len;
+        if (value_len < 0 || pos > size) goto bad;
+        unsigned char first = p[ks];
+        Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[ks + 1])
+                                             : (Py_ssize_t)(first & 0x7F);
+        if (group != key_group) goto bad;
+        if (state_id == wanted) {
+            if (!in_run) {
+                in_run = 1;
+                runs++;
+                start = entry_start;
+            }
+            end = pos;
+            count++;
+        } else {
+            in_run = 0;
+        }
+        if (first & 0x80) {
+            in_run = 0;
+            if (pos + 2 > size) goto bad;
+            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
+            pos += 2;
+            if (state_id == 0xFFFF) {
+                if (pos != size) goto bad;
+                if (runs > 1) Py_RETURN_NONE;
+                return Py_BuildValue("(nnn)", start, end, count);
+            }
+            if (state_count >= 0 && state_id >= state_count) goto bad;
+        }
+    }
+bad:
+    return block_error("malformed block", pos);
+}
+
+/* -- the verifier's block checks ------------------------------------------------------------------------------- */
+
+/* An Encoder's bytes for ``value`` appended to ``out``: its compiled tree, or (what it does not take) its reference,
+ * exactly as Encoder.__call__ does. */
+static int encode_with(PyObject *encoder, PyObject *value, PyObject *out) {
+    EncoderObject *enc = (EncoderObject *)encoder;
+    if (enc->root == NULL || enc->reference == NULL) {
+        PyErr_SetString(PyExc_ValueError, "encoder not compiled");
+        return -1;
+    }
+    Py_ssize_t start = PyByteArray_GET_SIZE(out);
+    if (encode_node(enc->root, value, out) == 0) return 0;
+    PyErr_Clear();
+    if (PyByteArray_Resize(out, start) < 0) return -1;
+    PyObject *result = PyObject_CallFunctionObjArgs(enc->reference, value, out, NULL);
+    if (result == NULL) return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+static int put_varint_le(PyObject *out, Py_ssize_t v) {
+    do {
+        if (put_byte(out, (unsigned char)(v & 0xFF)) < 0) return -1;
+        v >>= 8;
+    } while (v != 0);
+    return 0;
+}
+
+/* The stored key bytes (without the run flag) of one entry, as migration.rewrite.StateCodec.encode_entry writes
+ * them: key-group prefix, key, namespace (each followed by its length when both are of variable length), and for
+ * MAP the user key. */
+static int encode_key(PyObject *entry, int kind, int prefix_bytes, Py_ssize_t key_group, int ambiguous,
+                      PyObject *key_enc, PyObject *ns_enc, PyObject *user_key_enc, PyObject *out) {
+    if (prefix_bytes == 2 && put_byte(out, (unsigned char)(key_group >> 8)) < 0) return -1;
+    if (put_byte(out, (unsigned char)(key_group & 0xFF)) < 0) return -1;
+    Py_ssize_t start = PyByteArray_GET_SIZE(out);
+    if (encode_with(key_enc, PyTuple_GET_ITEM(entry, 0), out) < 0) return -1;
+    if (ambiguous && put_varint_le(out, PyByteArray_GET_SIZE(out) - start) < 0) return -1;
+    start = PyByteArray_GET_SIZE(out);
+    if (encode_with(ns_enc, PyTuple_GET_ITEM(entry, 1), out) < 0) return -1;
+    if (ambiguous && put_varint_le(out, PyByteArray_GET_SIZE(out) - start) < 0) return -1;
+    if (kind == E_MAP && encode_with(user_key_enc, PyTuple_GET_ITEM(entry, 2), out) < 0) return -1;
+    return 0;
+}
+
+/* The stored value bytes of one entry (StateCodec.encode_value); 1 when nothing would be stored (an empty list). */
+static int encode_value(PyObject *entry, int kind, PyObject *value_enc, PyObject *out) {
+    if (kind == E_LIST) {
+        PyObject *items = PyTuple_GET_ITEM(entry, 2);
+        if (!PyList_Check(items)) {
+            PyErr_SetString(PyExc_TypeError, "a LIST entry's value is not a list");
+            return -1;
+        }
+        Py_ssize_t n = PyList_GET_SIZE(items);
+        if (n == 0) return 1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i && put_byte(out, 0x2C) < 0) return -1;
+            if (i >= PyList_GET_SIZE(items)) return 1;  /* changed under us by a Python encoder */
+            if (encode_with(value_enc, PyList_GET_ITEM(items, i), out) < 0) return -1;
+        }
+        return 0;
+    }
+    if (kind == E_MAP) {
+        PyObject *value = PyTuple_GET_ITEM(entry, 3);
+        if (value == Py_None) return put_byte(out, 1);
+        if (put_byte(out, 0) < 0) return -1;
+        return encode_with(value_enc, value, out);
+    }
+    return encode_with(value_enc, PyTuple_GET_ITEM(entry, 2), out);
+}
+
+/* reencode_check(data, key_group, wanted, state_count, prefix_bytes, entries, kind, ambiguous, key_enc, ns_enc,
+ * value_enc, user_key_enc) -> the index of the first entry of state ``wanted`` in the block whose bytes differ from
+ * what the encoders make of ``entries`` at that index (the block's decoded entries of that state), or -1 when
+ * every one re-encodes exactly and the counts agree. The verifier's exactness check of a whole block in one pass;
+ * the walk is scan_block's. Raises on a malformed block or an encoder error (the caller reruns the reference). */
+static PyObject *reencode_check(PyObject *module, PyObject *args) {
+    PyObject *data, *entries, *key_enc, *ns_enc, *value_enc, *user_key_enc;
+    Py_ssize_t key_group, wanted, state_count;
+    int prefix_bytes, kind, ambiguous;
+    if (!PyArg_ParseTuple(args, "O!nnniO!ipOOOO", &PyBytes_Type, &data, &key_group, &wanted, &state_count,
+                          &prefix_bytes, &PyList_Type, &entries, &kind, &ambiguous, &key_enc, &ns_enc, &value_enc,
+                          &user_key_enc))
+        return NULL;
+    if (kind < E_VALUE || kind > E_MAP || (prefix_bytes != 1 && prefix_bytes != 2) ||
+        !PyObject_TypeCheck(key_enc, &EncoderType) || !PyObject_TypeCheck(ns_enc, &EncoderType) ||
+        !PyObject_TypeCheck(value_enc, &EncoderType) ||
+        (kind == E_MAP && !PyObject_TypeCheck(user_key_enc, &EncoderType))) {
+        PyErr_SetString(PyExc_TypeError, "reencode_check: bad kind, prefix or encoders");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    if (size < 2) return block_error("empty key-group block", 0);
+    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
+    Py_ssize_t pos = 2, index = 0;
+    if (state_id >= state_count) return block_error("bad state id", 0);
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, 0);
+    if (out == NULL) return NULL;
+    for (;;) {
+        if (pos + 4 > size) goto bad;
+        int32_t key_len = (int32_t)be32(p + pos);
+        Py_ssize_t ks = pos + 4, ke = ks + key_len;
+        if (key_len <= 0 || ke + 4 > size) goto bad;
+        int32_t value_len = (int32_t)be32(p + ke);
+        Py_ssize_t vs = ke + 4;
+        pos = vs + value_len;
+        if (value_len < 0 || pos > size) goto bad;
+        unsigned char first = p[ks];
+        Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[ks + 1])
+                                             : (Py_ssize_t)(first & 0x7F);
+        if (group != key_group) goto bad;
+        if (state_id == wanted) {
+            if (index >= PyList_GET_SIZE(entries)) goto differ;
+            PyObject *entry = PyList_GET_ITEM(entries, index);
+            if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != (kind == E_MAP ? 4 : 3)) goto differ;
+            Py_INCREF(entry);
+            int rc = PyByteArray_Resize(out, 0);
+            if (rc == 0) rc = encode_key(entry, kind, prefix_bytes, key_group, ambiguous, key_enc, ns_enc,
+                                         user_key_enc, out);
+            if (rc < 0) {
+                Py_DECREF(entry);
+                goto fail;
+            }
+            const char *got = PyByteArray_AS_STRING(out);
+            Py_ssize_t n = PyByteArray_GET_SIZE(out);
+            /* the stored key without its "last of its run" flag (keyed_stream.raw_key) */
+            if (n != ke - ks || (got[0] & 0xFF) != (first & 0x7F) || memcmp(got + 1, p + ks + 1, n - 1) != 0) {
+                Py_DECREF(entry);
+                goto differ;
+            }
+            rc = PyByteArray_Resize(out, 0);
+            if (rc == 0) rc = encode_value(entry, kind, value_enc, out);
+            Py_DECREF(entry);
+            if (rc < 0) goto fail;
+            if (rc == 1 || PyByteArray_GET_SIZE(out) != pos - vs ||
+                memcmp(PyByteArray_AS_STRING(out), p + vs, pos - vs) != 0)
+                goto differ;
+            index++;
+        }
+        if (first & 0x80) {
+            if (pos + 2 > size) goto bad;
+            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
+            pos += 2;
+            if (state_id == 0xFFFF) {
+                if (pos != size) goto bad;
+                break;
+            }
+            if (state_id >= state_count) goto bad;
+        } else if (pos >= size) {
+            goto bad;
+        }
+    }
+    Py_DECREF(out);
+    return PyLong_FromSsize_t(index == PyList_GET_SIZE(entries) ? -1 : index);
+differ:
+    Py_DECREF(out);
+    return PyLong_FromSsize_t(index);
+bad:
+    Py_DECREF(out);
+    return block_error("malformed block", pos);
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* same(a, b, reference) -> 1 when two decoded values are surely equal as Java compares them (the canonical forms
+ * of flinkstate/migration/canonical.py equal), 0 when this cannot tell (the caller then compares canonical forms,
+ * which decide). Exact built-in types only, compared without building anything: the same type at every node (so
+ * 1, True and 1.0 never match), floats by their bits (so -0.0 is not 0.0; NaNs of one payload match), dicts in
+ * the same order; any other type is decided by ``reference(a, b)`` (canonical(a) == canonical(b)). */
+static int same_of(PyObject *a, PyObject *b, PyObject *reference) {
+    if (a == b) return 1;  /* one object: its canonical form equals itself */
+    PyTypeObject *type = Py_TYPE(a);
+    if (type != Py_TYPE(b)) return 0;
+    if (type == &PyLong_Type || type == &PyUnicode_Type || type == &PyBytes_Type)
+        return PyObject_RichCompareBool(a, b, Py_EQ);
+    if (type == &PyFloat_Type) {
+        double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+        return memcmp(&x, &y, sizeof(double)) == 0;
+    }
+    if (type == &PyBool_Type || a == Py_None) return 0;  /* singletons: not the same object, so different */
+    if (type == &PyList_Type || type == &PyTuple_Type) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(a);
+        if (n != PySequence_Fast_GET_SIZE(b)) return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (n != PySequence_Fast_GET_SIZE(a) || n != PySequence_Fast_GET_SIZE(b)) return 0;
+            PyObject *x = PySequence_Fast_GET_ITEM(a, i), *y = PySequence_Fast_GET_ITEM(b, i);
+            Py_INCREF(x);
+            Py_INCREF(y);
+            int rc = same_of(x, y, reference);
+            Py_DECREF(x);
+            Py_DECREF(y);
+            if (rc != 1) return rc;
+        }
+        return 1;
+    }
+    if (type == &PyDict_Type) {
+        if (PyDict_GET_SIZE(a) != PyDict_GET_SIZE(b)) return 0;
+        Py_ssize_t pa = 0, pb = 0;
+        PyObject *ka, *va, *kb, *vb;
+        while (PyDict_Next(a, &pa, &ka, &va)) {
+            if (!PyDict_Next(b, &pb, &kb, &vb)) return 0;
+            Py_INCREF(ka); Py_INCREF(va); Py_INCREF(kb); Py_INCREF(vb);
+            int rc = same_of(ka, kb, reference);
+            if (rc == 1) rc = same_of(va, vb, reference);
+            Py_DECREF(ka); Py_DECREF(va); Py_DECREF(kb); Py_DECREF(vb);
+            if (rc != 1) return rc;
+        }
+        return 1;
+    }
+    PyObject *result = PyObject_CallFunctionObjArgs(reference, a, b, NULL);
+    if (result == NULL) return -1;
+    int truth = PyObject_IsTrue(result);
+    Py_DECREF(result);
+    return truth;
+}
+
+static PyObject *same(PyObject *module, PyObject *args) {
+    PyObject *a, *b, *reference;
+    if (!PyArg_ParseTuple(args, "OOO", &a, &b, &reference)) return NULL;
+    int rc = same_of(a, b, reference);
+    if (rc < 0) return NULL;
+    return PyBool_FromLong(rc);
+}
+
+/* same_entries(want, got, reference) -> -1 when the two lists have the same length and every pair is surely equal
+ * (same_of), else the index of the first pair it cannot call equal (len of the shorter list on a length
+ * difference). */
+static PyObject *same_entries(PyObject *module, PyObject *args) {
+    PyObject *want, *got, *reference;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &want, &PyList_Type, &got, &reference)) return NULL;
+    Py_ssize_t i = 0;
+    for (; i < PyList_GET_SIZE(want) && i < PyList_GET_SIZE(got); i++) {
+        PyObject *x = PyList_GET_ITEM(want, i), *y = PyList_GET_ITEM(got, i);
+        Py_INCREF(x);
+        Py_INCREF(y);
+        int rc = same_of(x, y, reference);
+        Py_DECREF(x);
+        Py_DECREF(y);
+        if (rc < 0) return NULL;
+        if (rc == 0) return PyLong_FromSsize_t(i);
+    }
+    return PyLong_FromSsize_t(PyList_GET_SIZE(want) == PyList_GET_SIZE(got) ? -1 : i);
+}
+
 static PyMethodDef module_methods[] = {
+    {"reencode_check", reencode_check, METH_VARARGS,
+     "reencode_check(data, key_group, wanted, state_count, prefix_bytes, entries, kind, ambiguous, key_enc, ns_enc, "
+     "value_enc, user_key_enc) -> index of the first entry not re-encoding to its bytes, or -1"},
+    {"state_span", state_span, METH_VARARGS,
+     "state_span(data, state_count, key_group, prefix_bytes, state_id) -> (start, end, count) of one run, or None"},
+    {"same", same, METH_VARARGS, "same(a, b, reference) -> whether two decoded values are surely equal to Java"},
+    {"same_entries", same_entries, METH_VARARGS,
+     "same_entries(want, got, reference) -> -1 when equal pair by pair, else the first index not surely equal"},
     {"canonical", canonical, METH_VARARGS, "canonical(value, reference) -> the reference's canonical form"},
     {"raw_pairs", raw_pairs, METH_VARARGS,
      "raw_pairs(data, state_count, key_group, prefix_bytes, state_id) -> [(key bytes, value bytes), ...]"},
