@@ -27,7 +27,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from flinkstate._speedups import fast_canonical, state_pairs
+from flinkstate._speedups import (
+    fast_canonical,
+    fast_same_entries,
+    reencode_checker,
+    same_entries_reference,
+    scan_compiled,
+    state_pairs,
+    state_span,
+)
 from flinkstate.binary import KeyGroupRange, assign_key_group
 from flinkstate.errors import FlinkStateError, printable
 from flinkstate.format.handles import (
@@ -353,10 +361,21 @@ def _verify_state(source: Savepoint, op: OperatorState, output: Savepoint, new_o
     kept = _check_state_header(output, new_op, op_plan, rewrite) and not native_source(source, op)
     result = StateVerification(label.removeprefix("operator "), rewrite.new_name, "bytes" if kept else "values")
     if kept:
-        pairs = _merge(_raw_entries_by_group(source, op, rewrite.old_name, key_groups),
-                       _raw_entries_by_group(output, new_op, rewrite.new_name, key_groups))
-        for kg, src_items, out_items in pairs:
-            if Counter(src_items) != Counter(out_items):
+        blocks = _merge(_state_blocks(source, op, rewrite.old_name, key_groups),
+                        _state_blocks(output, new_op, rewrite.new_name, key_groups))
+        for kg, src_blocks, out_blocks in blocks:
+            # A kept state's entries are one run per key group on both sides (Flink's writer emits a key group
+            # state by state; the rewrite copies the run): equal runs of bytes are equal entries, in order. Any
+            # other case is judged entry by entry, as multisets of (key, value) bytes.
+            if len(src_blocks) == len(out_blocks) == 1:
+                src_run, out_run = _span(src_blocks[0]), _span(out_blocks[0])
+                if src_run is not None and src_run == out_run:
+                    result.entries += src_run[1]
+                    continue
+            src_items = [pair for block in src_blocks for pair in state_pairs(*block)]
+            out_items = [pair for block in out_blocks for pair in state_pairs(*block)]
+            # Kept entries keep their order: equal lists are the common case, judged as multisets otherwise.
+            if src_items != out_items and Counter(src_items) != Counter(out_items):
                 missing = Counter(src_items) - Counter(out_items)
                 extra = Counter(out_items) - Counter(src_items)
                 raise VerificationError(f"{where}, key group {kg}: {sum(missing.values())} source entries missing "
@@ -366,6 +385,30 @@ def _verify_state(source: Savepoint, op: OperatorState, output: Savepoint, new_o
         return result
     _verify_values(source, op, output, new_op, op_plan, rewrite, where, result, key_groups)
     return result
+
+
+def _state_blocks(savepoint: Savepoint, op: OperatorState, state_name: str, key_groups: KeyGroupRange | None
+                  ) -> Iterator[tuple[int, list[tuple[Any, bytes, int, int, int]]]]:
+    """``(key group, [(stream, block bytes, key group, block offset, state id)])`` of the blocks that may hold one
+    state, in key-group order, within ``key_groups`` (None: all): the arguments of :func:`state_pairs` (one block
+    per key group: key-group ranges of subtasks are disjoint)."""
+    for _, stream in savepoint.keyed_streams(op):
+        if key_groups is not None and not len(stream.key_group_range.intersection(key_groups)):
+            continue  # another subtask's range: not even its header is read
+        state_id = stream.header().state_index(state_name)
+        if state_id is None:
+            continue  # this subtask never registered the state
+        for key_group, start, end in stream.blocks:
+            if key_groups is None or key_group in key_groups:
+                yield key_group, [(stream, stream.read_block(key_group, start, end), key_group, start, state_id)]
+
+
+def _span(block: tuple[Any, ...]) -> tuple[bytes, int] | None:
+    """The bytes of one kept state's run of entries in a block and their number (compiled: None when the fast path
+    is off or the entries are not one run)."""
+    stream, data, key_group, _, state_id = block
+    span = state_span(stream, data, key_group, state_id)
+    return None if span is None else (data[span[0]:span[1]], span[2])
 
 
 def _expected(op_plan: OperatorPlan, rewrite: StateRewrite, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -399,10 +442,26 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
                                 [StateRewrite(m.name, m.name, i, m.kind, None, None, False, True)
                                  for i, m in enumerate(local.states)])
         codec = StateCodec(identity, identity.rewrites[old_id], stream.prefix_bytes)  # type: ignore[arg-type]
+        state_count = len(local.states)
+        # Compiled (when built): a block's entries decoded in one pass, then re-encoded and compared with the
+        # block's bytes in one pass. It only ever says "all exact"; anything else (a difference, a block it cannot
+        # walk, the fast path off) reruns the reference below, entry by entry, which reports it.
+        checker = reencode_checker(local.key_serializer, local.states[old_id], stream.prefix_bytes) \
+            if local.key_serializer is not None else None
         for kg, start, end in stream.blocks:
             if key_groups is not None and kg not in key_groups:
                 continue
             data = stream.read_block(kg, start, end, rewrite.old_name)
+            if checker is not None:
+                decoded = scan_compiled(codec.decode, data, kg, old_id, state_count, stream.prefix_bytes)
+                try:
+                    exact = decoded is not None and checker(data, kg, old_id, state_count, decoded) == -1
+                except Exception:
+                    exact = False
+                if exact and decoded is not None:
+                    if decoded:
+                        yield kg, decoded
+                    continue
             entries = []
             for sid, ks, ke, vs, ve in stream.raw_entries(data, kg, start):
                 if sid != old_id:
@@ -428,6 +487,9 @@ def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_
                    op_plan: OperatorPlan, rewrite: StateRewrite, where: str, result: StateVerification,
                    key_groups: KeyGroupRange | None = None) -> None:
     canon = fast_canonical(canonical) or canonical  # compiled when built: the same forms
+    # Written and expected entries compared pair by pair without building canonical forms (compiled when built;
+    # it only says "equal" when the canonical forms are), canonical forms as multisets on any difference.
+    same = fast_same_entries(canonical) or (lambda want, got: same_entries_reference(want, got, canon))
     rekeyed = op_plan.key_transform is not None
     key_snapshot = op_plan.new_header.key_serializer if op_plan.new_header is not None else None
 
@@ -449,7 +511,7 @@ def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_
                 if new_entry is None:
                     result.dropped += 1
                     continue
-                items.append(canon(new_entry))
+                items.append(new_entry)
             yield kg, items
 
     def written_groups() -> Iterator[tuple[int, list[Any]]]:
@@ -460,20 +522,20 @@ def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_
                     if want != kg:
                         raise VerificationError(f"{where}: key {show(entry[0])} is stored in key group {kg}, "
                                                 f"Flink assigns it to {want}")
-            yield kg, [canon(entry) for entry in entries]
+            yield kg, entries
 
     if rekeyed:
         # Keys move between key groups: compare the whole state (its size bounds the memory, as the rekey does).
-        want_all = Counter(item for _, items in expected_groups() for item in items)
-        got_all = Counter(item for _, items in written_groups() for item in items)
+        want_all = Counter(canon(item) for _, items in expected_groups() for item in items)
+        got_all = Counter(canon(item) for _, items in written_groups() for item in items)
         _compare(want_all, got_all, where)
         result.entries = sum(got_all.values())
         return
     for kg, want, got in _merge(expected_groups(), written_groups()):
         # The rewrite keeps the source's order within a key group, so equal lists are the common case and cost a
-        # fraction of two multisets; any difference (or another order) is judged as multisets.
-        if want != got:
-            _compare(Counter(want), Counter(got), f"{where}, key group {kg}")
+        # fraction of two multisets; any difference (or another order) is judged as multisets of canonical forms.
+        if same(want, got) != -1:
+            _compare(Counter(map(canon, want)), Counter(map(canon, got)), f"{where}, key group {kg}")
         result.entries += len(got)
 
 
