@@ -64,7 +64,9 @@ class KryoOpaque(Exception):
     """The record holds a class this module cannot decode: it is passed through whole."""
 
     def __init__(self, class_name: str, why: str = "no built-in serializer decoded here") -> None:
-        super().__init__(f"{class_name}: {why}")
+        # The name comes from the data: escaped, so a corrupted one cannot break the one-line message.
+        shown = class_name if class_name.isprintable() else class_name.encode("unicode_escape").decode("ascii")
+        super().__init__(f"{shown}: {why}")
         self.class_name = class_name
 
 
@@ -357,7 +359,9 @@ def _big_decimal(r: _Record, name: str) -> Decimal | None:
     if unscaled is None:
         return None
     scale = r.zigzag()
-    return Decimal(unscaled).scaleb(-scale)
+    # Built from the digits: Decimal arithmetic (scaleb) would round to the context's 28 digits.
+    sign, digits, _ = Decimal(unscaled).as_tuple()
+    return Decimal((sign, digits, -scale))
 
 
 def _date(r: _Record, _: str) -> Date:
