@@ -66,7 +66,7 @@ class NativeRocksDBStream(KeyedStateStream):
         self._db: Any = None
         # canonical_block's position: one raw iterator per state (by state id), and the key group it read last
         self._cursors: list[Any] | None = None
-        self._cursor_group = -1
+        self._cursor_group = -2  # never -1: the next call, even for key group 0, seeks
 
     @property
     def key_group_range(self) -> KeyGroupRange:
@@ -248,7 +248,7 @@ class NativeRocksDBStream(KeyedStateStream):
         if self._cursors is None:
             self._cursors = [db.get_column_family(state.name).iter() if state.name in self._families else None
                              for state in header.states]
-            self._cursor_group = -1
+            self._cursor_group = -2  # fresh iterators are not positioned: seek
         reseek = key_group != self._cursor_group + 1
         self._cursor_group = key_group
         runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
