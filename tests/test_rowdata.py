@@ -25,11 +25,12 @@ from hypothesis import strategies as st
 from flinkstate.binary import assign_key_group
 from flinkstate.compatibility import AS_IS, INCOMPATIBLE
 from flinkstate.format.keyed_stream import iter_raw_entries, key_group_prefix_bytes, raw_key
-from flinkstate.format_errors import UnknownSerializerSnapshot, UnsupportedFormat
+from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot, UnsupportedFormat
 from flinkstate.jsonify import to_json
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.binaryrow import RowDataValue, row_codec
+from flinkstate.serializers.bitmapvariant import BitmapValue
 from flinkstate.serializers.logicaltypes import LogicalType
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.rowdata import TABLE_SNAPSHOTS, RowDataSnapshot, StringDataSnapshot
@@ -249,6 +250,7 @@ LEAVES: list[tuple[LogicalType, st.SearchStrategy[Any]]] = [
     (_t("INTERVAL_DAY_TIME"), _LONG),
     (_t("RAW", java_class="java.lang.Object"), st.binary(max_size=20)),
     (_t("DISTINCT_TYPE", children=(_t("BIGINT"),)), _LONG),
+    (_t("BITMAP"), st.sets(_INT, max_size=20).map(lambda m: BitmapValue(sorted(m, key=lambda v: v & 0xFFFFFFFF)))),
 ]
 
 
@@ -265,12 +267,13 @@ def _nested(depth: int) -> st.SearchStrategy[tuple[LogicalType, st.SearchStrateg
         return _t("ARRAY", children=(inner[0],)), st.lists(_nullable(inner[1]), max_size=5)
 
     def multiset(inner: tuple[LogicalType, Any]) -> tuple[LogicalType, Any]:
-        keys = inner[1].filter(lambda v: not isinstance(v, float))  # float keys: -0.0 == 0.0 merges dict keys
+        # float keys: -0.0 == 0.0 merges dict keys; a bitmap is a list, which cannot be a key
+        keys = inner[1].filter(lambda v: not isinstance(v, (float, list)))
         return _t("MULTISET", children=(inner[0],)), st.dictionaries(keys, st.integers(1, 5), max_size=4)
 
     def mapping(pair: tuple[tuple[LogicalType, Any], tuple[LogicalType, Any]]) -> tuple[LogicalType, Any]:
         (kt, kv), (vt, vv) = pair
-        keys = kv.filter(lambda v: not isinstance(v, float))
+        keys = kv.filter(lambda v: not isinstance(v, (float, list)))
         return _t("MAP", children=(kt, vt)), st.dictionaries(keys, _nullable(vv), max_size=4)
 
     def row(fields: list[tuple[LogicalType, Any]]) -> tuple[LogicalType, Any]:
@@ -412,3 +415,17 @@ def test_unsupported_logical_type_is_refused_in_one_line() -> None:
     message = str(refused.value)
     assert "\n" not in message
     assert "TIMESTAMP(6) WITH TIME ZONE (TIMESTAMP_WITH_TIME_ZONE) is not supported" in message
+
+
+def test_a_malformed_variant_field_is_refused_in_one_line() -> None:
+    """A VARIANT field is ``i32 metadata length`` (big-endian), the metadata, the value: a length past the field
+    is a format error, not an IndexError (the real layout is read from Flink's bytes in tests/test_sql_job.py)."""
+    read, write = row_codec([_t("VARIANT")])
+    data = bytearray(write((None,)))
+    data[1] = 0  # not null
+    body = struct.pack(">i", 99) + b"\x01\x00\x00" + b"\x0c\x01"  # says 99 bytes of metadata, has 3
+    data[8:16] = struct.pack("<q", (len(data) << 32) | len(body))
+    data += body + bytes(-len(body) % 8)
+    with pytest.raises(SavepointFormatError) as refused:
+        read(bytes(data))
+    assert "\n" not in str(refused.value) and "metadata of 99 bytes" in str(refused.value)

@@ -31,7 +31,16 @@ from flinkstate.resolution import check
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.uri import open_output
 from tests.support import sql_job
-from tests.support.sql_job import AGG_SCALED_UID, AGG_STATE, AGG_UID, DEDUP_STATE, DEDUP_UID, JOIN_STATES, JOIN_UID
+from tests.support.sql_job import (
+    AGG_SCALED_UID,
+    AGG_STATE,
+    AGG_UID,
+    BITMAPS_UID,
+    DEDUP_STATE,
+    DEDUP_UID,
+    JOIN_STATES,
+    JOIN_UID,
+)
 
 BACKENDS = ("hashmap", "rocksdb")
 #: Seconds each job runs before its savepoint (400 rows/s): enough for every key to hold many rows.
@@ -102,6 +111,7 @@ def check_every_value(savepoint: Path) -> int:
     _exact(_entries(savepoint, DEDUP_UID, DEDUP_STATE), sql_job.expected_dedup(n), f"{savepoint} dedup")
     for state, expected in sql_job.expected_pairs(n).items():
         _exact(_map_entries(savepoint, JOIN_UID, state), expected, f"{savepoint} pairs {state}")
+    _exact(_entries(savepoint, BITMAPS_UID, AGG_STATE), sql_job.expected_bitmaps(n), f"{savepoint} bitmaps")
     # The source's operator state: the sequence values still to emit, N onwards (what a restored job continues with).
     sp = Savepoint.open(savepoint)
     remaining = [element.value for _, element in sp.iter_operator_state(sql_job.SOURCE_UID, "id-sequence-state")]
@@ -200,7 +210,7 @@ def test_reencoded_savepoint_restores_and_keeps_counting(flink_cluster: LocalFli
     source = savepoints["hashmap"]
     n = rows_processed(source)
     migrated = tmp_path / "migrated"
-    uids = (AGG_UID, AGG_SCALED_UID, DEDUP_UID, JOIN_UID)
+    uids = (AGG_UID, AGG_SCALED_UID, DEDUP_UID, JOIN_UID, BITMAPS_UID)
     report = migrate_savepoint(str(source), [OperatorTarget(uid) for uid in uids], open_output(migrated),
                                reencode=True)
     assert report.counts[AGG_UID][AGG_STATE].written == sql_job.GROUPS
@@ -208,8 +218,9 @@ def test_reencoded_savepoint_restores_and_keeps_counting(flink_cluster: LocalFli
     assert [report.counts[JOIN_UID][state].written for state in JOIN_STATES] == [n, n]
     rewritten = sorted(p.name for p in migrated.glob("keyed-*"))
     assert len(rewritten) == len(uids), rewritten
+    assert report.counts[BITMAPS_UID][AGG_STATE].written == sql_job.DEDUP_KEYS
     for uid, state in [(AGG_UID, AGG_STATE), (AGG_SCALED_UID, AGG_STATE), (DEDUP_UID, DEDUP_STATE),
-                       (JOIN_UID, JOIN_STATES[0]), (JOIN_UID, JOIN_STATES[1])]:
+                       (JOIN_UID, JOIN_STATES[0]), (JOIN_UID, JOIN_STATES[1]), (BITMAPS_UID, AGG_STATE)]:
         assert _raw(migrated, uid, state) == _raw(source, uid, state), (uid, state)
 
     client = flink_cluster.client
@@ -226,3 +237,39 @@ def _raw(savepoint: Path, uid: str, state: str) -> dict[bytes, bytes]:
     from tests.support.edge_job import raw_values
 
     return raw_values(savepoint, state, uid)
+
+
+def test_a_variant_column_reads_and_reencodes_to_flinks_bytes(flink_cluster: LocalFlinkCluster, jar: Path,
+                                                              tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Flink 2.x's VARIANT in a RowData: the VARIANT job keeps the last row per d with PARSE_JSON of
+    {"id": id, "k": k}. Every row is the recomputed one, `dump` shows the document, and decoding and re-encoding
+    every entry (an identity migration) gives back Flink's bytes."""
+    client = flink_cluster.client
+    job_id = sql_job.submit(client, jar, job="variant")
+    time.sleep(RUN_SECONDS)
+    savepoint = sql_job.stop_with_savepoint(client, job_id, tmp_path / "variant")
+    sp = Savepoint.open(savepoint)
+    [op] = [op for op in sp.operators if op.name and op.name.startswith("Deduplicate")]
+    rows = _entries(savepoint, op.uid or op.operator_id, DEDUP_STATE)
+    assert sorted(rows) == [(d,) for d in range(sql_job.DEDUP_KEYS)]
+    n = max(row[0] for row in rows.values()) + 1
+    assert n >= MIN_ROWS
+    for (d,), row in rows.items():  # the input row: id, d, doc, and the PROCTIME column (stored as null)
+        last = n - 1 - (n - 1 - d) % sql_job.DEDUP_KEYS
+        assert row == (last, d, sql_job.variant_doc(last), None), (d, row)
+        assert getattr(row, "kind", 0) == 2, row  # the last row per key is kept as the update it was emitted as
+
+    capsys.readouterr()
+    assert main(["dump", str(savepoint), "--operator", op.uid or op.operator_id, "--state", DEDUP_STATE]) == 0
+    dumped = {tuple(line["key"]): line["value"] for line in map(yaml.safe_load, capsys.readouterr().out.splitlines())}
+    last = rows[(0,)][0]
+    assert dumped[(0,)] == {"row_kind": "+U",
+                            "fields": [last, 0, {"variant": {"id": last, "k": f"k{last % sql_job.GROUPS}"}}, None]}
+
+    migrated = tmp_path / "migrated"
+    report = migrate_savepoint(str(savepoint), [OperatorTarget(op.uid or op.operator_id)], open_output(migrated),
+                               reencode=True)
+    assert report.counts[op.uid or op.operator_id][DEDUP_STATE].written == sql_job.DEDUP_KEYS
+    uid = op.uid or op.operator_id
+    assert _raw(migrated, uid, DEDUP_STATE) == _raw(savepoint, uid, DEDUP_STATE)

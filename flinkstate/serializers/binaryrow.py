@@ -11,9 +11,10 @@ BinaryRowData (``arity`` fields)::
 Slots: BOOLEAN / TINYINT / SMALLINT / INT / DATE / TIME / INTERVAL_YEAR_MONTH / BIGINT / INTERVAL_DAY_TIME / FLOAT /
 DOUBLE, DECIMAL(p <= 18) (unscaled long) and TIMESTAMP(p <= 3) / TIMESTAMP_LTZ(p <= 3) (epoch millis) in place;
 CHAR / VARCHAR / BINARY / VARBINARY of at most 7 bytes in place (last byte 0x80 | length); longer ones, and ARRAY,
-MAP, MULTISET, ROW, STRUCTURED_TYPE and RAW in the var part; DECIMAL(p > 18) as 16 reserved bytes holding
-``BigInteger.toByteArray()`` (size = byte count); TIMESTAMP(p > 3) as 8 bytes of millis (the slot's low word holds the
-nanos of the millisecond).
+MAP, MULTISET, ROW, STRUCTURED_TYPE, RAW, VARIANT (``i32 metadata length`` big-endian, the metadata, the value:
+``BinaryWriter.writeVariant``) and BITMAP (``Bitmap.toBytes``) in the var part; DECIMAL(p > 18) as 16 reserved
+bytes holding ``BigInteger.toByteArray()`` (size = byte count); TIMESTAMP(p > 3) as 8 bytes of millis (the slot's
+low word holds the nanos of the millisecond).
 
 BinaryArrayData: i32 n, null bits (LSB first) padded to 4 + ((n + 31) // 32) * 4, n elements of the type's size (1, 2,
 4 or 8 bytes; 8-byte slots as above) padded to a word, then the var part. BinaryMapData: i32 byte size of the key
@@ -22,7 +23,8 @@ array, the key array, the value array. A MULTISET is a map of element -> INT cou
 Python values: ROW and STRUCTURED_TYPE -> tuple (a :class:`RowDataValue` when its RowKind is not INSERT or Flink's
 code generator reserved var-part space for a null field), CHAR/VARCHAR -> str, BINARY/VARBINARY and RAW -> bytes,
 DECIMAL -> Decimal with the type's scale, DATE -> LocalDate, TIME -> LocalTime, TIMESTAMP -> LocalDateTime,
-TIMESTAMP_LTZ -> Instant, ARRAY -> list, MAP -> dict, MULTISET -> dict of element -> count.
+TIMESTAMP_LTZ -> Instant, ARRAY -> list, MAP -> dict, MULTISET -> dict of element -> count, VARIANT and BITMAP -> the
+values of the Variant and Bitmap serializers (:mod:`flinkstate.serializers.bitmapvariant`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, cast
 
-from flinkstate.format_errors import UnsupportedFormat
+from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+from flinkstate.serializers.bitmapvariant import bitmap_bytes, bitmap_from_bytes, unchanged_variant, variant_from_parts
 from flinkstate.serializers.logicaltypes import LogicalType
 from flinkstate.serializers.row import KindedRow
 from flinkstate.serializers.times import Instant, LocalDate, LocalDateTime, LocalTime
@@ -45,6 +48,7 @@ SlotWriter = Callable[[Any, bytearray, int], None]
 _LE = {1: struct.Struct("<b"), 2: struct.Struct("<h"), 4: struct.Struct("<i"), 8: struct.Struct("<q")}
 _Q = _LE[8]
 _F32, _F64 = struct.Struct("<f"), struct.Struct("<d")
+_I32_BE = struct.Struct(">i")  # the VARIANT field's metadata length: a Java ByteBuffer's order, not the row's
 _MARK = 1 << 63
 MILLIS_PER_DAY = 86_400_000
 
@@ -53,7 +57,7 @@ SUPPORTED_ROOTS = frozenset((
     "CHAR", "VARCHAR", "BOOLEAN", "BINARY", "VARBINARY", "DECIMAL", "TINYINT", "SMALLINT", "INTEGER", "BIGINT",
     "FLOAT", "DOUBLE", "DATE", "TIME_WITHOUT_TIME_ZONE", "TIMESTAMP_WITHOUT_TIME_ZONE",
     "TIMESTAMP_WITH_LOCAL_TIME_ZONE", "INTERVAL_YEAR_MONTH", "INTERVAL_DAY_TIME", "ARRAY", "MULTISET", "MAP",
-    "ROW", "STRUCTURED_TYPE", "DISTINCT_TYPE", "RAW", "NULL"))
+    "ROW", "STRUCTURED_TYPE", "DISTINCT_TYPE", "RAW", "NULL", "VARIANT", "BITMAP"))
 
 
 class RowDataValue(KindedRow):
@@ -69,7 +73,8 @@ class RowDataValue(KindedRow):
 
 
 def check_supported(t: LogicalType, where: str) -> None:
-    """One-line refusal for a logical type the codecs do not know (e.g. VARIANT, TIMESTAMP WITH TIME ZONE)."""
+    """One-line refusal for a logical type the codecs do not know (TIMESTAMP WITH TIME ZONE, SYMBOL, DESCRIPTOR: the
+    runtime stores none of them in a RowData, ``RowData.createFieldGetter`` refuses them)."""
     if t.root not in SUPPORTED_ROOTS:
         raise UnsupportedFormat(f"{where}: RowData field of logical type {t.notation()} ({t.root}) is not supported")
     for child in t.children:
@@ -194,6 +199,10 @@ def slot_codec(t: LogicalType, size: int) -> tuple[SlotReader, SlotWriter]:
         return _bytes_codec(root in ("CHAR", "VARCHAR"))
     if root == "RAW":
         return _var_codec(bytes, bytes)
+    if root == "VARIANT":
+        return _var_codec(_read_variant, _write_variant)
+    if root == "BITMAP":
+        return _var_codec(bitmap_from_bytes, bitmap_bytes)
     if root in ("ROW", "STRUCTURED_TYPE"):
         read_row, write_row = row_codec(t.children)
         return _var_codec(read_row, write_row)
@@ -222,6 +231,18 @@ def _var_codec(read: Callable[[bytes], Any], write: Callable[[Any], bytes]) -> t
         _Q.pack_into(out, o, (put_var(out, data, 0) << 32) | len(data))
 
     return read_slot, write_slot
+
+
+def _read_variant(data: bytes) -> Any:
+    meta_size = _I32_BE.unpack_from(data, 0)[0] if len(data) >= 4 else -1
+    if not 0 < meta_size <= len(data) - 5:
+        raise SavepointFormatError(f"RowData VARIANT field of {len(data)} bytes with metadata of {meta_size} bytes")
+    return variant_from_parts(data[4 + meta_size:], data[4:4 + meta_size])
+
+
+def _write_variant(value: Any) -> bytes:
+    variant = unchanged_variant(value)
+    return _I32_BE.pack(len(variant.metadata)) + variant.metadata + variant.value
 
 
 def _bytes_codec(text: bool) -> tuple[SlotReader, SlotWriter]:

@@ -57,29 +57,37 @@ class BitmapSnapshot(EmptyPayloadSnapshot):
             data = bytes(buf[off + 4:off + 4 + n])
             if n < 0 or len(data) != n:
                 raise SavepointFormatError(f"bitmap of {n} bytes runs past its record", offset=off)
-            try:
-                members = BitMap.deserialize(data)
-            except Exception as exc:  # pyroaring raises ValueError (and others) on bad input
-                raise SavepointFormatError(f"malformed RoaringBitmap ({exc})", offset=off) from None
-            return BitmapValue(((m ^ 0x80000000) - 0x80000000 for m in members), data), off + 4 + n
+            return bitmap_from_bytes(data, off), off + 4 + n
 
         return decode
 
     def make_encoder(self) -> Encoder:
         def encode(value: Any, out: bytearray) -> None:
-            members = list(value)
-            data = getattr(value, "data", None)
-            if data is None or BitmapValue(members) != BitmapValue(self._read(data)):
-                bitmap = BitMap(m & 0xFFFFFFFF for m in members)
-                bitmap.run_optimize()  # what RoaringBitmapData.toBytes does before serializing
-                data = bitmap.serialize()
+            data = bitmap_bytes(value)
             out += I32.pack(len(data)) + data
 
         return encode
 
-    @staticmethod
-    def _read(data: bytes) -> list[int]:
-        return [(m ^ 0x80000000) - 0x80000000 for m in BitMap.deserialize(data)]
+
+def bitmap_from_bytes(data: bytes, offset: int = 0) -> BitmapValue:
+    """A bitmap from ``Bitmap.toBytes`` (the Bitmap serializer's record and a RowData BITMAP field hold the same
+    bytes); ``offset`` locates a malformed one."""
+    try:
+        members = BitMap.deserialize(data)
+    except Exception as exc:  # pyroaring raises ValueError (and others) on bad input
+        raise SavepointFormatError(f"malformed RoaringBitmap ({exc})", offset=offset) from None
+    return BitmapValue(((m ^ 0x80000000) - 0x80000000 for m in members), data)
+
+
+def bitmap_bytes(value: Any) -> bytes:
+    """``Bitmap.toBytes`` of a bitmap's members: the bytes it was read from while its members are unchanged."""
+    members = list(value)
+    data = getattr(value, "data", None)
+    if data is not None and BitmapValue(members) == bitmap_from_bytes(data):
+        return bytes(data)
+    bitmap = BitMap(m & 0xFFFFFFFF for m in members)
+    bitmap.run_optimize()  # what RoaringBitmapData.toBytes does before serializing
+    return bytes(bitmap.serialize())
 
 
 class VariantValue(dict[str, Any]):
@@ -194,23 +202,37 @@ class VariantSnapshot(EmptyPayloadSnapshot):
             if min(value_size, metadata_size) < 1 or len(value) + len(metadata) != value_size + metadata_size:
                 raise SavepointFormatError(f"variant of {value_size} + {metadata_size} bytes runs past its record",
                                            offset=off)
-            try:
-                view = _view(value, metadata, 0)
-            except (ValueError, IndexError, struct.error) as exc:
-                raise SavepointFormatError(f"malformed variant ({exc})", offset=off) from None
-            return VariantValue(view, value, metadata), start + value_size + metadata_size
+            return variant_from_parts(value, metadata, off), start + value_size + metadata_size
 
         return decode
 
     def make_encoder(self) -> Encoder:
         def encode(value: Any, out: bytearray) -> None:
-            if not isinstance(value, VariantValue) or not value.unchanged:
-                what = "a changed value" if isinstance(value, VariantValue) else type(value).__name__
-                raise UnsupportedFormat(f"Variant values pass through byte for byte, so a migration cannot change "
-                                        f"them (got {what})")
+            unchanged_variant(value)
             out += I32.pack(len(value.value)) + I32.pack(len(value.metadata)) + value.value + value.metadata
 
         return encode
 
 
-__all__ = ["BitmapSnapshot", "BitmapValue", "VariantSnapshot", "VariantValue"]
+def variant_from_parts(value: bytes, metadata: bytes, offset: int = 0) -> VariantValue:
+    """A binary variant from its value and metadata bytes (the Variant serializer's record and a RowData VARIANT
+    field frame the same two parts differently); ``offset`` locates a malformed one."""
+    try:
+        view = _view(value, metadata, 0)
+    except (ValueError, IndexError, struct.error) as exc:
+        raise SavepointFormatError(f"malformed variant ({exc})", offset=offset) from None
+    return VariantValue(view, value, metadata)
+
+
+def unchanged_variant(value: Any) -> VariantValue:
+    """``value`` if it is a variant read from a savepoint and not changed since: variants are written back as the
+    bytes read (a migration that would change one is refused)."""
+    if not isinstance(value, VariantValue) or not value.unchanged:
+        what = "a changed value" if isinstance(value, VariantValue) else type(value).__name__
+        raise UnsupportedFormat(f"Variant values pass through byte for byte, so a migration cannot change them "
+                                f"(got {what})")
+    return value
+
+
+__all__ = ["BitmapSnapshot", "BitmapValue", "VariantSnapshot", "VariantValue", "bitmap_bytes", "bitmap_from_bytes",
+           "unchanged_variant", "variant_from_parts"]

@@ -29,6 +29,7 @@ AGG_UID = "4_group-aggregate"
 AGG_SCALED_UID = "9_group-aggregate"
 DEDUP_UID = "14_deduplicate"
 JOIN_UID = "21_join"
+BITMAPS_UID = "26_group-aggregate"
 SOURCE_UID = "1_source"
 AGG_STATE = "accState"
 DEDUP_STATE = "deduplicate-state"
@@ -118,6 +119,16 @@ def expected_pairs(n: int) -> dict[str, dict[tuple[Any, ...], dict[tuple[Any, ..
     }
 
 
+def expected_bitmaps(n: int) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """bitmaps' accState after the prefix 0..n-1: per d, BITMAP_BUILD_AGG's accumulator, the bitmap of the ids."""
+    return {(d,): (list(range(d, n, DEDUP_KEYS)),) for d in range(min(n, DEDUP_KEYS))}
+
+
+def variant_doc(id_: int) -> dict[str, Any]:
+    """The VARIANT job's ``doc`` column: PARSE_JSON of {"id": id, "k": k}, as the Variant codecs view it."""
+    return {"variant": {"id": id_, "k": f"k{id_ % GROUPS}"}}
+
+
 def build(flink_home: Path | None = None, out_dir: Path = BUILD_DIR) -> Path:
     """Compiles the job with javac against the Flink distribution's lib/ (as examples/*/build.sh do); the jar is
     rebuilt only when a source is newer than it."""
@@ -144,9 +155,10 @@ def build(flink_home: Path | None = None, out_dir: Path = BUILD_DIR) -> Path:
 
 
 def submit(client: FlinkRestClient, jar: Path, *, state_backend: str = "hashmap",
-           savepoint_path: str | os.PathLike[str] | None = None) -> str:
-    """Submits the job (parallelism 1) and waits until its tasks run; returns the job id."""
-    args = ["--set", f"state.backend.type={state_backend}"]
+           savepoint_path: str | os.PathLike[str] | None = None, job: str | None = None) -> str:
+    """Submits the job (parallelism 1; ``job="variant"``: the VARIANT job instead) and waits until its tasks run;
+    returns the job id."""
+    args = ["--set", f"state.backend.type={state_backend}", *(["--job", job] if job else [])]
     job_id = client.submit_jar(jar, entry_class=ENTRY_CLASS, program_args=args, parallelism=1,
                                savepoint_path=os.fspath(savepoint_path) if savepoint_path else None)
     client.wait_until_running(job_id, timeout=120)

@@ -29,13 +29,17 @@ import java.util.Map;
  *       accumulators look like (the tests use its type to edit the manifest);</li>
  *   <li>{@code dedup}: keep the last row per key (ROW_NUMBER over proctime DESC = 1), which stores whole rows;</li>
  *   <li>{@code pairs}: a regular join of each row with the row before it ({@code a.id = b.id + 1}), which keeps every
- *       row of both sides (no unique key: MapState of row -> count).</li>
+ *       row of both sides (no unique key: MapState of row -> count);</li>
+ *   <li>{@code bitmaps}: {@code BITMAP_BUILD_AGG} of the ids per d (a BITMAP accumulator).</li>
  * </ul>
  *
  * <p>Stable operator uids: the planner's uids ("&lt;exec node id&gt;_&lt;transformation&gt;") take the node ids from a
  * JVM-wide counter, so a job compiled in a JobManager that compiled other plans before gets other uids (and cannot
  * restore its own savepoint). The plan is therefore compiled once at build time ({@code --compile FILE}, a fresh JVM:
  * ids from 1) and shipped in the jar as {@code sqljob/plan.json}; the job executes that plan, whose uids are fixed.
+ *
+ * <p>{@code --job variant} runs another job instead: the last row per d with a VARIANT column ({@code PARSE_JSON} of
+ * {"id": id, "k": k}), as SQL (a compiled plan cannot hold a VARIANT expression).
  *
  * <p>Arguments: {@code --compile FILE} (with {@code --rate ROWS_PER_SECOND}, {@code --end LAST_ID}: write the plan and
  * exit); otherwise {@code --set key=value} (repeatable: any Flink option, e.g. {@code state.backend.type=rocksdb}).
@@ -74,7 +78,8 @@ public final class SqlJob {
         // CAST(TIMESTAMP_LTZ AS TIMESTAMP) depends on the session time zone: UTC makes it a function of id.
         tEnv.getConfig().set("table.local-time-zone", "UTC");
         String compile = options.get("compile");
-        if (compile == null) {
+        boolean variantJob = "variant".equals(options.get("job"));
+        if (compile == null && !variantJob) {
             tEnv.executePlan(PlanReference.fromJsonString(planJson()));
             return;
         }
@@ -94,6 +99,16 @@ public final class SqlJob {
                 // 2024-01-01T00:00 plus id nanoseconds: sub-millisecond digits in the non-compact TIMESTAMP layout
                 + "CAST(CONCAT('2024-01-01 00:00:00.', LPAD(CAST(id AS STRING), 9, '0')) AS TIMESTAMP(9)) AS ts9 "
                 + "FROM seq");
+        if (variantJob) {
+            // A compiled plan cannot hold a VARIANT expression (Flink 2.3's plan serializer: "Unsupported
+            // RelDataType: VARIANT"), so this query runs as SQL in a job of its own (its uids are not stable: the
+            // tests find its operator by name). Its deduplicated rows hold PARSE_JSON of {"id": id, "k": k}.
+            tEnv.executeSql("CREATE TABLE docs_sink (d INT, id BIGINT, doc VARIANT) WITH ('connector' = 'blackhole')");
+            tEnv.executeSql("INSERT INTO docs_sink SELECT d, id, doc FROM (SELECT d, id, PARSE_JSON(CONCAT("
+                    + "'{\"id\": ', CAST(id AS STRING), ', \"k\": \"', k, '\"}')) AS doc, ROW_NUMBER() OVER ("
+                    + "PARTITION BY d ORDER BY proc DESC) AS rn FROM events) WHERE rn = 1");
+            return;
+        }
         String aggColumns = "k STRING, cnt BIGINT, total BIGINT, max_id BIGINT, min_id BIGINT, avg_id BIGINT, "
                 + "amount_sum DECIMAL(38, %1$d), amount_max DECIMAL(%2$d, %1$d), ts_max TIMESTAMP(3), "
                 + "ts_min TIMESTAMP(3), ts6_max TIMESTAMP(6), ltz_max TIMESTAMP_LTZ(3), ts9_max TIMESTAMP(9)";
@@ -107,6 +122,10 @@ public final class SqlJob {
         tEnv.executeSql("CREATE TABLE pairs_sink (id BIGINT, k STRING, previous BIGINT, previous_ltz TIMESTAMP_LTZ(3)) "
                 + "WITH ('connector' = 'blackhole')");
 
+        // Flink 2.x's semi-structured and bitmap types in state: a deduplicated row holding a VARIANT, and
+        // BITMAP_BUILD_AGG's accumulator (appended last, so the uids of the queries above stay as they were).
+        tEnv.executeSql("CREATE TABLE bitmaps_sink (d INT, ids BITMAP) WITH ('connector' = 'blackhole')");
+
         String aggregate = "SELECT k, COUNT(*), SUM(id), MAX(id), MIN(id), AVG(id), SUM(a), MAX(a), MAX(ts), MIN(ts), "
                 + "MAX(ts6), MAX(ltz), MAX(ts9) FROM (SELECT k, id, ts, ts6, ltz, ts9, %s AS a FROM events) GROUP BY k";
         StatementSet statements = tEnv.createStatementSet();
@@ -117,6 +136,8 @@ public final class SqlJob {
                 + "SELECT *, ROW_NUMBER() OVER (PARTITION BY d ORDER BY proc DESC) AS rn FROM events) WHERE rn = 1");
         statements.addInsertSql("INSERT INTO pairs_sink SELECT a.id, a.k, b.id, b.ltz FROM events a JOIN events b "
                 + "ON a.id = b.id + 1");
+        statements.addInsertSql("INSERT INTO bitmaps_sink SELECT d, BITMAP_BUILD_AGG(CAST(id AS INT)) FROM events "
+                + "GROUP BY d");
         statements.compilePlan().writeToFile(compile);
     }
 
