@@ -21,16 +21,17 @@ from flinkstate.engine import LocalFlinkCluster
 from flinkstate.errors import FlinkStateError
 from flinkstate.format.handles import (
     INCREMENTAL_KEY_GROUPS_V2,
+    SAVEPOINT_KEY_GROUPS,
     FileStateHandle,
     HandleAndLocalPath,
     IncrementalKeyedStateHandle,
+    KeyGroupsStateHandle,
     RelativeFileStateHandle,
 )
 from flinkstate.format.metadata import read_metadata, write_metadata
 from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot, UnsupportedFormat
 from flinkstate.jsonify import to_json
-from flinkstate.migration.plan import ROCKSDB_NATIVE_REFUSAL
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.locations import HandleRefused
 from tests.support import sample_job
@@ -185,15 +186,19 @@ def test_native_dump_is_the_canonical_dump() -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def test_migrate_of_a_native_savepoint_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_migrate_of_a_native_savepoint_writes_a_canonical_one(tmp_path: Path) -> None:
+    """(Every vendored native snapshot: tests/test_native_migrate.py.) RocksDB's files become canonical streams."""
     source = CORPUS / (BROADCAST_21 + "savepoint-native")
     manifest, output = tmp_path / "m.yaml", tmp_path / "out"
     assert _run_cli(["schema", str(source), "-o", str(manifest)])[0] == 0
     status, _, stderr = _run_cli(["migrate", str(source), "--schema", str(manifest), "--output", str(output)])
-    assert status == 1 and len(stderr.splitlines()) == 1, stderr
-    assert ROCKSDB_NATIVE_REFUSAL in stderr and "--type canonical" in stderr
-    assert "subtask 0" in stderr and str(source) in stderr
-    assert not output.exists()
+    assert (status, stderr) == (0, "")
+    migrated = Savepoint.open(output)
+    handles = [sub.managed_keyed_state for op in migrated.operators for sub in op.subtasks.values()
+               if sub.managed_keyed_state is not None]
+    assert len(handles) == 8 and all(isinstance(h, KeyGroupsStateHandle) and h.code == SAVEPOINT_KEY_GROUPS
+                                     for h in handles)
+    assert not [p.name for p in output.iterdir() if p.name.endswith(".sst") or "MANIFEST" in p.name]
 
 
 def _with_file(tmp_path: Path, local_path: str, handle: FileStateHandle) -> Path:
@@ -247,7 +252,7 @@ KEYS = 12
 def test_real_rocksdb_native_savepoint_reads(flink_cluster: LocalFlinkCluster, tmp_path: Path) -> None:
     """Stop-with-savepoint, formatType NATIVE, of the sample job on RocksDB (parallelism 2): value, LIST (RocksDB
     merge operands), MAP and timer state; each key's states are those of one event count, as the job computes
-    them, and the whole savepoint is refused by migrate in one line."""
+    them, and migrate writes a canonical savepoint holding the same states."""
     client = flink_cluster.client
     run = sample_job.submit(client, "v1", tmp_path / "audit", keys=KEYS, rate=300, parallelism=2,
                             state_backend="rocksdb")
@@ -273,8 +278,8 @@ def test_real_rocksdb_native_savepoint_reads(flink_cluster: LocalFlinkCluster, t
     status, stdout, stderr = _run_cli(["check", str(source), "--schema", str(manifest), "--format", "json"])
     assert status == 0 and json.loads(stdout)["findings"] == [], stderr
     status, _, stderr = _run_cli(["migrate", str(source), "--schema", str(manifest), "--output", str(output)])
-    assert status == 1 and len(stderr.splitlines()) == 1 and ROCKSDB_NATIVE_REFUSAL in stderr, stderr
-    assert not output.exists()
+    assert (status, stderr) == (0, "")
+    assert sample_job.states_by_key(Savepoint.open(output)) == values  # canonical now, the same states
 
 
 def test_native_raw_entries_are_the_canonical_bytes() -> None:

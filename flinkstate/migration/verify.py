@@ -49,14 +49,11 @@ from flinkstate.format.metadata import OperatorState
 from flinkstate.migration.canonical import canonical, show, uncanonical
 from flinkstate.migration.plan import MigrationPlan, OperatorPlan, StateRewrite
 from flinkstate.migration.rewrite import StateCodec, migrate_entry
+from flinkstate.migration.verify_errors import VerificationError
 from flinkstate.migration.verify_native import native_source, native_source_entries
 from flinkstate.progress import track
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.registry import snapshot_bytes
-
-
-class VerificationError(FlinkStateError):
-    """The migrated savepoint is not what the manifest declares."""
 
 
 @dataclass

@@ -22,6 +22,7 @@ from flinkstate.format.rocksdb_native import NativeRocksDBStream, iter_raw
 from flinkstate.migration.canonical import show
 from flinkstate.migration.plan import OperatorPlan, StateRewrite
 from flinkstate.migration.rewrite import StateCodec
+from flinkstate.migration.verify_errors import VerificationError
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.timer import Timer
 
@@ -73,9 +74,6 @@ def native_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
             else:  # the State Processor API mixes canonical streams with heap ones
                 yield from _canonical_entries(stream, op, header, state_id, key_groups)
         except NativeVerificationError as exc:
-            # verify imports this module, so its error class is looked up here, when one is raised
-            from flinkstate.migration.verify import VerificationError
-
             raise VerificationError(f"{where}, {exc}") from None
 
 
