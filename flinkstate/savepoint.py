@@ -26,6 +26,7 @@ from flinkstate.format.operator_state import OperatorStateElement, OperatorState
 from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.format_errors import SavepointFormatError, StateNotFound
 from flinkstate.identity import OperatorRef
+from flinkstate.serializers.kryo import kryo_version_for_metadata, set_kryo_version
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.storage.locations import METADATA_FILE, SavepointLocation, StorageError
 from flinkstate.storage.uri import open_location
@@ -93,6 +94,28 @@ class Savepoint:
         known = ", ".join(op.uid or op.operator_id for op in self.operators)
         raise StateNotFound(f"{self.location.uri}: no operator {uid_or_id!r} (operators: {known})")
 
+    @property
+    def kryo_version(self) -> int:
+        """The Kryo version of the savepoint's Kryo data: 2 (Kryo 2.24) up to _metadata version 4 (Flink 1.x), 5
+        (Kryo 5.6) from version 5 (Flink 2.0; 2.1+ writes 6). Flink 1.x and 2.x write the same Kryo snapshot."""
+        return kryo_version_for_metadata(self.metadata.version)
+
+    def _set_kryo_version(self, stream: KeyedStateStream | OperatorStateStream) -> None:
+        """Sets :attr:`kryo_version` on the KryoSnapshots of a stream's header, read here once (it is cached), before
+        any decoder is built from it. A header that cannot be read is left alone: its error is raised where it is
+        read for use, with its context."""
+        try:
+            if isinstance(stream, OperatorStateStream):
+                header = stream.header()
+                snapshots: list[Any] = [s for state in (*header.list_states, *header.broadcast_states)
+                                        for _, s in state.serializers]
+            else:
+                keyed = stream.header(tolerant=True)
+                snapshots = [keyed.key_serializer, *(s for state in keyed.states for _, s in state.serializers)]
+            set_kryo_version(snapshots, self.kryo_version)
+        except (SavepointFormatError, StorageError):
+            pass
+
     @staticmethod
     def label(op: OperatorState) -> str:
         return f"operator {op.uid or op.name or op.operator_id}"
@@ -120,6 +143,7 @@ class Savepoint:
                         else KeyedStateStream(self.location, handle, op.max_parallelism, self.label(op)))
                 except StorageError as exc:  # a missing or unreadable file: say whose state it holds
                     raise StorageError(f"{self.label(op)}, subtask {index}: keyed state file: {exc}") from None
+                self._set_kryo_version(self._streams[cache_key])
             streams.append((index, self._streams[cache_key]))
         return streams
 
@@ -207,6 +231,7 @@ class Savepoint:
                                                                             f"{self.label(op)}, subtask {index}")
                 except StorageError as exc:
                     raise StorageError(f"{self.label(op)}, subtask {index}: operator state file: {exc}") from None
+                self._set_kryo_version(self._operator_streams[cache_key])
             streams.append((index, self._operator_streams[cache_key]))
         return streams
 

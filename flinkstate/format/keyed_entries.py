@@ -83,8 +83,10 @@ def reference_entry_decoder(state: StateMetaInfo, layout: KeyLayout) -> EntryDec
         raise SavepointFormatError(f"state {state.name} has no value serializer")
     value_dec: Callable[[bytes, int], tuple[Any, int]]
     if value_snapshot.needs_end:
-        # The value carries no length of its own (Kryo, or a POJO ending in a Kryo field): it is decoded only as a
-        # whole stored value, from its own slice. List elements of such a type cannot be delimited.
+        # The value carries no length of its own (Kryo, or a POJO ending in a Kryo field): a whole stored value (or
+        # a MAP value) is decoded from its own slice, where an opaque Kryo record still passes through. List elements
+        # of such a type are delimited only where the type delimits its decodable records (Kryo of JDK classes; an
+        # opaque element is refused in one line naming its class).
         tail_dec = value_snapshot.tail_decoder()
         type_name = value_snapshot.type_name()
 
@@ -92,7 +94,8 @@ def reference_entry_decoder(state: StateMetaInfo, layout: KeyLayout) -> EntryDec
             raise UnsupportedFormat(f"{type_name} values inside {kind} state cannot be decoded (they carry no "
                                     f"length)")
 
-        value_dec = no_value_dec
+        delimits = kind == "LIST" and bool(getattr(value_snapshot, "delimits_records", False))
+        value_dec = value_snapshot.decoder() if delimits else no_value_dec
         if kind not in ("LIST", "MAP"):
             def decode_whole(buf: bytes, ks: int, ke: int, vs: int, ve: int) -> tuple[Any, ...]:
                 key, namespace, _ = key_ns(buf, ks)

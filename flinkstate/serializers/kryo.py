@@ -7,12 +7,17 @@ value is a :class:`~flinkstate.serializers.kryo_data.KryoValue` that keeps the r
 were). Any other record (a user class, a custom serializer) is opaque and has no length of its own: it is returned
 whole where the stream frames it (a whole state value, a MAP state value, or the last field of a POJO stored as
 one), as :class:`OpaqueValue`, and written back byte for byte. Anywhere else (a list element, a POJO field followed
-by others) only a fully decodable record can be delimited; an opaque one is refused.
+by others) only a fully decodable record can be delimited; an opaque one is refused, per value, in one line.
+
+Which Kryo wrote the bytes is not in the snapshot (Flink 1.x and 2.x write the same one): the savepoint's ``_metadata``
+version says it (:func:`kryo_version_for_metadata`), and :class:`flinkstate.savepoint.Savepoint` sets it on every
+KryoSnapshot of its headers (:func:`set_kryo_version`) before any decoder is built.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 from flinkstate.binary import Reader, Writer
@@ -79,6 +84,9 @@ class KryoSnapshot(TypeSerializerSnapshot):
     CLASS_NAMES = ("org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot",)
     #: The keyed reader hands whole values of an opaque serializer over as OpaqueValue.
     opaque = True
+    #: :meth:`make_decoder` delimits a decodable record (and refuses an opaque one per value): a POJO field followed
+    #: by others, or a LIST state element, can use it although a record carries no length.
+    delimits_records = True
 
     def __init__(self, class_name: str, version: int, type_class: str,
                  maps: tuple[list[OptionalMapEntry], list[OptionalMapEntry], list[OptionalMapEntry]]) -> None:
@@ -193,3 +201,48 @@ class KryoSnapshot(TypeSerializerSnapshot):
                 return finding("KRYO_REGISTRATIONS_CHANGED", f"{what} changed order; Flink keeps the old order and "
                                f"appends new entries", RECONFIGURED)
         return Compatibility.as_is()
+
+
+#: The last ``_metadata`` version Flink 1.x writes (Kryo 2.24); Flink 2.0 writes 5 and 2.1+ 6 (Kryo 5.6).
+LAST_FLINK1_METADATA_VERSION = 4
+
+
+def kryo_version_for_metadata(metadata_version: int) -> int:
+    """The Kryo version (:data:`KRYO2` or :data:`KRYO5`) of the Flink that writes ``_metadata`` of this version."""
+    return KRYO2 if metadata_version <= LAST_FLINK1_METADATA_VERSION else KRYO5
+
+
+def _reachable(item: Any, seen: set[int]) -> Iterator[TypeSerializerSnapshot]:
+    """Every snapshot inside ``item``: nested snapshots of composites (fields, subclasses, elements), found through
+    their attributes so that no composite family needs to list its own."""
+    if id(item) in seen:
+        return
+    seen.add(id(item))
+    if isinstance(item, TypeSerializerSnapshot):
+        yield item
+        children: Iterable[Any] = vars(item).values()  # cached decoders are functions: not walked
+    elif isinstance(item, (list, tuple)):
+        children = item
+    elif isinstance(item, dict):
+        children = item.values()
+    elif is_dataclass(item) and not isinstance(item, type):
+        children = (getattr(item, f.name) for f in fields(item))
+    else:
+        return
+    for child in children:
+        yield from _reachable(child, seen)
+
+
+def kryo_snapshots(snapshots: Iterable[Any]) -> list[KryoSnapshot]:
+    """The KryoSnapshots inside ``snapshots`` (None entries skipped), outermost first."""
+    seen: set[int] = set()
+    return [s for item in snapshots if item is not None for s in _reachable(item, seen) if isinstance(s, KryoSnapshot)]
+
+
+def set_kryo_version(snapshots: Iterable[Any], kryo_version: int) -> None:
+    """Sets the Kryo version on every KryoSnapshot inside ``snapshots``. Call it before the decoders of composites
+    around them are built: those keep the Kryo decoder they were built with."""
+    for snapshot in kryo_snapshots(snapshots):
+        if snapshot.kryo_version != kryo_version:
+            snapshot.kryo_version = kryo_version
+            snapshot._decoder = None  # built for the other reading

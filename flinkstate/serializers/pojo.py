@@ -189,30 +189,36 @@ class PojoSnapshot(TypeSerializerSnapshot):
 
     @property
     def needs_end(self) -> bool:  # type: ignore[override]
-        """A POJO whose last field needs its end (a Kryo field) can be decoded only as a whole stored value."""
+        """A POJO whose last field needs its end (a Kryo field) is decoded in full only as a whole stored value."""
         return bool(self.fields) and self.fields[-1].snapshot is not None and self.fields[-1].snapshot.needs_end
 
+    @property
+    def delimits_records(self) -> bool:
+        """Whether :meth:`make_decoder` finds a record's end although a field carries no length of its own: every
+        such field delimits its decodable records (Kryo of JDK classes) and refuses the others per value."""
+        return all(_delimits(f.snapshot) for f in self.fields if f.snapshot is not None and f.snapshot.needs_end)
+
     def make_decoder(self) -> Decoder:
-        if self.needs_end:
-            raise UnsupportedFormat(f"POJO {self.pojo_class}: its last field {self.fields[-1].name} is "
-                                    f"Kryo-serialized and carries no length, so the POJO can be decoded only as a "
-                                    f"whole stored value")
         return self._decoder_with(last_to_end=False)
 
     def tail_decoder(self) -> Decoder:
         return self._decoder_with(last_to_end=self.needs_end)
 
     def _decoder_with(self, last_to_end: bool) -> Decoder:
+        """``last_to_end``: the record is a whole stored value, so its last field may be read to the end (an opaque
+        Kryo record passes through there). A field without a length anywhere else is read with its delimiting
+        decoder; one that has none is refused when the decoder is built."""
         decoders = []
         for index, field in enumerate(self.fields):
             if field.snapshot is None:
                 raise SavepointFormatError(f"POJO {self.pojo_class}: field {field.name} has no serializer snapshot")
-            if field.snapshot.needs_end and not (last_to_end and index == len(self.fields) - 1):
-                raise UnsupportedFormat(f"POJO {self.pojo_class}: field {field.name} is "
-                                        f"{field.snapshot.type_name()}, which carries no length, and other fields "
-                                        f"follow it: the values cannot be decoded (they are passed through whole "
-                                        f"where the state is not migrated)")
             last = last_to_end and index == len(self.fields) - 1
+            if field.snapshot.needs_end and not last and not _delimits(field.snapshot):
+                follows = "other fields follow it" if index < len(self.fields) - 1 else "the POJO is not a whole value"
+                raise UnsupportedFormat(f"POJO {self.pojo_class}: field {field.name} is "
+                                        f"{field.snapshot.type_name()}, which carries no length, and {follows}: the "
+                                        f"values cannot be decoded (they are passed through whole where the state "
+                                        f"is not migrated)")
             decoders.append((field.name, field.snapshot.tail_decoder() if last else field.snapshot.decoder()))
         fields = tuple(decoders)
         subclass_by_name = {e.name: e.value for e in self.nonregistered_subclasses if e.value is not None}
@@ -366,6 +372,12 @@ def _decode_subclass(buf: bytes, off: int, flags: int, pojo_class: str,
     if isinstance(value, dict):
         value = {"@class": name, **value}
     return value, off
+
+
+def _delimits(snapshot: TypeSerializerSnapshot) -> bool:
+    """Whether a snapshot without a length of its own still delimits its decodable records (``delimits_records``:
+    Kryo, a POJO of such fields)."""
+    return bool(getattr(snapshot, "delimits_records", False))
 
 
 def java_string_sort_key(text: str) -> list[int]:

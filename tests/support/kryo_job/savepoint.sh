@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Writes a canonical savepoint holding Kryo state with the Flink distribution of FLINK_LIB (an in-process MiniCluster
+# of that Flink): savepoint.sh FLINK_LIB OUT_DIR. Prints the savepoint directory (a file: URI) on stdout.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+lib=${1:?usage: savepoint.sh FLINK_LIB OUT_DIR}
+out=${2:?usage: savepoint.sh FLINK_LIB OUT_DIR}
+[ -f "$(ls "$lib"/flink-dist-*.jar 2>/dev/null | head -1)" ] || { echo "savepoint.sh: no flink-dist jar in $lib" >&2; exit 1; }
+command -v javac >/dev/null || { echo "savepoint.sh: javac not found: install a JDK 17 or newer" >&2; exit 1; }
+mkdir -p "$out"
+classes="$out/classes"
+rm -rf "$classes" && mkdir -p "$classes"
+javac -nowarn --release 17 -encoding UTF-8 -cp "$lib/*" -d "$classes" "$here/src/kryojob/KryoStateJob.java"
+# --add-opens: Kryo's FieldSerializer and Flink's reflection reach into java.base classes on JDK 17.
+java --add-opens java.base/java.util=ALL-UNNAMED --add-opens java.base/java.lang=ALL-UNNAMED \
+  --add-opens java.base/java.time=ALL-UNNAMED --add-opens java.base/java.math=ALL-UNNAMED \
+  --add-opens java.base/java.net=ALL-UNNAMED -Dlog4j2.level=WARN \
+  -cp "$classes:$lib/*" kryojob.KryoStateJob "$out" 2> "$out/job.log"
