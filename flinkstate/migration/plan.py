@@ -181,16 +181,6 @@ def plan_migration(source: Savepoint, targets: list[OperatorTarget], *, compress
     return MigrationPlan(plans, compressed)
 
 
-#: What migrate said of native keyed state before it wrote canonical savepoints from it; no longer raised (kept
-#: for the tests that import them until they are updated).
-HEAP_FORMAT_REFUSAL = ("keyed state is in the HashMap (heap) backend's native snapshot format (a checkpoint or native "
-                       "savepoint): migrate needs a savepoint in the canonical format (Flink's default savepoint "
-                       "format)")
-ROCKSDB_NATIVE_REFUSAL = ("keyed state is a native RocksDB snapshot (a RocksDB native savepoint or retained "
-                          "checkpoint): migrate needs a savepoint in the canonical format; take one with "
-                          "`flink savepoint JOB_ID --type canonical` (or `flink stop --type canonical`)")
-
-
 def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget, reencode: bool,
                    code: CodePolicy) -> OperatorPlan:
     label = f"operator {target.uid}"
