@@ -146,7 +146,7 @@ def _exactness_agrees(path: str) -> int:
             if state.kind == TIMERS or header.key_serializer is None:
                 continue
             try:
-                codec = StateCodec(identity, identity.rewrites[state_id], stream.prefix_bytes)
+                codec = StateCodec(identity, identity.rewrites[state_id], stream.prefix_bytes)  # type: ignore[arg-type]
                 checker = _speedups.reencode_checker(header.key_serializer, state, stream.prefix_bytes)
             except Exception:
                 continue  # a state this tool cannot encode: the verifier refuses it with the reference's error
