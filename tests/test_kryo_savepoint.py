@@ -1,0 +1,178 @@
+"""Kryo state in savepoints real Flink writes in the test run (tests/support/kryo_job/KryoStateJob.java on an
+in-process MiniCluster of Flink 1.20.3, Kryo 2.24, and of Flink 2.3, Kryo 5.6): the _metadata version picks the Kryo
+version; a POJO whose Kryo fields are followed by another field and a ListState of Kryo elements decode exactly; an
+identity migration that re-encodes every value gives back Flink's bytes; a user class where a record's end is needed
+is refused in one line naming it; ``describe`` says per state what happens to its Kryo records."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flinkstate.cli import main as cli_main
+from flinkstate.format.keyed_stream import StreamSource
+from flinkstate.format_errors import SavepointFormatError
+from flinkstate.jsonify import to_json
+from flinkstate.migration.plan import OperatorTarget
+from flinkstate.migration.runner import migrate_savepoint
+from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.kryo import kryo_snapshots
+from flinkstate.serializers.kryo_data import KRYO2, KRYO5
+from flinkstate.storage.uri import open_output
+
+pytestmark = pytest.mark.flink  # runs a Flink MiniCluster in a JVM
+
+ROOT = Path(__file__).resolve().parent.parent
+WRITE = ROOT / "tests" / "support" / "kryo_job" / "savepoint.sh"
+#: Flink version -> (its lib/, the Kryo version its _metadata version says).
+FLINKS = {"1.20.3": (ROOT / ".flink-dists" / "1.20.3" / "pyflink" / "lib", KRYO2),
+          "2.3": (ROOT / ".venv-flink" / "lib" / "python3.11" / "site-packages" / "pyflink" / "lib", KRYO5)}
+KEYS = [f"k{i}" for i in range(4)]
+POINT = "kryojob.KryoStateJob$Point"
+
+
+def _kryo(java_class: str, value: Any, type_class: str = "java.lang.Object") -> dict[str, Any]:
+    return {"type": f"Kryo<{type_class}>", "class": java_class, "value": value}
+
+
+def expected_holder(k: int, flink: str) -> dict[str, Any]:
+    """KryoStateJob.holder(k, payload(k)) as ``dump`` shows it; in Flink 2.x a POJO's List field is no longer Kryo."""
+    payload = [_kryo("java.util.HashMap", {"n": 0}),
+               _kryo("java.util.UUID", "123e4567-e89b-12d3-a456-426614174000"),
+               _kryo("java.util.ArrayList", [2, "x"]), _kryo("int", 3)][k]
+    tags = [f"t{k}", "u"]
+    return {"id": k, "payload": payload,
+            "tags": _kryo("java.util.ArrayList", tags, "java.util.List") if flink == "1.20.3" else tags,
+            "zname": f"name-{k}"}
+
+
+def expected_objects(k: int) -> list[dict[str, Any]]:
+    return [_kryo("java.lang.String", f"s{k}"), _kryo("java.util.ArrayList", [1, 2]),
+            _kryo("java.util.HashMap", {"k": k}), _kryo("long", k)]
+
+
+@pytest.fixture(scope="module")
+def savepoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    written = {}
+    for flink, (lib, _) in FLINKS.items():
+        if not lib.is_dir():
+            pytest.fail(f"no Flink distribution at {lib}: run 'make setup'")
+        out = tmp_path_factory.mktemp(f"kryo-{flink}")
+        run = subprocess.run([str(WRITE), str(lib), str(out)], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, f"{flink}: {run.stderr[-2000:]}{(out / 'job.log').read_text()[-2000:]}"
+        written[flink] = Path(run.stdout.strip().splitlines()[-1].removeprefix("file:"))
+    return written
+
+
+def entries(sp: Savepoint, operator: str, state: str) -> dict[str, Any]:
+    return {key: to_json(value) for key, _, value in sp.iter_entries(operator, state)}
+
+
+@pytest.mark.parametrize("flink", FLINKS)
+def test_the_metadata_version_sets_the_kryo_version(savepoints: dict[str, Path], flink: str) -> None:
+    sp = Savepoint.open(savepoints[flink])
+    assert sp.kryo_version == FLINKS[flink][1]
+    header = sp.keyed_header("kryo")
+    assert header is not None
+    found = kryo_snapshots([s for state in header.states for _, s in state.serializers])
+    # holder: payload (and tags in 1.x), objects, whole
+    assert len(found) == (4 if flink == "1.20.3" else 3)
+    assert {s.kryo_version for s in found} == {FLINKS[flink][1]}
+
+
+@pytest.mark.parametrize("flink", FLINKS)
+def test_kryo_fields_in_the_middle_and_list_elements_decode_exactly(savepoints: dict[str, Path], flink: str) -> None:
+    sp = Savepoint.open(savepoints[flink])
+    assert entries(sp, "kryo", "holder") == {f"k{k}": expected_holder(k, flink) for k in range(4)}
+    assert entries(sp, "kryo", "objects") == {f"k{k}": expected_objects(k) for k in range(4)}
+    whole = entries(sp, "kryo", "whole")
+    assert {key: v for key, v in whole.items() if key != "k0"} == {f"k{k}": _kryo("java.lang.String", f"w{k}")
+                                                                   for k in (1, 2, 3)}
+    # k0's value is a user class: a whole stored value, passed through as its bytes
+    assert set(whole["k0"]) == {"type", "base64"} and whole["k0"]["type"] == "Kryo<java.lang.Object>"
+
+
+@pytest.mark.parametrize("flink", FLINKS)
+def test_the_other_kryo_reading_does_not_decode_them(savepoints: dict[str, Path], flink: str) -> None:
+    """The version matters: Kryo 2.24 writes a long as 8 big-endian bytes, Kryo 5 little-endian; read with the
+    other version, the list state's elements are not Flink's values (or fail)."""
+    sp = Savepoint.open(savepoints[flink])
+    header = sp.keyed_header("kryo")
+    assert header is not None
+    for state in header.states:
+        for snapshot in kryo_snapshots([s for _, s in state.serializers]):
+            snapshot.kryo_version = KRYO5 if FLINKS[flink][1] == KRYO2 else KRYO2
+            snapshot._decoder = None
+    try:
+        misread = entries(sp, "kryo", "objects")
+    except SavepointFormatError:
+        return
+    assert misread != {f"k{k}": expected_objects(k) for k in range(4)}
+
+
+@pytest.mark.parametrize("flink", FLINKS)
+def test_a_user_class_where_the_end_is_needed_is_refused_in_one_line(savepoints: dict[str, Path],
+                                                                      flink: str) -> None:
+    sp = Savepoint.open(savepoints[flink])
+    for state in ("opaque_holder", "mixed"):  # the POJO's payload field; the list's second element
+        with pytest.raises(SavepointFormatError) as refused:
+            list(sp.iter_entries("opaque", state))
+        message = str(refused.value)
+        assert "\n" not in message and POINT in message and f"state {state}" in message, message
+
+
+@pytest.mark.parametrize("flink", FLINKS)
+def test_identity_migration_reencoded_gives_back_flinks_bytes(savepoints: dict[str, Path], tmp_path: Path,
+                                                              flink: str) -> None:
+    source_dir = savepoints[flink]
+    out = tmp_path / "out"
+    report = migrate_savepoint(str(source_dir), [OperatorTarget("kryo")], open_output(out), reencode=True)
+    source, rewritten = Savepoint.open(source_dir), Savepoint.open(out)
+    op = source.operator("kryo")
+    counts = report.counts[op.uid or op.operator_id]  # by uid where recorded (not in 1.x's _metadata)
+    assert {state: (c.read, c.written) for state, c in counts.items() if c.read} == {
+        "holder": (4, 4), "objects": (4, 4), "whole": (4, 4)}
+    assert rewritten.kryo_version == source.kryo_version
+    for state in ("holder", "objects", "whole"):
+        assert entries(rewritten, "kryo", state) == entries(source, "kryo", state)
+    for (_, a), (_, b) in zip(source.keyed_streams("kryo"), rewritten.keyed_streams("kryo"), strict=True):
+        before, after = StreamSource(source.location, a.handle.delegate), StreamSource(rewritten.location,
+                                                                                       b.handle.delegate)
+        assert after.read(0, after.size) == before.read(0, before.size)  # every value re-encoded: Flink's bytes
+
+
+def _describe(savepoint: Path) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli_main(["describe", str(savepoint)])
+    assert err.getvalue() == ""
+    return status, out.getvalue()
+
+
+@pytest.mark.parametrize("flink", FLINKS)
+def test_describe_says_per_state_what_happens_to_kryo_records(savepoints: dict[str, Path], flink: str) -> None:
+    status, text = _describe(savepoints[flink])
+    assert status == 0
+    verdicts: dict[str, str] = {}
+    state = ""
+    for line in text.splitlines():
+        if line.startswith("  keyed state "):
+            state = line.split()[2].rstrip(":")
+        elif line.startswith("    Kryo: "):
+            verdicts[state] = line.strip()
+    tags = 4 if flink == "1.20.3" else 0  # the holder's List field is Kryo in Flink 1.x only
+    assert {k: v for k, v in verdicts.items() if k not in ("opaque_holder", "mixed")} == {
+        "objects": "Kryo: decoded (java.lang.String, java.util.ArrayList, java.util.HashMap, long) in the first 16 "
+                   "Kryo records of 4 key-group blocks",
+        "holder": f"Kryo: decoded (int, java.util.ArrayList, java.util.HashMap, java.util.UUID) in the first "
+                  f"{4 + tags} Kryo records of 4 key-group blocks",
+        "whole": "Kryo: 3 of 4 values decoded (java.lang.String), 1 opaque (passed through byte for byte) in the "
+                 "first 4 Kryo records of 4 key-group blocks",
+    }
+    for refused in ("opaque_holder", "mixed"):
+        assert verdicts[refused].startswith("Kryo: not decodable (") and POINT in verdicts[refused]
