@@ -24,113 +24,33 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
-from flinkstate.format_errors import SavepointFormatError
-from flinkstate.serializers.times import Date, Instant, LocalDate, LocalDateTime, LocalTime, SqlDate, SqlTimestamp
+from flinkstate.serializers.kryo_readers import READERS, READERS_5, read_enum, read_text
+from flinkstate.serializers.kryo_values import (
+    FIRST_FLINK_REGISTRATION,
+    JDK_ENUMS,
+    KRYO2,
+    KRYO5,
+    MAX_DEPTH,
+    KryoCorrupt,
+    KryoDuration,
+    KryoEnum,
+    KryoMap,
+    KryoOpaque,
+    KryoText,
+    KryoValue,
+    plain,
+    registration_table,
+)
 
-KRYO2, KRYO5 = 2, 5
-#: The first id of Flink's own registrations (``FlinkChillPackageRegistrar.getNextRegistrationId``).
-FIRST_FLINK_REGISTRATION = 85
-#: Nesting bound: a corrupted record must not recurse without end.
-MAX_DEPTH = 64
-
-_PRIMITIVE_IDS = ("int", "java.lang.String", "float", "boolean", "byte", "char", "short", "long", "double")
-_CHILL_IDS = ("java.util.Arrays$ArrayList", "java.util.BitSet", "java.util.PriorityQueue", "java.util.regex.Pattern",
-              "java.sql.Date", "java.sql.Time", "java.sql.Timestamp", "java.net.URI", "java.net.InetSocketAddress",
-              "java.util.UUID", "java.util.Locale", "java.text.SimpleDateFormat")
 _WRAPPERS = {"int": "java.lang.Integer", "float": "java.lang.Float", "boolean": "java.lang.Boolean",
              "byte": "java.lang.Byte", "char": "java.lang.Character", "short": "java.lang.Short",
              "long": "java.lang.Long", "double": "java.lang.Double"}
 _WRAPPER_CLASSES = frozenset(_WRAPPERS) | frozenset(_WRAPPERS.values())
-_COLLECTIONS = frozenset({"java.util.ArrayList", "java.util.LinkedList", "java.util.HashSet", "java.util.LinkedHashSet",
-                          "java.util.ArrayDeque", "java.util.TreeSet"})
-_MAPS = frozenset({"java.util.HashMap", "java.util.LinkedHashMap", "java.util.TreeMap"})
-#: JDK enums whose constants are known (EnumSerializer stores only the ordinal); a user's enum cannot be told from a
-#: user class by its name, so it stays opaque.
-JDK_ENUMS: dict[str, tuple[str, ...]] = {
-    "java.util.concurrent.TimeUnit": ("NANOSECONDS", "MICROSECONDS", "MILLISECONDS", "SECONDS", "MINUTES", "HOURS",
-                                      "DAYS"),
-    "java.time.DayOfWeek": ("MONDAY", "TUESDAY", "WEDNESDAY", "THURSDAY", "FRIDAY", "SATURDAY", "SUNDAY"),
-    "java.time.Month": ("JANUARY", "FEBRUARY", "MARCH", "APRIL", "MAY", "JUNE", "JULY", "AUGUST", "SEPTEMBER",
-                        "OCTOBER", "NOVEMBER", "DECEMBER"),
-    "java.math.RoundingMode": ("UP", "DOWN", "CEILING", "FLOOR", "HALF_UP", "HALF_DOWN", "HALF_EVEN", "UNNECESSARY"),
-}
 
 
-class KryoOpaque(Exception):
-    """The record holds a class this module cannot decode: it is passed through whole."""
-
-    def __init__(self, class_name: str, why: str = "no built-in serializer decoded here") -> None:
-        # The name comes from the data: escaped, so a corrupted one cannot break the one-line message.
-        shown = class_name if class_name.isprintable() else class_name.encode("unicode_escape").decode("ascii")
-        super().__init__(f"{shown}: {why}")
-        self.class_name = class_name
-
-
-class KryoCorrupt(SavepointFormatError):
-    """The bytes are not a Kryo record of the version tried (truncated, an impossible value)."""
-
-
-@dataclass(frozen=True)
-class KryoEnum:
-    """An enum constant: Kryo stores its ordinal only; ``name`` is known for JDK enums."""
-
-    enum_class: str
-    ordinal: int
-    name: str | None
-
-
-@dataclass(frozen=True)
-class KryoMap:
-    """A map's entries in the stored order (keys may be any value, so not a dict)."""
-
-    map_class: str
-    entries: tuple[tuple[Any, Any], ...]
-
-
-@dataclass(frozen=True)
-class KryoDuration:
-    seconds: int
-    nanos: int
-
-
-@dataclass(frozen=True)
-class KryoText:
-    """A value Java renders as text (UUID, Currency, Locale, Charset): its class and that text."""
-
-    java_class: str
-    text: str
-
-
-@dataclass(frozen=True)
-class KryoValue:
-    """A decoded Kryo record: the declared Kryo type, the record's class, the value, and the original bytes (written
-    back unchanged, so a migration stays byte exact)."""
-
-    type_name: str
-    java_class: str
-    value: Any
-    data: bytes
-    kryo_version: int
-
-
-def registration_table(version: int, registrations: list[tuple[str, bool]]) -> dict[int, tuple[str, bool]]:
-    """Registration id -> (class name, uses its default serializer) for a Flink KryoSerializer whose snapshot lists
-    ``registrations`` (class name, registered without a serializer of its own) in order."""
-    table: dict[int, tuple[str, bool]] = {i: (name, True) for i, name in enumerate(_PRIMITIVE_IDS)}
-    if version == KRYO2:
-        table[9] = ("void", True)
-    for i, name in enumerate(_CHILL_IDS):
-        table[73 + i] = (name, True)
-    for i, (name, default) in enumerate(registrations):
-        table[FIRST_FLINK_REGISTRATION + i] = (name, default)
-    return table
-
-
-class _Record:
+class KryoRecord:
     """One record being read: position, the name table, the reference table."""
 
     __slots__ = ("buf", "depth", "end", "names", "pos", "refs", "registered", "v5")
@@ -295,290 +215,24 @@ class _Record:
             self.refs[slot] = value
         return value
 
-    def _reader(self, name: str) -> Callable[[_Record, str], Any]:
-        reader = _READERS.get(name)
+    def _reader(self, name: str) -> Callable[[KryoRecord, str], Any]:
+        reader = READERS.get(name)
         if reader is None and name in JDK_ENUMS:
-            reader = _enum
+            reader = read_enum
         elif reader is None and self.v5:
-            reader = _READERS_5.get(name)
+            reader = READERS_5.get(name)
             if reader is None and name.startswith("sun.nio.cs."):  # Charset subclasses: CharsetSerializer
-                reader = _text
+                reader = read_text
         if reader is None:
             raise KryoOpaque(name)
         return reader
-
-
-# -- serializers -----------------------------------------------------------------------------------------------------
-
-def _int(r: _Record, _: str) -> int:
-    return r.zigzag()
-
-
-def _long(r: _Record, _: str) -> int:
-    return r.zigzag(long=True)
-
-
-def _string(r: _Record, _: str) -> str | None:
-    return r.string()
-
-
-def _float(r: _Record, _: str) -> float:
-    return float(r.fixed("f"))
-
-
-def _double(r: _Record, _: str) -> float:
-    return float(r.fixed("d"))
-
-
-def _boolean(r: _Record, _: str) -> bool:
-    return r.byte() == 1
-
-
-def _byte(r: _Record, _: str) -> int:
-    b = r.byte()
-    return b - 256 if b > 127 else b
-
-
-def _char(r: _Record, _: str) -> str:
-    return chr(r.fixed("H"))
-
-
-def _short(r: _Record, _: str) -> int:
-    return int(r.fixed("h"))
-
-
-def _big_integer(r: _Record, _: str) -> int | None:
-    n = r.length()
-    if n == 0:
-        return None
-    return int.from_bytes(r.take(n - 1), "big", signed=True)
-
-
-def _big_decimal(r: _Record, name: str) -> Decimal | None:
-    unscaled = _big_integer(r, name)
-    if unscaled is None:
-        return None
-    scale = r.zigzag()
-    # Built from the digits: Decimal arithmetic (scaleb) would round to the context's 28 digits.
-    sign, digits, _ = Decimal(unscaled).as_tuple()
-    return Decimal((sign, digits, -scale))
-
-
-def _date(r: _Record, _: str) -> Date:
-    return Date(r.positive(long=True))
-
-
-def _sql_date(r: _Record, _: str) -> SqlDate:
-    return SqlDate(r.positive(long=True))
-
-
-def _timestamp(r: _Record, _: str) -> SqlTimestamp:
-    millis, nanos = r.positive(long=True), r.positive()
-    if r.v5:  # Kryo 5 stores the whole seconds' milliseconds (integralTimeComponent), 2.24 getTime()
-        millis += nanos // 1_000_000
-    try:
-        return SqlTimestamp(millis, nanos)
-    except ValueError as e:
-        raise KryoCorrupt(f"Kryo Timestamp: {e}") from None
-
-
-def _uuid(r: _Record, _: str) -> KryoText:
-    if r.v5:
-        msb, lsb = r.fixed("q"), r.fixed("q")
-    else:  # Chill's UUIDSerializer: two zigzag varlongs
-        msb, lsb = r.zigzag(long=True), r.zigzag(long=True)
-    h = f"{(msb & (1 << 64) - 1):016x}{(lsb & (1 << 64) - 1):016x}"
-    return KryoText("java.util.UUID", f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
-
-
-def _enum(r: _Record, name: str) -> KryoEnum:
-    ordinal = r.varint() - 1
-    constants = JDK_ENUMS.get(name, ())
-    if not 0 <= ordinal < len(constants):
-        raise KryoCorrupt(f"Kryo enum {name}: ordinal {ordinal} out of range")
-    return KryoEnum(name, ordinal, constants[ordinal])
-
-
-def _text(r: _Record, name: str) -> KryoText:
-    text = r.string()
-    if text is None:
-        raise KryoCorrupt(f"Kryo {name}: null text")
-    return KryoText(name if not name.startswith("sun.nio.cs.") else "java.nio.charset.Charset", text)
-
-
-def _locale(r: _Record, name: str) -> KryoText:
-    parts = [r.string() or "" for _ in range(3)]
-    return KryoText(name, "_".join(parts).rstrip("_"))
-
-
-def _no_comparator(r: _Record, name: str) -> None:
-    """TreeMap/TreeSet write their comparator first: only a natural order (null) is decoded."""
-    if r.read_class() is not None:
-        raise KryoOpaque(name, "a comparator is stored")
-
-
-def _collection(r: _Record, name: str) -> list[Any]:
-    if not r.v5:
-        if name == "java.util.TreeSet":
-            _no_comparator(r, name)
-        return [r.class_and_object() for _ in range(r.length())]
-    same_type, size = r.varint_flag()
-    if size == 0:
-        raise KryoCorrupt(f"Kryo {name}: null collection inside its own record")
-    size -= 1
-    if size > r.end - r.pos:
-        raise KryoCorrupt(f"Kryo length {size} at byte {r.pos} exceeds the record")
-    if name in ("java.util.TreeSet", "java.util.PriorityQueue"):
-        _no_comparator(r, name)
-    if size == 0:
-        return []
-    if not same_type:
-        return [r.class_and_object() for _ in range(size)]
-    cls = r.read_class()
-    if cls is None:
-        return [None] * size
-    has_null = r.byte() == 1
-    return [r.object(cls, may_be_null=has_null) for _ in range(size)]
-
-
-def _arrays_as_list(r: _Record, name: str) -> list[Any]:
-    if r.v5:
-        return _collection(r, name)
-    # Chill's ArraysAsListSerializer: the length, the backing array's component class, each element with its class.
-    size = r.length()
-    r.read_class()
-    return [r.class_and_object() for _ in range(size)]
-
-
-def _map(r: _Record, name: str) -> KryoMap:
-    if not r.v5:
-        if name == "java.util.TreeMap":
-            _no_comparator(r, name)
-        size = r.length()
-    else:
-        size = r.length()
-        if size == 0:
-            raise KryoCorrupt(f"Kryo {name}: null map inside its own record")
-        size -= 1
-        if name == "java.util.TreeMap":
-            _no_comparator(r, name)
-    return KryoMap(name, tuple((r.class_and_object(), r.class_and_object()) for _ in range(size)))
-
-
-def _empty_list(r: _Record, _: str) -> list[Any]:
-    return []
-
-
-def _empty_map(r: _Record, name: str) -> KryoMap:
-    return KryoMap(name, ())
-
-
-def _singleton(r: _Record, _: str) -> list[Any]:
-    return [r.class_and_object()]
-
-
-def _singleton_map(r: _Record, name: str) -> KryoMap:
-    return KryoMap(name, ((r.class_and_object(), r.class_and_object()),))
-
-
-def _array_of(read: Callable[[_Record, str], Any]) -> Callable[[_Record, str], Any]:
-    def decode(r: _Record, name: str) -> list[Any] | None:
-        n = r.length()
-        return None if n == 0 else [read(r, name) for _ in range(n - 1)]
-
-    return decode
-
-
-def _byte_array(r: _Record, _: str) -> bytes | None:
-    n = r.length()
-    return None if n == 0 else bytes(r.take(n - 1))
-
-
-def _string_array(r: _Record, _: str) -> list[str | None] | None:
-    n = r.length()
-    if n == 0:
-        return None
-    return [r.object(("java.lang.String", True), may_be_null=True) for _ in range(n - 1)]
-
-
-def _instant(r: _Record, _: str) -> Instant:
-    seconds, nanos = r.positive(long=True), r.positive()
-    try:
-        return Instant(seconds, nanos)
-    except ValueError as e:
-        raise KryoCorrupt(f"Kryo Instant: {e}") from None
-
-
-def _read_local_date(r: _Record) -> tuple[int, int, int]:
-    return r.positive(), r.byte(), r.byte()
-
-
-def _read_local_time(r: _Record) -> tuple[int, int, int, int]:
-    """Kryo 5's LocalTimeSerializer: trailing zero parts are cut, the last written part is complemented."""
-    def signed(b: int) -> int:
-        return b - 256 if b > 127 else b
-
-    hour = signed(r.byte())
-    if hour < 0:
-        return ~hour, 0, 0, 0
-    minute = signed(r.byte())
-    if minute < 0:
-        return hour, ~minute, 0, 0
-    second = signed(r.byte())
-    if second < 0:
-        return hour, minute, ~second, 0
-    return hour, minute, second, r.positive()
-
-
-def _local(build: Callable[[_Record], Any], what: str) -> Callable[[_Record, str], Any]:
-    def decode(r: _Record, _: str) -> Any:
-        try:
-            return build(r)
-        except ValueError as e:
-            raise KryoCorrupt(f"Kryo {what}: {e}") from None
-
-    return decode
-
-
-def _duration(r: _Record, _: str) -> KryoDuration:
-    seconds = r.fixed("q")
-    return KryoDuration(int(seconds), r.positive())
-
-
-_READERS: dict[str, Callable[[_Record, str], Any]] = {
-    "int": _int, "java.lang.Integer": _int, "long": _long, "java.lang.Long": _long,
-    "java.lang.String": _string, "float": _float, "java.lang.Float": _float, "double": _double,
-    "java.lang.Double": _double, "boolean": _boolean, "java.lang.Boolean": _boolean, "byte": _byte,
-    "java.lang.Byte": _byte, "char": _char, "java.lang.Character": _char, "short": _short, "java.lang.Short": _short,
-    "java.math.BigInteger": _big_integer, "java.math.BigDecimal": _big_decimal, "java.util.Date": _date,
-    "java.sql.Date": _sql_date, "java.sql.Timestamp": _timestamp, "java.util.UUID": _uuid,
-    "java.util.Currency": _text, "java.util.Arrays$ArrayList": _arrays_as_list,
-    "java.util.Collections$EmptyList": _empty_list, "java.util.Collections$EmptySet": _empty_list,
-    "java.util.Collections$EmptyMap": _empty_map, "java.util.Collections$SingletonList": _singleton,
-    "java.util.Collections$SingletonSet": _singleton, "java.util.Collections$SingletonMap": _singleton_map,
-    "[I": _array_of(_int), "[J": _array_of(_long), "[B": _byte_array, "[D": _array_of(_double),
-    "[F": _array_of(_float), "[S": _array_of(_short), "[C": _array_of(_char), "[Z": _array_of(_boolean),
-    "[Ljava.lang.String;": _string_array,
-    **{name: _collection for name in _COLLECTIONS},
-    **{name: _map for name in _MAPS},
-}
-#: Kryo 5's additional defaults (TimeSerializers, LocaleSerializer, CharsetSerializer); in Kryo 2.24 these classes
-#: fall to FieldSerializer (java.time) or Chill's Java serialization (Locale), which stay opaque.
-_READERS_5: dict[str, Callable[[_Record, str], Any]] = {
-    "java.time.Instant": _instant,
-    "java.time.LocalDate": _local(lambda r: LocalDate(*_read_local_date(r)), "LocalDate"),
-    "java.time.LocalTime": _local(lambda r: LocalTime(*_read_local_time(r)), "LocalTime"),
-    "java.time.LocalDateTime": _local(lambda r: LocalDateTime(*_read_local_date(r), *_read_local_time(r)),
-                                      "LocalDateTime"),
-    "java.time.Duration": _duration, "java.util.Locale": _locale,
-}
 
 
 def read_record(buf: bytes, start: int, end: int, version: int,
                 registered: dict[int, tuple[str, bool]]) -> tuple[str, Any, int]:
     """Reads one ``writeClassAndObject`` record from ``buf[start:end]``: (class name, value, end offset).
     Raises :class:`KryoOpaque` or :class:`KryoCorrupt`."""
-    r = _Record(buf, start, end, version, registered)
+    r = KryoRecord(buf, start, end, version, registered)
     try:
         cls = r.read_class()
         value = None if cls is None else r.object(cls, may_be_null=False)
@@ -619,21 +273,7 @@ def decode_record(buf: bytes, start: int, end: int, versions: tuple[int, ...],
     return first
 
 
-def plain(value: Any) -> Any:
-    """A decoded Kryo value as plain Python for ``dump`` (the rest, Decimal, dates, bytes, goes through
-    :func:`flinkstate.jsonify.to_json`): a map is an object when its keys are strings, else a list of [key, value]
-    pairs; an enum is its constant's name (or {"enum", "ordinal"} when the name is not known); UUID, Currency,
-    Locale and Charset are their text; a Duration is {"seconds", "nanos"}."""
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, KryoMap):
-        if all(isinstance(k, str) for k, _ in value.entries):
-            return {k: plain(v) for k, v in value.entries}
-        return [[plain(k), plain(v)] for k, v in value.entries]
-    if isinstance(value, KryoEnum):
-        return value.name if value.name is not None else {"enum": value.enum_class, "ordinal": value.ordinal}
-    if isinstance(value, KryoText):
-        return value.text
-    if isinstance(value, KryoDuration):
-        return {"seconds": value.seconds, "nanos": value.nanos}
-    return value
+#: Re-exported: the values and errors live in :mod:`flinkstate.serializers.kryo_values`.
+__all__ = ["FIRST_FLINK_REGISTRATION", "JDK_ENUMS", "KRYO2", "KRYO5", "MAX_DEPTH", "KryoCorrupt", "KryoDuration",
+           "KryoEnum", "KryoMap", "KryoOpaque", "KryoText", "KryoValue", "decode_record", "plain", "read_record",
+           "registration_table"]
