@@ -50,7 +50,7 @@ KEYED = [p for p in SQL_SAVEPOINTS
 READABLE = [p for p in KEYED if p.parent.parent.name not in OTHER_FAMILY]
 
 #: (RowData keys, RowData values, savepoints with keys) checked by test_round_trip_figures.
-FIGURES = (158, 37, 27)
+FIGURES = (170, 37, 29)
 
 PROPERTY = settings(max_examples=60, derandomize=True, database=None, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -75,7 +75,7 @@ def _streams(sp: Savepoint) -> list[tuple[Any, Any]]:
 
 def test_corpus_selection() -> None:
     # 47 savepoints hold RowData snapshots, 32 in keyed state (the 32 that were refused before the RowData family)
-    assert (len(SQL_SAVEPOINTS), len(KEYED), len(READABLE)) == (47, 32, 29)
+    assert (len(SQL_SAVEPOINTS), len(KEYED), len(READABLE)) == (49, 34, 31)
 
 
 @pytest.mark.parametrize("path", KEYED, ids=_id)

@@ -134,7 +134,7 @@ def read_logical_type(reader: Reader, what: str) -> tuple[LogicalType, bytes]:
         raise reader.error(f"{what}: not a LogicalType ({exc})", start) from None
 
 
-def _fields(obj: Any) -> dict[str, Any]:
+def java_fields(obj: Any) -> dict[str, Any]:
     """Every serialized field of a parsed object, superclasses first."""
     descs = []
     desc = getattr(obj, "classdesc", None)
@@ -148,7 +148,7 @@ def _fields(obj: Any) -> dict[str, Any]:
     return values
 
 
-def _class_name(obj: Any) -> str:
+def java_class_name(obj: Any) -> str:
     desc = getattr(obj, "classdesc", None)
     return str(desc.name) if desc is not None else type(obj).__name__
 
@@ -157,9 +157,9 @@ def _items(obj: Any) -> list[Any]:
     """The elements of a serialized java.util List (ArrayList, Collections$UnmodifiableList, ...)."""
     if isinstance(obj, list):
         return list(obj)
-    if _class_name(obj) == "java.util.ArrayList":
+    if java_class_name(obj) == "java.util.ArrayList":
         # ArrayList.writeObject: the size field, then block data (the capacity), then the elements
-        size = _fields(obj).get("size")
+        size = java_fields(obj).get("size")
         annotations = list(getattr(obj, "annotations", None) or [])
         if not isinstance(size, int) or not 0 <= size < len(annotations):
             raise ValueError(f"java.util.ArrayList of size {size!r} with {len(annotations)} annotations")
@@ -168,7 +168,7 @@ def _items(obj: Any) -> list[Any]:
         inner = getattr(obj, name, None)
         if inner is not None:
             return _items(inner)
-    raise ValueError(f"expected a java.util.List, got {_class_name(obj)}")
+    raise ValueError(f"expected a java.util.List, got {java_class_name(obj)}")
 
 
 def fingerprint(obj: Any, depth: int = 0) -> Any:
@@ -181,11 +181,11 @@ def fingerprint(obj: Any, depth: int = 0) -> Any:
         return tuple(fingerprint(x, depth + 1) for x in obj)
     constant = getattr(obj, "constant", None)
     if constant is not None:  # a Java enum constant
-        return (_class_name(obj), str(constant))
-    name = _class_name(obj)
+        return (java_class_name(obj), str(constant))
+    name = java_class_name(obj)
     if name == "java.lang.Class" or type(obj).__name__ == "JavaClass":
         return ("class", str(getattr(obj, "name", name)))
-    fields = _fields(obj)
+    fields = java_fields(obj)
     if not fields and isinstance(obj, dict):
         return (name, tuple(sorted((repr(k), fingerprint(v, depth + 1)) for k, v in obj.items())))
     # TimestampType / LocalZonedTimestampType / ZonedTimestampType.equals ignore the kind (ROWTIME, PROCTIME)
@@ -196,10 +196,10 @@ def fingerprint(obj: Any, depth: int = 0) -> Any:
 
 
 def to_logical_type(obj: Any) -> LogicalType:
-    name = _class_name(obj)
+    name = java_class_name(obj)
     if not name.startswith(_PACKAGE):
         raise ValueError(f"class {name}")
-    f = _fields(obj)
+    f = java_fields(obj)
     root_obj = f.get("typeRoot")
     root = str(getattr(root_obj, "constant", root_obj))
     nullable = bool(f.get("isNullable"))
@@ -211,7 +211,7 @@ def to_logical_type(obj: Any) -> LogicalType:
     elif root == "MAP":
         children = (to_logical_type(f["keyType"]), to_logical_type(f["valueType"]))
     elif root in ("ROW", "STRUCTURED_TYPE"):
-        members = [_fields(m) for m in _items(f["fields" if root == "ROW" else "attributes"])]
+        members = [java_fields(m) for m in _items(f["fields" if root == "ROW" else "attributes"])]
         children = tuple(to_logical_type(m["type"]) for m in members)
         names = tuple(str(m["name"]) for m in members)
         if root == "STRUCTURED_TYPE":

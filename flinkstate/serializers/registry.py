@@ -30,7 +30,7 @@ LEGACY_ADAPTER_VERSION = 0x7A53C4F0
 _FAMILY_MODULES = (
     "primitives", "composite", "collections", "tuple", "row", "nullable", "pojo", "enum", "avro", "kryo",
     "timer", "ttl", "namespaces", "rowdata", "either", "runtimelists", "ttlaware", "values", "javaserial", "scala",
-    "streaming", "cep", "bitmapvariant",
+    "streaming", "cep", "bitmapvariant", "sorted",
 )
 
 #: The entry-point group of serializer snapshot plugins.

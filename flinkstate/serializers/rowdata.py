@@ -47,6 +47,7 @@ from flinkstate.serializers.composite import CompositeSnapshot, read_nested_snap
 from flinkstate.serializers.logicaltypes import LogicalType, fingerprint, read_java_object, read_logical_type
 from flinkstate.serializers.namespaces import EmptyPayloadSnapshot, TimeWindowSnapshot
 from flinkstate.serializers.registry import register
+from flinkstate.serializers.sorted import SortedLongSnapshot, SortedMapSnapshot
 
 TYPEUTILS = "org.apache.flink.table.runtime.typeutils."
 _I32 = struct.Struct(">i")
@@ -444,7 +445,8 @@ class ExternalSnapshot(CompositeSnapshot):
         return self.nested[0].hash_code(value)
 
 
-#: Every snapshot class of this module (their notation carries the snapshot's bytes: see flinkstate.typenotation).
+#: The Table runtime's snapshot classes, this module's and the sorted ones (their notation carries the snapshot's bytes:
+#: see flinkstate.typenotation).
 TABLE_SNAPSHOTS = (RowDataSnapshot, StringDataSnapshot, NullValueSnapshot, TableTimeWindowSnapshot, DecimalDataSnapshot,
                    TimestampDataSnapshot, BinaryRowDataSnapshot, ArrayDataSnapshot, MapDataSnapshot,
-                   RawValueDataSnapshot, ExternalSnapshot)
+                   RawValueDataSnapshot, ExternalSnapshot, SortedMapSnapshot, SortedLongSnapshot)
