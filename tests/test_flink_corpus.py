@@ -80,10 +80,10 @@ TEST_SERIALIZER = ("unknown serializer snapshot class "
 STREAM_ELEMENT = ("unknown serializer snapshot class org.apache.flink.streaming.runtime.streamrecord."
                   "StreamElementSerializer$StreamElementSerializerSnapshot")
 CEP_NFA = "unknown serializer snapshot class org.apache.flink.cep.nfa.NFAStateSerializerSnapshot"
-PROXY_V5 = "keyed state proxy version 5 is not supported"
+PROXY_V5 = "keyed state proxy version 5 (Flink 1.6 or earlier: serializers stored with Java serialization"
 EITHER = "unknown serializer snapshot class org.apache.flink.api.java.typeutils.runtime.EitherSerializerSnapshot"
-PARAMETERLESS = ("unknown serializer snapshot class "
-                 "org.apache.flink.api.common.typeutils.ParameterlessTypeSerializerConfig")
+PARAMETERLESS = ("org.apache.flink.api.common.typeutils.ParameterlessTypeSerializerConfig is a "
+                 "TypeSerializerConfigSnapshot of Flink 1.7 or earlier")
 REASONS = (V2, ROCKSDB_NATIVE, CHANGELOG, HEAP_NATIVE, ROW_DATA, TEST_SERIALIZER, STREAM_ELEMENT, CEP_NFA, PROXY_V5,
            EITHER, PARAMETERLESS)
 #: Messages that describe a parse going wrong rather than what is unsupported: never acceptable for the corpus.

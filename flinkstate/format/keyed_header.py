@@ -206,7 +206,9 @@ def read_keyed_header(reader: Reader, tolerant: bool = False) -> KeyedBackendHea
     start = reader.pos
     version = reader.i32()
     if version != KEYED_PROXY_VERSION:
-        raise UnsupportedFormat(f"keyed state proxy version {version} is not supported (only "
+        written = " (Flink 1.6 or earlier: serializers stored with Java serialization, which Flink 1.17 and later " \
+            "cannot restore either)" if version < KEYED_PROXY_VERSION else ""
+        raise UnsupportedFormat(f"keyed state proxy version {version}{written} is not supported (only "
                                 f"{KEYED_PROXY_VERSION})", reader.path, reader.base + start)
     compressed = reader.bool()
     header = KeyedBackendHeader(version, compressed, None)

@@ -27,6 +27,10 @@ SNAPSHOT_PROXY_VERSION = 2
 #: Legacy ``TypeSerializerConfigSnapshot`` adapter version (1.15/1.16 only).
 LEGACY_ADAPTER_VERSION = 0x7A53C4F0
 
+#: How Flink 1.7 and earlier named their serializer configuration snapshots (ParameterlessTypeSerializerConfig,
+#: CollectionSerializerConfigSnapshot, PojoSerializerConfigSnapshot, ...): refused by what they are.
+LEGACY_CONFIG_SUFFIXES = ("SerializerConfig", "ConfigSnapshot")
+
 _FAMILY_MODULES = (
     "primitives", "composite", "collections", "tuple", "row", "nullable", "pojo", "enum", "avro", "kryo",
     "timer", "ttl", "namespaces", "rowdata", "either", "runtimelists", "ttlaware", "values", "javaserial", "scala",
@@ -100,6 +104,11 @@ def read_snapshot(reader: Reader, top_level: bool = False) -> TypeSerializerSnap
     class_name = reader.utf()
     version = reader.i32()
     cls = lookup(class_name)
+    if cls is None and class_name.endswith(LEGACY_CONFIG_SUFFIXES):
+        raise UnsupportedFormat(f"{class_name} is a TypeSerializerConfigSnapshot of Flink 1.7 or earlier (before "
+                                f"Flink 1.8's TypeSerializerSnapshot), which Flink 1.17 and later cannot restore "
+                                f"either: restore it with Flink 1.8 to 1.16 and take a new savepoint",
+                                reader.path, reader.base + start)
     if cls is None:
         raise UnknownSerializerSnapshot(class_name, reader.path, reader.base + start)
     if version == LEGACY_ADAPTER_VERSION:
