@@ -11,8 +11,8 @@ from flinkstate.format.keyed_header import StateMetaInfo
 from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.savepoint import Savepoint
-from flinkstate.serializers.kryo import KryoSnapshot, OpaqueValue, kryo_snapshots
-from flinkstate.serializers.kryo_data import KryoValue
+from flinkstate.serializers.kryo import KryoSnapshot, OpaqueValue, kryo_snapshots, kryo_version_for_metadata
+from flinkstate.serializers.kryo_data import KRYO2, KryoValue
 from flinkstate.storage.locations import StorageError
 
 #: The Kryo sample of a state: at most this many key-group blocks read, and Kryo records looked at.
@@ -80,4 +80,31 @@ def _kryo_records(item: Any, out: list[Any]) -> None:
             _kryo_records(value, out)
 
 
-__all__ = ["SAMPLE_BLOCKS", "SAMPLE_VALUES", "add_kryo_verdicts", "kryo_verdict"]
+def _flink(kryo_version: int) -> str:
+    return "Flink 1.x (Kryo 2.24)" if kryo_version == KRYO2 else "Flink 2.x (Kryo 5.6)"
+
+
+def metadata_version_refusal(source: Savepoint, metadata_version: int | None) -> str | None:
+    """Why ``source`` cannot be given ``_metadata`` version ``metadata_version`` (one line), or None. Kryo bytes are
+    copied as they are, and the metadata version says which Kryo reads them: Kryo data of Flink 1.x under Flink 2.x
+    metadata (or the reverse) would be read with the other Kryo, by this tool and by Flink, which cannot restore it
+    (FLINK-3154: Kryo 2.24 and 5.6 data are not compatible)."""
+    if metadata_version is None or kryo_version_for_metadata(metadata_version) == source.kryo_version:
+        return None
+    for op in source.operators:
+        header = source.keyed_header(op, tolerant=True)
+        named = [(state.name, [s for _, s in state.serializers]) for state in (header.states if header else [])]
+        for _, stream in source.operator_state_streams(op):
+            named += [(state.name, [s for _, s in state.serializers])
+                      for state in (*stream.header().list_states, *stream.header().broadcast_states)]
+        for name, snapshots in named:
+            if kryo_snapshots(snapshots):
+                return (f"{source.label(op)}, state {name}: Kryo data written by {_flink(source.kryo_version)} "
+                        f"cannot be given _metadata version {metadata_version}, which says "
+                        f"{_flink(kryo_version_for_metadata(metadata_version))}: it would be read with the other Kryo, "
+                        f"and Flink cannot restore it (FLINK-3154); keep the source's _metadata version "
+                        f"{source.metadata.version}")
+    return None
+
+
+__all__ = ["SAMPLE_BLOCKS", "SAMPLE_VALUES", "add_kryo_verdicts", "kryo_verdict", "metadata_version_refusal"]

@@ -18,6 +18,7 @@ from flinkstate.cli import main as cli_main
 from flinkstate.format.keyed_stream import StreamSource
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.jsonify import to_json
+from flinkstate.kryo_report import metadata_version_refusal
 from flinkstate.migration.plan import OperatorTarget
 from flinkstate.migration.runner import migrate_savepoint
 from flinkstate.savepoint import Savepoint
@@ -176,3 +177,15 @@ def test_describe_says_per_state_what_happens_to_kryo_records(savepoints: dict[s
     }
     for refused in ("opaque_holder", "mixed"):
         assert verdicts[refused].startswith("Kryo: not decodable (") and POINT in verdicts[refused]
+
+
+@pytest.mark.parametrize("flink", FLINKS)
+def test_a_metadata_version_of_the_other_kryo_is_refused(savepoints: dict[str, Path], flink: str) -> None:
+    """The Kryo bytes are copied as they are; _metadata version 4 says Kryo 2.24, 5 and 6 Kryo 5.6."""
+    sp = Savepoint.open(savepoints[flink])
+    same, other = (4, 6) if flink == "1.20.3" else (6, 4)
+    assert metadata_version_refusal(sp, None) is None and metadata_version_refusal(sp, same) is None
+    message = metadata_version_refusal(sp, other)
+    assert message is not None and "\n" not in message
+    assert f"cannot be given _metadata version {other}" in message and "FLINK-3154" in message
+    assert ("written by Flink 1.x (Kryo 2.24)" if flink == "1.20.3" else "written by Flink 2.x (Kryo 5.6)") in message
