@@ -1,6 +1,6 @@
 """The verifier's compiled checks against their pure-Python twins (flinkstate/_speedups, used by
-flinkstate/migration/verify.py): the block-level exactness check (decode + re-encode + byte compare), the pairwise
-comparison of written and expected entries without canonical forms, and kept states compared as runs of bytes.
+flinkstate/migration/verify_entries.py): the block-level exactness check (decode + re-encode + byte compare), the
+pairwise comparison of written and expected entries without canonical forms, and kept states compared as runs of bytes.
 
 Each compiled check may only ever say "equal" (or "exact") when its reference does; on Flink's savepoint corpus
 and on generated values they agree, and a corrupted migration output (a migrated value, a kept value) is refused by
@@ -117,7 +117,7 @@ def _canonical_streams(path: Path) -> list[Any]:
 
 def _reference_exact(codec: StateCodec, stream: Any, data: bytes, key_group: int, start: int, state_id: int,
                      entries: list[tuple[Any, ...]]) -> int:
-    """The pure-Python check of verify._exact_source_entries, over given decoded entries: the index of the first
+    """The pure-Python check of verify_entries._exact_source_entries, over given decoded entries: the index of the first
     that does not re-encode to its bytes, else -1."""
     raws = [(ks, ke, vs, ve) for sid, ks, ke, vs, ve in stream.raw_entries(data, key_group, start) if sid == state_id]
     for index, (ks, ke, vs, ve) in enumerate(raws):

@@ -2,10 +2,11 @@
 HashMap backend's own blocks), read with the native readers, not through the canonical blocks the migration made
 of them (:mod:`flinkstate.migration.native`), so that a fault in that conversion shows as a difference.
 
-As for canonical sources (``verify._exact_source_entries``), every source entry must re-encode to exactly the bytes
-Flink wrote before it is compared: a RocksDB entry to its key and value bytes; a heap element (``namespace, key,
-state``, the state serialized whole) to its bytes in the block. A codec that loses anything (a nanosecond, a NaN
-payload) is caught here, not hidden behind two equally shortened values. Memory: one key group's entries.
+As for canonical sources (``verify_entries._exact_source_entries``), every source entry must re-encode to exactly
+the bytes Flink wrote before it is compared: a RocksDB entry to its key and value bytes; a heap element
+(``namespace, key, state``, the state serialized whole) to its bytes in the block. A codec that loses anything (a
+nanosecond, a NaN payload) is caught here, not hidden behind two equally shortened values.
+Memory: one key group's entries.
 """
 
 from __future__ import annotations
