@@ -2,12 +2,16 @@
 
     resolve -> preflight_checks -> preflight_savepoint -> check (Spark) -> choose_path
       restorable:   stop_for_restore -> restore_path_as_is ----------------------.
-      migratable:   stop_for_migration -> migrate (Spark) -> recheck (Spark) ----+-> submit_new -> health_gate -> record
+      migratable:   stop_for_migration -> migrate (Spark) -> recheck ------------+-> submit_new -> health_gate -> record
       incompatible: alert_incompatible (old job untouched; the run fails)        |
       check-only:   check_only_done                                              |
     every path ends in conclude (runs whatever happened): after a failure past the stop it rolls back (old version
     from the stop savepoint; never when nothing was stopped), writes the outcome, sends the run's one alert, and
     fails the run unless it upgraded (or only checked).
+
+The migration's Spark application also re-checks what it published (the new manifest's check and the independent
+verifier against the stop savepoint), in the same session: one spark-submit while the job is down. ``recheck`` judges
+the report it wrote beside the migrated savepoint and starts nothing.
 
 Each step is journalled (``<savepoint_base>/journal/<job>.json``) before and after it changes anything, so that a run
 that dies is recovered by the next run of the same job, or by the ``flink_upgrade_watchdog`` DAG.
@@ -24,6 +28,7 @@ from flinkstate_airflow import upgrade
 from flinkstate_airflow.hooks import FlinkHook, spark_master
 from flinkstate_airflow.notifiers import send_alert, task_log_folder
 from flinkstate_airflow.operators import FlinkSavepointOperator, FlinkSubmitJarOperator, TaskRefused
+from flinkstate_airflow.recheck import recheck_problem
 from flinkstate_airflow.sensors import FlinkHealthGateSensor
 
 # A task called with an upstream task's output gets an XComArg, which Airflow resolves to the value at run time; its
@@ -41,7 +46,7 @@ def plan_value(*keys: str, suffix: str = "", json: bool = False) -> str:
 
 JOB_ID = plan_value("job_id", json=True)
 #: One argument, empty when not set (then the workers' FLINKSTATE_ALLOW_CODE applies): the dry run, the migration
-#: and the re-check's verifier import the manifest's migration functions only with it.
+#: and its re-check's verifier import the manifest's migration functions only with it.
 ALLOW_CODE = "--allow-code={{ params.allow_code }}"
 
 with DAG(
@@ -156,16 +161,20 @@ with DAG(
             "--old-schema", plan_value("old", "manifest"), "--output",
             plan_value("run_dir", suffix="/migrated/savepoint"),
             "--report", plan_value("run_dir", suffix="/migrated/report"),
+            # The re-check, in the same application: the published savepoint against the new manifest and its
+            # source; the report goes beside it, for the recheck task.
+            "--recheck-report-dir", plan_value("run_dir", suffix="/migrated"),
             # One argument: the DAG renders templates natively, and a bare number would arrive as an int.
             "--max-dead-letters={{ params.max_dead_letters }}", ALLOW_CODE])
-    recheck = SparkSubmitOperator(
-        task_id="recheck", conn_id=SPARK["conn_id"], env_vars=SPARK["env_vars"], name="flinkstate-recheck",
-        application=f"{SPARK['jobs']}/check_compatibility.py",
-        application_args=[plan_value("run_dir", suffix="/migrated/savepoint"), "--schema",
-                          plan_value("new", "manifest"), "--report-dir",
-                          plan_value("run_dir", suffix="/migrated"), "--dry-run", "never", "--exit-code",
-                          "--verify-against", "{{ ti.xcom_pull(task_ids='stop_for_migration') }}",
-                          "--verify-old-schema", plan_value("old", "manifest"), ALLOW_CODE])
+
+    @task
+    def recheck(plan: dict, stop_savepoint: str) -> None:
+        problem = recheck_problem(f"{plan['run_dir']}/migrated", f"{plan['run_dir']}/migrated/savepoint",
+                                  stop_savepoint)
+        if problem:  # an expected refusal: one log line, no traceback
+            raise TaskRefused(problem)
+
+    rechecked = recheck(plan, stopped_for_migration)  # type: ignore[arg-type]
 
     @task
     def restore_path_migrated(plan: dict) -> str:
@@ -219,10 +228,10 @@ with DAG(
     plan >> checks >> preflight >> check >> branch
     incompatible, checked_only = alert_incompatible(plan), check_only_done(plan)  # type: ignore[arg-type]
     branch >> [stopped_for_restore, stopped_for_migration, incompatible, checked_only]
-    stopped_for_migration >> migrate >> recheck >> migrated_path
+    stopped_for_migration >> migrate >> rechecked >> migrated_path
     [as_is_path, migrated_path] >> chosen >> submit_new >> gate
     recorded = record(plan, submit_new.output, chosen, gate.output)  # type: ignore[arg-type]
     gate >> recorded
     everything = [plan, checks, preflight, check, branch, stopped_for_restore, stopped_for_migration, migrate,
-                  recheck, as_is_path, migrated_path, chosen, submit_new, gate, recorded, incompatible, checked_only]
+                  rechecked, as_is_path, migrated_path, chosen, submit_new, gate, recorded, incompatible, checked_only]
     everything >> conclude()

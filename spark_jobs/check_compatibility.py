@@ -21,7 +21,6 @@ written (the DAG branches on its ``outcome``); with ``--exit-code``, 0 / 3 / 4 a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from functools import partial
 from pathlib import Path
@@ -42,13 +41,21 @@ from flinkstate import (
     plan_state_migration,
     run_dry_run,
     run_dry_run_unit,
-    verify_published,
-    write_file,
 )
-from spark_jobs.common import collect_guarded, guarded, run_main, shared, spark_map, spark_session, unit_count
+from spark_jobs.common import (
+    REPORT_JSON,
+    REPORT_MARKDOWN,
+    collect_guarded,
+    guarded,
+    report_files,
+    run_main,
+    shared,
+    spark_session,
+    verify_against,
+    write_report_files,
+)
 
-REPORT_JSON = "check-report.json"
-REPORT_MARKDOWN = "check-report.md"
+__all__ = ["REPORT_JSON", "REPORT_MARKDOWN", "dry_run", "main", "verify_against"]
 
 
 def dry_run_unit(job: MigrationJob, examples: int, unit: DryRunUnit) -> DryRunResult:
@@ -70,15 +77,6 @@ def dry_run(spark: Any, job: MigrationJob, examples: int, max_dead_letters: int 
 
     return run_dry_run(source, plan, examples=examples, max_dead_letters=max_dead_letters, map_units=on_spark,
                        slices=max(2, spark.sparkContext.defaultParallelism * 2))
-
-
-def verify_against(spark: Any, source_path: str, migrated_path: str, schema: str, old_schema: str | None,
-                   allow_code: CodePolicy | None = None, units: int | None = None) -> list[str]:
-    """The independent verifier on a migrated savepoint and its source (the DAG's re-check), its entries compared
-    by Spark tasks per key-group range (the driver checks the metadata level and that every range verified). It
-    re-applies the declared migration, so its functions need the same allowance as the migration."""
-    job = MigrationJob(source_path, schema, output="", old_schema=old_schema, allow_code=allow_code)
-    return verify_published(job, migrated_path, spark_map(spark), unit_count(spark, units)).lines()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -133,15 +131,9 @@ def main(argv: list[str]) -> int:
         finally:
             spark.stop()
     report.dry_run, report.dry_run_runner = section, "Spark"
-    body = report.to_json()
-    markdown = report.render_markdown()
-    if verification is not None:
-        body["verification"] = verification
-        markdown += "\n## Verification against the source savepoint\n\n" + "".join(
-            f"- {line}\n" for line in verification)
-    folder = args.report_dir.rstrip("/")
-    write_file(f"{folder}/{REPORT_JSON}", (json.dumps(body, indent=2) + "\n").encode())
-    write_file(f"{folder}/{REPORT_MARKDOWN}", markdown.encode())
+    body, markdown = report_files(report, verification,
+                                  verified_against=args.verify_against if verification is not None else None)
+    write_report_files(args.report_dir, body, markdown)
     print(markdown)
     return body["exit_code"] if args.exit_code else 0
 

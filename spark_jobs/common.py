@@ -1,7 +1,10 @@
-"""What the Spark jobs share: the session, and errors reported as one line instead of a JVM stack trace."""
+"""What the Spark jobs share: the session, errors reported as one line instead of a JVM stack trace, and the
+re-check of a migrated savepoint (the check job's ``--verify-against``, which the migration job also runs in its own
+application with ``--recheck-report-dir``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -9,7 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flinkstate import FlinkStateError, printable
+from flinkstate import (
+    CodePolicy,
+    FlinkStateError,
+    MigrationJob,
+    Report,
+    check,
+    plan_state_migration,
+    printable,
+    verify_published,
+    write_file,
+)
+
+REPORT_JSON = "check-report.json"
+REPORT_MARKDOWN = "check-report.md"
 
 #: The last line of a Python traceback raised by flinkstate inside a Spark task, e.g.
 #: ``flinkstate.migration.engine.MigrationError: operator stats, state stats: ...``.
@@ -112,6 +128,71 @@ def unit_count(spark: Any, requested: int | None) -> int:
     from flinkstate import default_unit_count
 
     return requested if requested is not None else default_unit_count(spark.sparkContext.defaultParallelism)
+
+
+def verify_against(spark: Any, source_path: str, migrated_path: str, schema: str, old_schema: str | None,
+                   allow_code: CodePolicy | None = None, units: int | None = None) -> list[str]:
+    """The independent verifier on a migrated savepoint and its source (the DAG's re-check), its entries compared
+    by Spark tasks per key-group range (the driver checks the metadata level and that every range verified). It
+    re-applies the declared migration, so its functions need the same allowance as the migration."""
+    job = MigrationJob(source_path, schema, output="", old_schema=old_schema, allow_code=allow_code)
+    return verify_published(job, migrated_path, spark_map(spark), unit_count(spark, units)).lines()
+
+
+def report_files(report: Report, verification: list[str] | None, *, verified_against: str | None = None,
+                 verification_error: str | None = None) -> tuple[dict[str, Any], str]:
+    """The check report's JSON body and Markdown, with the verification against the source savepoint when one ran
+    (its lines, or the one line that refused the savepoint)."""
+    body = report.to_json()
+    markdown = report.render_markdown()
+    if verified_against is not None:
+        body["verified_against"] = verified_against
+    if verification is not None:
+        body["verification"] = verification
+        markdown += "\n## Verification against the source savepoint\n\n" + "".join(
+            f"- {line}\n" for line in verification)
+    if verification_error is not None:
+        body["verification_error"] = verification_error
+        markdown += f"\n## Verification against the source savepoint\n\n**FAILED**: {verification_error}\n"
+    return body, markdown
+
+
+def write_report_files(folder: str, body: dict[str, Any], markdown: str) -> None:
+    """``check-report.json`` and ``check-report.md`` in ``folder`` (local or s3://)."""
+    folder = folder.rstrip("/")
+    write_file(f"{folder}/{REPORT_JSON}", (json.dumps(body, indent=2) + "\n").encode())
+    write_file(f"{folder}/{REPORT_MARKDOWN}", markdown.encode())
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """The re-check of a published migration, as its report files say it: ``exit_code`` 0 (restorable as is and
+    equal to its source's migration), 3 / 4 (the check's outcome), 1 (the verifier refused it: ``error``)."""
+
+    body: dict[str, Any]
+    markdown: str
+    error: str | None
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.error is not None else int(self.body["exit_code"])
+
+
+def recheck(spark: Any, migrated: str, schema: str, source: str, old_schema: str | None,
+            allow_code: CodePolicy | None = None, units: int | None = None) -> Recheck:
+    """What ``check_compatibility.py MIGRATED --schema SCHEMA --dry-run never --exit-code --verify-against SOURCE
+    --verify-old-schema OLD`` does, in a session already up: the header-level check of the migrated savepoint
+    against the new manifest, then every entry compared with the source's migration. A refusal by the verifier is
+    kept in the report (``verification_error``) instead of raised, so that whoever judges the report can say why."""
+    report = check(migrated, schema, migration_planner=plan_state_migration)
+    report.dry_run, report.dry_run_runner = {"ran": False, "reason": "--dry-run never"}, "Spark"
+    try:
+        lines = verify_against(spark, source, migrated, schema, old_schema, allow_code, units)
+    except FlinkStateError as exc:
+        body, markdown = report_files(report, None, verified_against=source, verification_error=printable(exc))
+        return Recheck(body, markdown, printable(exc))
+    body, markdown = report_files(report, lines, verified_against=source)
+    return Recheck(body, markdown, None)
 
 
 def run_main(name: str, main: Callable[[list[str]], int], argv: list[str] | None = None) -> None:

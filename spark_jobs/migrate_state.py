@@ -2,7 +2,7 @@
 
     spark-submit --master local[2] spark_jobs/migrate_state.py SAVEPOINT --schema MANIFEST --output DIR \\
         [--old-schema MANIFEST] [--metadata-version 3|4|5|6] [--compression on|off] [--report DIR] [--json] \\
-        [--units N] [--allow-code[=MODULES|all]]
+        [--units N] [--allow-code[=MODULES|all]] [--recheck-report-dir DIR [--recheck-exit-code]]
 
 The same migration as ``flinkstate migrate`` (flinkstate.migration.job.MigrationJob), run as
 :mod:`flinkstate.migration.units` describes: every rewritten keyed stream is cut into key-group ranges of about
@@ -13,6 +13,16 @@ into its stream and assembles ``_metadata``; the Spark tasks then verify the new
 by range, the driver the metadata level and that every range verified; only then is it published. The result is
 byte for byte what the single-process command writes. SAVEPOINT and DIR may be local paths (shared by all executors)
 or s3:// URIs.
+
+With ``--recheck-report-dir``, the same application then re-checks what it published, as the upgrade pipeline's
+``recheck`` step needs it while the job is down (one spark-submit, one JVM and Python workers start, instead of two):
+exactly what ``check_compatibility.py OUTPUT --schema MANIFEST --dry-run never --exit-code --verify-against
+SAVEPOINT --verify-old-schema OLD`` does (the published savepoint checked against the new manifest, then every entry
+compared with the source's migration by the independent verifier), in the same SparkSession. It writes that job's
+``check-report.json`` / ``check-report.md`` to DIR; a refusal by the verifier is written there too
+(``verification_error``, one line). The exit status is 0 once the savepoint is published and the re-check's report
+written (whoever runs the step judges the report, as the DAG's ``recheck`` task does); with ``--recheck-exit-code``,
+the re-check's status as ``check_compatibility.py --exit-code``: 0 / 3 / 4, or 1 with the verifier's one line.
 """
 
 from __future__ import annotations
@@ -24,8 +34,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
 
-from flinkstate import ALLOW_CODE_HELP, CodePolicy, MigrationJob, add_allow_code_argument
-from spark_jobs.common import run_main, shared, spark_map, spark_session, unit_count
+from flinkstate import ALLOW_CODE_HELP, CodePolicy, FlinkStateError, MigrationJob, add_allow_code_argument
+from spark_jobs.common import (
+    Recheck,
+    recheck,
+    run_main,
+    shared,
+    spark_map,
+    spark_session,
+    unit_count,
+    write_report_files,
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -43,25 +62,48 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--units", type=int, help="Spark tasks to split the work into (default: three per core)")
     add_allow_code_argument(parser, ALLOW_CODE_HELP + " (the tasks follow the driver's policy)")
-    return parser.parse_args(argv)
+    parser.add_argument("--recheck-report-dir", metavar="DIR",
+                        help="after publishing, re-check the output against the new manifest and the source "
+                             "(check_compatibility.py --verify-against) in this application; its report goes to DIR")
+    parser.add_argument("--recheck-exit-code", action="store_true",
+                        help="with --recheck-report-dir: exit with the re-check's status (0 / 3 / 4, 1 when the "
+                             "verifier refuses the output)")
+    args = parser.parse_args(argv)
+    if args.recheck_exit_code and not args.recheck_report_dir:
+        parser.error("--recheck-exit-code needs --recheck-report-dir")
+    return args
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    for name in ("savepoint", "schema", "old_schema", "output", "report"):
+    for name in ("savepoint", "schema", "old_schema", "output", "report", "recheck_report_dir"):
         setattr(args, name, shared(getattr(args, name)))
+    policy = CodePolicy.resolve(args.allow_code)
     job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
                        metadata_version=args.metadata_version,
                        compression=None if args.compression is None else args.compression == "on",
-                       report_dir=args.report, max_dead_letters=args.max_dead_letters,
-                       allow_code=CodePolicy.resolve(args.allow_code))
+                       report_dir=args.report, max_dead_letters=args.max_dead_letters, allow_code=policy)
+    checked: Recheck | None = None
     spark = spark_session("flinkstate-migrate-state")
     try:
         report = job.run_in_units(spark_map(spark), unit_count(spark, args.units))
+        print(json.dumps(report.to_json(), indent=2) if args.json else report.render_text(job.report_path))
+        if args.recheck_report_dir:
+            assert args.output is not None  # made absolute by shared(), never None: --output is required
+            checked = recheck(spark, args.output, args.schema, args.savepoint, args.old_schema, policy, args.units)
+            write_report_files(args.recheck_report_dir, checked.body, checked.markdown)
     finally:
         spark.stop()
-    print(json.dumps(report.to_json(), indent=2) if args.json else report.render_text(job.report_path))
-    return 0
+    if checked is None:
+        return 0
+    if not args.json:
+        print(checked.markdown)
+    if checked.error is not None and args.recheck_exit_code:
+        raise FlinkStateError(f"re-check: {checked.error}")  # one line and status 1, as check_compatibility
+    if checked.error is not None:
+        print(f"migrate_state: the re-check REFUSED the published savepoint: {checked.error} (report: "
+              f"{args.recheck_report_dir})", file=sys.stderr)
+    return checked.exit_code if args.recheck_exit_code else 0
 
 
 if __name__ == "__main__":
