@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from flinkstate.binary import operator_id_from_uid
-from flinkstate.format_errors import UnsupportedFormat
+from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
 from flinkstate.identity import OperatorRef
 from flinkstate.migration.conversions import MigrationPlanError
 from flinkstate.migration.plan import plan_value_migration
@@ -69,25 +69,29 @@ def test_kryo_values_pass_through_whole_and_nowhere_else():
     value, end = kryo.tail_decoder()(raw, 0)
     assert value == OpaqueValue("Kryo<x.Opaque>", raw) and end == len(raw)
     assert kryo.encode(value) == raw
-    with pytest.raises(UnsupportedFormat, match="no length"):
-        kryo.decoder()
+    with pytest.raises(UnsupportedFormat, match="carry no length"):  # delimited only where it decodes
+        kryo.decoder()(raw, 0)
     with pytest.raises(UnsupportedFormat, match="read from a savepoint"):
         kryo.encode({"a": 1})
 
 
-def test_a_pojo_ending_in_a_kryo_field_decodes_only_whole():
+def test_a_pojo_with_kryo_fields_is_delimited_only_by_records_that_decode():
     pojo = PojoSnapshot.create("x.Stamped", [("id", simple("Long")), ("when", _kryo("java.time.LocalDateTime"))])
     assert [f.name for f in pojo.fields] == ["id", "when"] and pojo.needs_end
     tail = b"\x01\x02\x03"
     record = bytes([2, 0]) + (5).to_bytes(8, "big") + bytes([0]) + tail
-    value, end = pojo.tail_decoder()(record, 0)
+    value, end = pojo.tail_decoder()(record, 0)  # a whole stored value: the opaque tail passes through
     assert value == {"id": 5, "when": OpaqueValue("Kryo<java.time.LocalDateTime>", tail)} and end == len(record)
     assert pojo.encode(value) == record
-    with pytest.raises(UnsupportedFormat, match="whole stored value"):
-        pojo.decoder()
+    with pytest.raises(SavepointFormatError, match="truncated"):  # where its end is needed, it must decode
+        pojo.decoder()(record, 0)
+    # A user class's record in the middle cannot be delimited: refused per value, naming the class.
     followed = PojoSnapshot.create("x.Stamped", [("a", _kryo()), ("b", simple("Long"))])
-    with pytest.raises(UnsupportedFormat, match="other fields follow"):
-        followed.tail_decoder()
+    opaque = bytes([1, 1]) + b"x.Opaqu" + bytes([ord("e") | 0x80])  # by name: Kryo's NAME, name id, ASCII
+    record = bytes([2, 0]) + opaque + bytes([0]) + (5).to_bytes(8, "big")
+    for decoder in (followed.tail_decoder(), followed.decoder()):
+        with pytest.raises(UnsupportedFormat, match=r"holds x\.Opaque: no built-in serializer"):
+            decoder(record, 0)
 
 
 def test_pojo_subclass_values_are_written_back_as_flink_writes_them():

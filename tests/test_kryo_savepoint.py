@@ -19,7 +19,7 @@ from flinkstate.format.keyed_stream import StreamSource
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.jsonify import to_json
 from flinkstate.kryo_report import metadata_version_refusal
-from flinkstate.migration.plan import OperatorTarget
+from flinkstate.migration.plan import MigrationError, OperatorTarget
 from flinkstate.migration.runner import migrate_savepoint
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.kryo import kryo_snapshots
@@ -189,3 +189,13 @@ def test_a_metadata_version_of_the_other_kryo_is_refused(savepoints: dict[str, P
     assert message is not None and "\n" not in message
     assert f"cannot be given _metadata version {other}" in message and "FLINK-3154" in message
     assert ("written by Flink 1.x (Kryo 2.24)" if flink == "1.20.3" else "written by Flink 2.x (Kryo 5.6)") in message
+
+
+@pytest.mark.parametrize("flink", FLINKS)
+def test_migrate_refuses_the_other_kryos_metadata_version_before_writing(savepoints: dict[str, Path], flink: str,
+                                                                         tmp_path: Path) -> None:
+    other = 6 if flink == "1.20.3" else 4
+    output = tmp_path / "out"
+    with pytest.raises(MigrationError, match=f"cannot be given _metadata version {other}"):
+        migrate_savepoint(str(savepoints[flink]), [], open_output(output), metadata_version=other)
+    assert not output.exists()

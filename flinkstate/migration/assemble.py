@@ -20,6 +20,7 @@ from flinkstate.format.handles import (
     StreamStateHandle,
 )
 from flinkstate.format.metadata import CheckpointMetadata, OperatorState, OperatorSubtaskState, write_metadata
+from flinkstate.kryo_report import metadata_version_refusal
 from flinkstate.migration.plan import MigrationError, MigrationPlan
 from flinkstate.migration.rewrite import SubtaskResult
 from flinkstate.savepoint import Savepoint
@@ -29,6 +30,14 @@ from flinkstate.storage.outputs import SavepointOutput
 # --------------------------------------------------------------------------------------------------------------------
 # Assembly
 # --------------------------------------------------------------------------------------------------------------------
+
+
+def check_metadata_version(source: Savepoint, metadata_version: int | None) -> None:
+    """Refuses, before anything is written, a ``_metadata`` version the source's state cannot be given (Kryo data
+    is copied as it is, and the metadata version says which Kryo reads it)."""
+    refusal = metadata_version_refusal(source, metadata_version)
+    if refusal:
+        raise MigrationError(refusal)
 
 
 def assemble_metadata(source: Savepoint, plan: MigrationPlan, results: list[SubtaskResult],

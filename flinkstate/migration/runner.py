@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from flinkstate.migration.assemble import assemble_metadata
+from flinkstate.migration.assemble import assemble_metadata, check_metadata_version
 from flinkstate.migration.code_policy import CodePolicy
 from flinkstate.migration.plan import MigrationError, MigrationPlan, OperatorTarget, plan_migration
 from flinkstate.migration.rewrite import StateCount, SubtaskResult, migrate_subtask
@@ -130,6 +130,7 @@ def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: S
     start = time.perf_counter()
     try:
         source = Savepoint.open(source_path)
+        check_metadata_version(source, metadata_version)
         plan = plan_migration(source, targets, compressed=compressed, reencode=reencode, code=code)
         results = run_units(source, plan, plan.units(), output)
         dead_lettered = sum(c.dead_lettered for r in results for c in r.counts.values())

@@ -36,7 +36,7 @@ from flinkstate.format.handles import (
     RelativeFileStateHandle,
 )
 from flinkstate.format.keyed_stream import KeyedStateStream, keyed_stream_file_name
-from flinkstate.migration.assemble import assemble_metadata
+from flinkstate.migration.assemble import assemble_metadata, check_metadata_version
 from flinkstate.migration.plan import MigrationError, MigrationPlan
 from flinkstate.migration.rewrite import StateCount, SubtaskResult, migrate_subtask
 from flinkstate.migration.runner import MigrationReport, check_run_counts, merge_counts
@@ -350,6 +350,7 @@ def migrate_in_units(job: PlanSource, output_uri: str, map_units: MapUnits, targ
     start = time.perf_counter()
     _PLANS.clear()  # a new run reads its inputs afresh (the savepoint may have been rewritten since an earlier one)
     source, plan = _source_and_plan(job)
+    check_metadata_version(source, metadata_version)
     output = open_output(output_uri)
     try:
         scratch = open_output(f"{output_uri.rstrip('/')}.parts")
