@@ -102,13 +102,15 @@ class HeapStateCodec:
         if namespace is None:
             raise SavepointFormatError("no namespace serializer")
         self.namespace = namespace.decoder()
+        # Kryo (or a POJO of Kryo fields) has no length, but its decodable records delimit themselves: their
+        # decoders refuse an opaque record per value, in one line.
         if self.kind == "MAP":
             user_key, user_value = full.nested[0], full.nested[1]
-            if user_key.needs_end or user_value.needs_end:
+            if _undelimited(user_key) or _undelimited(user_value):
                 raise SavepointFormatError(f"map entries of {full.type_name()} carry no length")
             self.user_key, self.user_value = user_key.decoder(), user_value.decoder()
             return
-        if full.needs_end:
+        if _undelimited(full):
             raise SavepointFormatError(f"{full.type_name()} values carry no length")
         self.value = full.decoder()
 
@@ -241,3 +243,8 @@ def encode_heap_block(block: HeapBlock, compressed: bool) -> bytes:
 
 __all__ = ["HEAP_FORMAT", "HeapBlock", "HeapElement", "HeapStateCodec", "block_payload", "encode_heap_block",
            "heap_codecs", "walk_heap_block"]
+
+
+def _undelimited(snapshot: Any) -> bool:
+    """A value of ``snapshot`` has no end of its own, so it cannot be read inside a heap block."""
+    return bool(snapshot.needs_end and not getattr(snapshot, "delimits_records", False))

@@ -207,7 +207,7 @@ def decode_element(state: StateMetaInfo, data: bytes, mode: str) -> Any:
             key_snapshot = state.serializer("KEY_SERIALIZER")
             if key_snapshot is None:
                 raise SavepointFormatError(f"broadcast state {state.name}: no key serializer")
-            if key_snapshot.needs_end or value_snapshot.needs_end:
+            if any(s.needs_end and not getattr(s, "delimits_records", False) for s in (key_snapshot, value_snapshot)):
                 raise UnsupportedFormat(f"{key_snapshot.type_name()} -> {value_snapshot.type_name()} entries carry "
                                         f"no length")
             key_dec, value_dec = key_snapshot.decoder(), value_snapshot.decoder()

@@ -29,7 +29,7 @@ import java.util.concurrent.TimeUnit;
  * its index (tests/test_kryo_savepoint.py states it). Operator "kryo": a POJO whose Kryo fields (payload: Object,
  * and in Flink 1.x tags: List) are followed by another field, a ListState of Kryo elements, a ValueState of Kryo
  * values (one of them a user class, opaque). Operator "opaque": the same shapes with a user class in the middle.
- * Prints the savepoint's path.
+ * Prints the path of a native savepoint (HashMap format), then that of the canonical one.
  */
 public final class KryoStateJob {
     static final int KEYS = 4;
@@ -157,6 +157,11 @@ public final class KryoStateJob {
             }
             Thread.sleep(50);
         }
+        // First a native savepoint (the HashMap backend's own format), then the canonical one, which stops the job:
+        // every key's state is written once, so both hold the same values.
+        String nativeLocation = client.triggerSavepoint(out.resolve("native").toUri().toString(),
+                SavepointFormatType.NATIVE).get(120, TimeUnit.SECONDS);
+        System.out.println(nativeLocation);
         String location = client.stopWithSavepoint(false, out.resolve("savepoints").toUri().toString(),
                 SavepointFormatType.CANONICAL).get(120, TimeUnit.SECONDS);
         System.out.println(location);
