@@ -5,7 +5,9 @@ POJO gains ``label``), on a real local Flink 2.3 cluster, with the state of benc
 a. Flink's own path: stop-with-savepoint of v1, submit v2 from that savepoint (Flink migrates the POJO at restore);
 b. ours: stop-with-savepoint, ``flinkstate migrate`` in one process (``MigrationJob.run``, what the CLI runs: migrate,
    verify, publish), submit v2 from the migrated savepoint (which v2 restores as is);
-c. the same with the Spark migration job (``spark_jobs/migrate_state.py``) on local[2], spark-submit included.
+c. the same with the Spark migration job (``spark_jobs/migrate_state.py``) on local[2], spark-submit included, as
+   the upgrade DAG runs it: one application that migrates, publishes, then re-checks what it published
+   (``--recheck-report-dir``: the new manifest's check and the verifier against the source, again).
 
 Each run starts v1 afresh from the cached savepoint (so every path stops the same state), waits until every subtask
 runs, then times from the stop request to:
@@ -59,6 +61,7 @@ from tests.support import sample_job  # noqa: E402
 
 #: v2's own manifest (what the demo and the upgrade DAG use): label gets a default, the rest is kept.
 V2_MANIFEST = ROOT / "examples" / "sample-job" / "manifests" / "v2.yaml"
+V1_MANIFEST = V2_MANIFEST.with_name("v1.yaml")
 POLL = 0.1  # seconds between REST polls while timing
 #: v1's periodic checkpoints are ten minutes apart, so none recurs around the stop. Flink still takes one a few
 #: seconds after v1 starts (seen every time, 9 to 11 s after the job turned RUNNING); start_v1 waits for it.
@@ -183,12 +186,19 @@ def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, paralleli
             timing.steps["publish, report"] = total - report.seconds["migrate"] - report.seconds["verify"]
             restore_from = work / "migrated"
         elif path == "spark":
-            wall = spark_submit("migrate_state.py", "local[2]", stopped, "--schema", V2_MANIFEST,
-                                "--output", work / "migrated")
+            # As the DAG runs it: one application migrates, then re-checks what it published (the new manifest's
+            # check and the verifier against the source, its report judged by the DAG's recheck task).
+            wall = spark_submit("migrate_state.py", "local[2]", stopped, "--schema", V2_MANIFEST, "--old-schema",
+                                V1_MANIFEST, "--output", work / "migrated", "--recheck-report-dir", work / "recheck",
+                                "--recheck-exit-code")
             seconds = read_report(work / "migrated.report")
+            # From the migration's report (written once the savepoint is published) to the re-check's.
+            recheck = (work / "recheck" / "check-report.json").stat().st_mtime - \
+                (work / "migrated.report" / "report.json").stat().st_mtime
             timing.steps["migrate (decode, convert, write)"] = seconds["migrate"]
             timing.steps["verify (re-read both, compare)"] = seconds["verify"]
-            timing.steps["spark-submit: JVM, session, report"] = wall - seconds["migrate"] - seconds["verify"]
+            timing.steps["re-check (check, verify again)"] = recheck
+            timing.steps["spark-submit: JVM, session, report"] = wall - seconds["migrate"] - seconds["verify"] - recheck
             restore_from = work / "migrated"
         submit_v2(client, restore_from, work, keys, parallelism, backend, origin, timing)
         return timing
@@ -199,7 +209,8 @@ def read_report(directory: Path) -> dict[str, float]:
 
 
 ROWS = ("stop-with-savepoint", "migrate (decode, convert, write)", "verify (re-read both, compare)",
-        "publish, report", "spark-submit: JVM, session, report", "submit (jar upload, main(), job id)",
+        "publish, report", "re-check (check, verify again)", "spark-submit: JVM, session, report",
+        "submit (jar upload, main(), job id)",
         "schedule, deploy (to INITIALIZING)", "restore (INITIALIZING -> RUNNING)")
 
 

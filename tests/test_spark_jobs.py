@@ -243,3 +243,59 @@ def test_distributed_verification_refuses_one_corrupted_block_of_one_unit(flink_
             verify_in_units(source, staged, plan, checks, [v for v in verified if v.unit != victim])
     finally:
         output.abort()
+
+
+# -- the pipeline's re-check inside the migration's application (migrate_state.py --recheck-report-dir) ------------
+
+
+def test_migrate_job_rechecks_in_its_own_application_as_the_check_job_does(flink_savepoints: dict[str, Path],
+                                                                            tmp_path: Path):
+    source = flink_savepoints["rocksdb-p2-snappy"]
+    new, old = MANIFESTS / "v3-with-conversion.yaml", MANIFESTS / "v1.yaml"
+    output = tmp_path / "migrated" / "savepoint"
+    result = spark_submit("migrate_state.py", source, "--schema", new, "--old-schema", old, "--output", output,
+                          "--recheck-report-dir", tmp_path / "migrated", "--recheck-exit-code")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    # What the DAG's recheck ran as a second application until now, on the same published savepoint.
+    alone = spark_submit("check_compatibility.py", output, "--schema", new, "--report-dir", tmp_path / "alone",
+                         "--dry-run", "never", "--exit-code", "--verify-against", source, "--verify-old-schema", old)
+    assert alone.returncode == 0, alone.stdout[-2000:] + alone.stderr[-2000:]
+    for name in ("check-report.json", "check-report.md"):
+        assert (tmp_path / "migrated" / name).read_text() == (tmp_path / "alone" / name).read_text(), name
+    report = json.loads((tmp_path / "migrated" / "check-report.json").read_text())
+    assert report["outcome"] == "restore" and report["exit_code"] == 0 and report["verified_against"] == str(source)
+    assert report["dry_run"] == {"ran": False, "reason": "--dry-run never"}
+    migration = json.loads((tmp_path / "migrated" / "savepoint.report" / "report.json").read_text())
+    # The re-check compared every entry again, after publishing: the same figures as the migration's own verifier.
+    assert report["verification"] == migration["verification"]
+    assert report["verification"][-1] == ("verified: 3 operators (ids, uids, parallelism), 1 non-keyed state handles "
+                                          "byte for byte, 0 untouched keyed streams byte for byte, 6 keyed states "
+                                          "with 160 entries")
+    assert "## Verification against the source savepoint" in result.stdout
+
+
+def test_migrate_job_recheck_refuses_a_savepoint_corrupted_after_publishing(flink_savepoints: dict[str, Path],
+                                                                            tmp_path: Path):
+    from flinkstate_airflow.recheck import recheck_problem
+
+    from tests.test_upgrade_recheck import CorruptWhenPublished
+
+    source = flink_savepoints["heap-p1"]  # uncompressed: a flipped byte inside a value keeps the block parseable
+    output = tmp_path / "migrated" / "savepoint"
+    with CorruptWhenPublished(lambda: output, lambda out: out.parent / "check-report.json") as fault:
+        result = spark_submit("migrate_state.py", source, "--schema", MANIFESTS / "v2.yaml", "--old-schema",
+                              MANIFESTS / "v1.yaml", "--output", output, "--recheck-report-dir",
+                              tmp_path / "migrated", "--recheck-exit-code")
+    assert fault.done.is_set() and fault.error is None and not fault.report_existed, fault.error
+    # As check_compatibility --exit-code: status 1 and the verifier's one line naming operator, state and key group.
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    error = result.stdout.strip().splitlines()[-1]
+    assert error.startswith(f"migrate_state: error: re-check: {output} against its source {source}: operator stats, "
+                            f"state stats, key group "), error
+    assert "'label': 'ligrated'" in error and "Traceback" not in result.stdout + result.stderr
+    # The report is written all the same, for the DAG's recheck task, which refuses the savepoint in that line.
+    report = json.loads((tmp_path / "migrated" / "check-report.json").read_text())
+    assert f"migrate_state: error: re-check: {report['verification_error']}" == error
+    assert recheck_problem(str(tmp_path / "migrated"), str(output), str(source)) == \
+        f"the re-check refused the migrated savepoint: {report['verification_error']}"
+    assert "**FAILED**: " in (tmp_path / "migrated" / "check-report.md").read_text()
