@@ -121,7 +121,8 @@ def sql_timestamp(k: int, n: int) -> str:
 
 def expected_state(key: str, n: int, version: str = "v1") -> dict[str, Any]:
     """Every state of the ``edge`` operator for ``key`` after its n-th event (n >= 1), as the job's audit prints it
-    and (except the Kryo values, which flinkstate cannot decode) as ``flinkstate dump`` must print it."""
+    and as ``flinkstate dump`` must print it (a decoded Kryo value there is ``{"type", "class", "value"}``, with this
+    value; the opaque Kryo state is ``{"type", "base64"}``)."""
     k = key_index(key)
     event: dict[str, Any] = {"key": key, "n": n, "at": instant(k, n + 1)}
     if version == "v2":
