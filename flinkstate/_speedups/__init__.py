@@ -249,6 +249,21 @@ def state_pairs(stream: Any, data: bytes, key_group: int, block_offset: int, sta
             if state_id is None or sid == state_id]
 
 
+def block_runs(stream: Any, data: bytes, key_group: int) -> list[tuple[int, int, int, int]] | None:
+    """``[(state id, start, end, count)]``: one block's runs of entries in order (``data`` as ``stream.read_block``
+    returns it), each run's bytes after its state id (the entries, its last key flagged) and their number: what the
+    migration copies as it is for a state whose bytes are kept. None when the fast path is off or the block is
+    malformed (the caller then walks it entry by entry, which reports where)."""
+    if not enabled() or type(data) is not bytes:
+        return None
+    try:
+        runs: list[tuple[int, int, int, int]] = _cdecode.block_runs(data, len(stream.header().states), key_group,
+                                                                     stream.prefix_bytes)
+        return runs
+    except Exception:
+        return None
+
+
 def state_span(stream: Any, data: bytes, key_group: int, state_id: int) -> tuple[int, int, int] | None:
     """``(start, end, count)``: the bytes of the entries of state ``state_id`` in one block of ``stream`` (``data``
     as its ``read_block`` returns it) when they are one run, as Flink's full-snapshot writer emits them, and their
@@ -367,7 +382,7 @@ def raw_entries_compiled(data: bytes, state_count: int | None, key_group: int | 
     return entries
 
 
-__all__ = ["BUILD_ERROR", "PURE_PYTHON_VARIABLE", "codec_spec", "enabled", "encoder_spec", "fast_canonical",
-           "fast_codec", "fast_encoder", "fast_entry_decoder", "fast_same_entries", "is_compiled",
+__all__ = ["BUILD_ERROR", "PURE_PYTHON_VARIABLE", "block_runs", "codec_spec", "enabled", "encoder_spec",
+           "fast_canonical", "fast_codec", "fast_encoder", "fast_entry_decoder", "fast_same_entries", "is_compiled",
            "pure_python_requested", "raw_entries_compiled", "reencode_checker", "same_entries_reference",
            "scan_compiled", "state_pairs", "state_span"]

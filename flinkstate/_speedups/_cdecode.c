@@ -1420,6 +1420,63 @@ bad:
     return block_error("malformed block", pos);
 }
 
+/* block_runs(data, state_count, key_group, prefix_bytes) -> [(state_id, start, end, count), ...]: a block's runs of
+ * entries in order, each from its first entry's key length to its last entry's value end (the bytes after the run's
+ * state id, the last key flagged), and how many entries it holds: what the migration copies as it is for a state
+ * whose bytes are kept. The walk is raw_pairs' (state ids, lengths, key-group prefixes, the end mark); DecodeError
+ * on anything it would refuse. */
+static PyObject *block_runs(PyObject *module, PyObject *args) {
+    PyObject *data;
+    Py_ssize_t state_count, key_group;
+    int prefix_bytes;
+    if (!PyArg_ParseTuple(args, "O!nni", &PyBytes_Type, &data, &state_count, &key_group, &prefix_bytes)) return NULL;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    if (size < 2) return block_error("empty key-group block", 0);
+    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
+    Py_ssize_t pos = 2, start = 2, count = 0;
+    if (state_count >= 0 && state_id >= state_count) return block_error("bad state id", 0);
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    while (pos + 4 <= size) {
+        int32_t key_len = (int32_t)be32(p + pos);
+        Py_ssize_t ks = pos + 4, ke = ks + key_len;
+        if (key_len <= 0 || ke + 4 > size) goto bad;
+        int32_t value_len = (int32_t)be32(p + ke);
+        Py_ssize_t vs = ke + 4;
+        pos = vs + value_len;
+        if (value_len < 0 || pos > size) goto bad;
+        unsigned char first = p[ks];
+        Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[ks + 1])
+                                             : (Py_ssize_t)(first & 0x7F);
+        if (group != key_group) goto bad;
+        count++;
+        if (first & 0x80) {
+            PyObject *run = Py_BuildValue("(nnnn)", state_id, start, pos, count);
+            if (run == NULL) goto fail;
+            int rc = PyList_Append(out, run);
+            Py_DECREF(run);
+            if (rc < 0) goto fail;
+            if (pos + 2 > size) goto bad;
+            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
+            pos += 2;
+            if (state_id == 0xFFFF) {
+                if (pos != size) goto bad;
+                return out;
+            }
+            if (state_count >= 0 && state_id >= state_count) goto bad;
+            start = pos;
+            count = 0;
+        }
+    }
+bad:
+    Py_DECREF(out);
+    return block_error("malformed block", pos);
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* -- the verifier's block checks ------------------------------------------------------------------------------- */
 
 /* An Encoder's bytes for ``value`` appended to ``out``: its compiled tree, or (what it does not take) its reference,
@@ -1670,6 +1727,8 @@ static PyMethodDef module_methods[] = {
     {"reencode_check", reencode_check, METH_VARARGS,
      "reencode_check(data, key_group, wanted, state_count, prefix_bytes, entries, kind, ambiguous, key_enc, ns_enc, "
      "value_enc, user_key_enc) -> index of the first entry not re-encoding to its bytes, or -1"},
+    {"block_runs", block_runs, METH_VARARGS,
+     "block_runs(data, state_count, key_group, prefix_bytes) -> [(state_id, start, end, count), ...] in order"},
     {"state_span", state_span, METH_VARARGS,
      "state_span(data, state_count, key_group, prefix_bytes, state_id) -> (start, end, count) of one run, or None"},
     {"same", same, METH_VARARGS, "same(a, b, reference) -> whether two decoded values are surely equal to Java"},

@@ -11,16 +11,14 @@ from __future__ import annotations
 import copy
 import os
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from flinkstate._speedups import fast_encoder
-from flinkstate.binary import KeyGroupRange, assign_key_group, encode_varint_le
+from flinkstate._speedups import block_runs, scan_compiled, state_pairs
+from flinkstate.binary import KeyGroupRange, assign_key_group
 from flinkstate.format.handles import KeyGroupsStateHandle
-from flinkstate.format.keyed_entries import KeyLayout, make_entry_decoder
-from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
+from flinkstate.format.keyed_header import END_OF_KEY_GROUP_MARK
 from flinkstate.format.keyed_stream import (
     KeyedStateStream,
     KeyedStreamWriter,
@@ -30,12 +28,16 @@ from flinkstate.format.keyed_stream import (
 )
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.jsonify import to_json
-from flinkstate.migration.native import CanonicalBlocks, EntryEncoder
-from flinkstate.migration.plan import DROP, MigrationError, MigrationPlan, OperatorPlan, StateRewrite, localize
+from flinkstate.migration.entry_codec import StateCodec, identity_encoders, migrate_entry
+from flinkstate.migration.native import CanonicalBlocks
+from flinkstate.migration.plan import MigrationError, MigrationPlan, OperatorPlan, StateRewrite, localize
 from flinkstate.savepoint import Savepoint
-from flinkstate.serializers.base import TypeSerializerSnapshot
-from flinkstate.serializers.timer import Timer
 from flinkstate.storage.outputs import SavepointOutput
+
+#: Rewrite a block a run of entries at a time when it can (kept states' runs copied as they are, migrated ones
+#: decoded in one compiled pass); off, every entry goes through the reference loop. Tests compare the two.
+COPY_RUNS = True
+_STATE_ID = struct.Struct(">H")  # a run's state id and the end-of-key-group mark
 
 # --------------------------------------------------------------------------------------------------------------------
 # One subtask
@@ -58,149 +60,8 @@ class SubtaskResult:
     dead_letters: list[dict[str, Any]]
 
 
-def migrate_entry(rewrite: StateRewrite, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The declared migration of one entry tuple (the reader's shape, its key already rewritten if the key changes):
-    the new entry, or None when a function dropped it. Raises what a transform raises. The engine writes what this
-    returns, and the verifier compares the written entries with it."""
-    if rewrite.kind == TIMERS:
-        return entry
-    if rewrite.kind == "MAP":
-        key, ns, user_key, value = entry
-        if rewrite.user_key_transform is not None:
-            user_key = rewrite.user_key_transform(user_key)
-        if rewrite.transform is not None and value is not None:
-            value = rewrite.transform(value)
-            if value is DROP:
-                return None
-        return key, ns, user_key, value
-    key, ns, value = entry
-    if rewrite.transform is not None:
-        if rewrite.kind == "LIST":
-            value = [v for v in map(rewrite.transform, value) if v is not DROP]
-        else:
-            value = rewrite.transform(value)
-            if value is DROP:
-                return None
-    return key, ns, value
-
-
 class _Rekeyed(Exception):
     """Internal: an entry's new key group is outside this subtask (rekey mode)."""
-
-
-class StateCodec:
-    """Decode (old) and encode (new) of one state's entries: the reader's entry decoder and its mirror. With a plan
-    whose old and new headers are the same, it is the state's own codec (the verifier's round-trip check)."""
-
-    def __init__(self, plan: OperatorPlan, rewrite: StateRewrite, prefix_bytes: int) -> None:
-        assert plan.old_header is not None and plan.new_header is not None
-        old_meta = plan.old_header.states[plan.rewrites.index(rewrite)]
-        new_meta = plan.new_header.states[rewrite.new_id]
-        self.rewrite = rewrite
-        self.prefix_bytes = prefix_bytes
-        self.decode = make_entry_decoder(old_meta, _layout(plan.old_header, old_meta, prefix_bytes))
-        key_snap, ns_snap = plan.new_header.key_serializer, new_meta.namespace_serializer
-        assert key_snap is not None and ns_snap is not None
-        self.key_hash = key_snap.hash_code
-        key_enc, ns_enc = _encoder(key_snap), _encoder(ns_snap)
-        ambiguous = key_snap.fixed_length < 0 and ns_snap.fixed_length < 0
-
-        def key_ns(key: Any, namespace: Any, out: bytearray) -> None:
-            start = len(out)
-            key_enc(key, out)
-            if ambiguous:
-                out += encode_varint_le(len(out) - start)
-            start = len(out)
-            ns_enc(namespace, out)
-            if ambiguous:
-                out += encode_varint_le(len(out) - start)
-
-        self.key_ns = key_ns
-        value = new_meta.value_serializer
-        assert value is not None
-        self.value_enc = _encoder(value)
-        user_key = new_meta.user_key_serializer
-        self.user_key_enc = _encoder(user_key) if user_key is not None else None
-
-    def prefix(self, key_group: int) -> bytes:
-        return key_group.to_bytes(self.prefix_bytes, "big")
-
-    def encode_entry(self, entry: tuple[Any, ...], key_group: int, raw_key: bytes | None = None
-                     ) -> tuple[bytes, bytes] | None:
-        """The stored (key, value) bytes of an entry tuple (the reader's shape); ``raw_key`` keeps a key's bytes.
-        None when nothing is stored (an empty list)."""
-        kind = self.rewrite.kind
-        if kind == TIMERS:
-            key, ns, timestamp = entry
-            out = bytearray(self.prefix(key_group))
-            self.value_enc(Timer(timestamp, key, ns), out)  # the timer serializer encodes the whole key
-            return bytes(out), b""
-        value = entry[3] if kind == "MAP" else entry[2]
-        value_bytes = self.encode_value(value)
-        if value_bytes is None:
-            return None
-        if raw_key is not None:
-            return raw_key, value_bytes
-        out = bytearray(self.prefix(key_group))
-        self.key_ns(entry[0], entry[1], out)
-        if kind == "MAP":
-            assert self.user_key_enc is not None
-            self.user_key_enc(entry[2], out)
-        return bytes(out), value_bytes
-
-    def encode_value(self, value: Any) -> bytes | None:
-        """The stored value bytes; None when nothing is stored (an empty list)."""
-        out = bytearray()
-        kind = self.rewrite.kind
-        if kind == "LIST":
-            if not value:
-                return None
-            enc = self.value_enc
-            for i, item in enumerate(value):
-                if i:
-                    out.append(0x2C)
-                enc(item, out)
-        elif kind == "MAP":
-            if value is None:
-                out.append(1)
-            else:
-                out.append(0)
-                self.value_enc(value, out)
-        elif kind == TIMERS:
-            return b""
-        else:
-            self.value_enc(value, out)
-        return bytes(out)
-
-
-def _encoder(snapshot: TypeSerializerSnapshot) -> Callable[[Any, bytearray], None]:
-    """The record encoder of ``snapshot``: compiled when the fast path is built (same bytes; what it does not take
-    goes to the reference), else the reference's own."""
-    return fast_encoder(snapshot) or snapshot.encoder()
-
-
-def _layout(header: KeyedBackendHeader, meta: StateMetaInfo, prefix_bytes: int) -> KeyLayout:
-    key, namespace = header.key_serializer, meta.namespace_serializer
-    assert key is not None and namespace is not None
-    return KeyLayout(prefix_bytes, key.decoder(), namespace.decoder(),
-                     key.fixed_length < 0 and namespace.fixed_length < 0, key_snapshot=key)
-
-
-def identity_encoders(stream: KeyedStateStream, operator: Any) -> list[EntryEncoder | None]:
-    """Per state id of the stream's header, the canonical encoder of its entries with its own serializers (None for
-    a state without a codec): what writes a native stream's decoded entries canonically."""
-    header = stream.header()
-    identity = OperatorPlan(operator, operator.operator_id, operator.uid, header, header,
-                            [StateRewrite(m.name, m.name, i, m.kind, None, None, False, True)
-                             for i, m in enumerate(header.states)])
-    encoders: list[EntryEncoder | None] = []
-    for rewrite in identity.rewrites:
-        assert rewrite is not None
-        try:
-            encoders.append(StateCodec(identity, rewrite, stream.prefix_bytes).encode_entry)
-        except (NotImplementedError, SavepointFormatError):
-            encoders.append(None)
-    return encoders
 
 
 class _SubtaskMigrator:
@@ -297,7 +158,7 @@ class _SubtaskMigrator:
                 self._count_block(data, key_group, start)
                 writer.write_block(key_group, data)
                 continue
-            writer.write_block(key_group, encode_block(self._rewrite_block(data, key_group, start)))
+            writer.write_block(key_group, self._rewrite_block(data, key_group, start))
 
     def _count_block(self, data: bytes, key_group: int, block_offset: int) -> None:
         for state_id, *_ in self.stream.raw_entries(data, key_group, block_offset):
@@ -307,8 +168,90 @@ class _SubtaskMigrator:
             count.read += 1
             count.written += 1
 
-    def _rewrite_block(self, data: bytes, key_group: int, block_offset: int
-                       ) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
+    def _rewrite_block(self, data: bytes, key_group: int, block_offset: int) -> bytes:
+        """One key group's block rewritten (uncompressed): run by run when it can (:meth:`_rewrite_runs`), else
+        entry by entry (:meth:`_rewrite_entries`, the reference); both write the same bytes."""
+        if COPY_RUNS:
+            rewritten = self._rewrite_runs(data, key_group, block_offset)
+            if rewritten is not None:
+                return rewritten
+        return encode_block(self._rewrite_entries(data, key_group, block_offset))
+
+    def _rewrite_runs(self, data: bytes, key_group: int, block_offset: int) -> bytes | None:
+        """The block rewritten a run of entries at a time (compiled walk): a kept state's run is copied as it is,
+        its bytes after the state id being exactly what :func:`encode_block` makes of its entries (the last key
+        flagged); a migrated state's run is decoded in one compiled pass and its keys taken as stored. None (before
+        anything is counted) when the fast path is off, the block is malformed or does not decode (the reference
+        then reports it), or a state has more than one run (not Flink's writer: the reference merges them)."""
+        runs = block_runs(self.stream, data, key_group)
+        if runs is None:
+            return None
+        rewrites, codecs = self.plan.rewrites, self.codecs
+        new_ids = [r.new_id for r in (rewrites[run[0]] for run in runs) if r is not None]
+        if len(set(new_ids)) != len(new_ids):
+            return None
+        state_count = len(self.stream.header().states)
+        decoded: dict[int, tuple[list[tuple[Any, ...]], list[tuple[bytes, bytes]]]] = {}
+        for state_id, _, _, count in runs:
+            rewrite = rewrites[state_id]
+            if rewrite is None or not rewrite.touches_values:
+                continue
+            codec = codecs[state_id]
+            assert codec is not None
+            entries = scan_compiled(codec.decode, data, key_group, state_id, state_count, self.prefix_bytes)
+            pairs = state_pairs(self.stream, data, key_group, block_offset, state_id)
+            if entries is None or len(entries) != count or len(pairs) != count:
+                return None
+            decoded[state_id] = entries, pairs
+        out = bytearray()
+        for state_id, start, end, count in runs:
+            rewrite = rewrites[state_id]
+            if rewrite is None:
+                continue
+            tally = self.counts[rewrite.new_name]
+            if not rewrite.touches_values:
+                tally.read += count
+                tally.written += count
+                out += _STATE_ID.pack(rewrite.new_id)
+                out += data[start:end]
+                continue
+            codec = codecs[state_id]
+            assert codec is not None
+            keep_keys = rewrite.user_key_transform is None and not rewrite.reencode
+            written = []
+            for entry, (key, _) in zip(*decoded[state_id], strict=True):
+                tally.read += 1
+                pair = self._migrate_one(codec, rewrite, entry, key_group, key if keep_keys else None)
+                if pair is not None:
+                    tally.written += 1
+                    written.append(pair)
+            if written:
+                out += encode_block(((rewrite.new_id, written),))[:-_STATE_ID.size]  # without the end mark
+        if out:
+            out += _STATE_ID.pack(END_OF_KEY_GROUP_MARK)
+        return bytes(out)
+
+    def _migrate_one(self, codec: StateCodec, rewrite: StateRewrite, entry: tuple[Any, ...], key_group: int,
+                     kept_key: bytes | None) -> tuple[bytes, bytes] | None:
+        """The stored bytes of one decoded entry's migration (``kept_key``: the key's bytes, kept); None when it is
+        dropped, stores nothing, or failed (dead-lettered; a failure under the fail policy raises)."""
+        try:
+            new_entry = self._convert(codec, entry)
+            if new_entry is None:
+                return None
+            return self._encode(codec, new_entry, key_group, kept_key)
+        except MigrationError:
+            raise
+        except SavepointFormatError as exc:
+            # Offsets in a decompressed block are not file offsets: name the block instead.
+            raise SavepointFormatError(f"{self.label}, state {rewrite.old_name}, key group {key_group}: "
+                                       f"{exc.what}", self.stream.source.path) from None
+        except Exception as exc:  # conversions raise ConversionError, user functions anything
+            self._failed(rewrite, entry, key_group, exc, rewrite.dead_letter)
+            return None
+
+    def _rewrite_entries(self, data: bytes, key_group: int, block_offset: int
+                         ) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
         runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
         rewrites, codecs = self.plan.rewrites, self.codecs
         for state_id, ks, ke, vs, ve in self.stream.raw_entries(data, key_group, block_offset):
@@ -323,23 +266,10 @@ class _SubtaskMigrator:
                 codec = codecs[state_id]
                 assert codec is not None
                 entry = self._decode(codec, data, (ks, ke, vs, ve), key_group)
-                try:
-                    new_entry = self._convert(codec, entry)
-                    if new_entry is None:
-                        continue
-                    # Keys keep their bytes unless a MapState user key was rewritten.
-                    kept_key = None if rewrite.user_key_transform is not None or rewrite.reencode \
-                        else raw_key(data, ks, ke)
-                    encoded = self._encode(codec, new_entry, key_group, kept_key)
-                except MigrationError:
-                    raise
-                except SavepointFormatError as exc:
-                    # Offsets in a decompressed block are not file offsets: name the block instead.
-                    raise SavepointFormatError(f"{self.label}, state {rewrite.old_name}, key group {key_group}: "
-                                               f"{exc.what}", self.stream.source.path) from None
-                except Exception as exc:  # conversions raise ConversionError, user functions anything
-                    self._failed(rewrite, entry, key_group, exc, rewrite.dead_letter)
-                    continue
+                # Keys keep their bytes unless a MapState user key was rewritten.
+                kept_key = None if rewrite.user_key_transform is not None or rewrite.reencode \
+                    else raw_key(data, ks, ke)
+                encoded = self._migrate_one(codec, rewrite, entry, key_group, kept_key)
                 if encoded is None:
                     continue
                 pair = encoded

@@ -26,8 +26,8 @@ from flinkstate.format.keyed_header import KeyedBackendHeader
 from flinkstate.format.keyed_stream import raw_key
 from flinkstate.format.metadata import OperatorState
 from flinkstate.migration.canonical import canonical, show, uncanonical
+from flinkstate.migration.entry_codec import StateCodec, migrate_entry
 from flinkstate.migration.plan import MigrationPlan, OperatorPlan, StateRewrite
-from flinkstate.migration.rewrite import StateCodec, migrate_entry
 from flinkstate.migration.verify_errors import VerificationError
 from flinkstate.migration.verify_native import native_source, native_source_entries
 from flinkstate.progress import track
