@@ -55,7 +55,7 @@ def kryo_verdict(savepoint: Savepoint, operator_id: str, state: StateMetaInfo) -
             blocks += len(present)
             for _, entries in stream.iter_blocks(state.name, KeyGroupRange(present[0], present[-1])):
                 for entry in entries:
-                    _kryo_records(entry[2:], values)
+                    kryo_records(entry[2:], values)
             if len(values) >= SAMPLE_VALUES or blocks >= SAMPLE_BLOCKS:
                 break
     except SavepointFormatError as exc:
@@ -68,16 +68,20 @@ def kryo_verdict(savepoint: Savepoint, operator_id: str, state: StateMetaInfo) -
         f"key-group blocks"
 
 
-def _kryo_records(item: Any, out: list[Any]) -> None:
-    """The Kryo records inside a decoded value (a POJO's fields, a list's elements, a map entry's parts)."""
+def kryo_records(item: Any, out: list[Any]) -> None:
+    """The Kryo records inside a decoded value (a POJO's fields, a list's elements, a map entry's parts, the
+    attributes of a family's value object such as Scala's Try)."""
     if isinstance(item, (KryoValue, OpaqueValue)):
         out.append(item)
     elif isinstance(item, dict):
         for value in item.values():
-            _kryo_records(value, out)
+            kryo_records(value, out)
     elif isinstance(item, (list, tuple)):
         for value in item:
-            _kryo_records(value, out)
+            kryo_records(value, out)
+    elif hasattr(item, "__dict__"):
+        for value in vars(item).values():
+            kryo_records(value, out)
 
 
 def _flink(kryo_version: int) -> str:
@@ -107,4 +111,5 @@ def metadata_version_refusal(source: Savepoint, metadata_version: int | None) ->
     return None
 
 
-__all__ = ["SAMPLE_BLOCKS", "SAMPLE_VALUES", "add_kryo_verdicts", "kryo_verdict", "metadata_version_refusal"]
+__all__ = ["SAMPLE_BLOCKS", "SAMPLE_VALUES", "add_kryo_verdicts", "kryo_records", "kryo_verdict",
+           "metadata_version_refusal"]

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from flinkstate.binary import Reader
+from flinkstate.kryo_report import kryo_records
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.kryo import OpaqueValue, kryo_snapshots, kryo_version_for_metadata
-from flinkstate.serializers.kryo_data import KRYO2, KRYO5, KryoValue
+from flinkstate.serializers.kryo_data import KRYO2, KRYO5
 from flinkstate.serializers.registry import read_snapshot
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -40,23 +41,10 @@ def test_user_class_records_stay_opaque_and_round_trip(folder: str) -> None:
     value, end = snapshot.tail_decoder()(data, 0)
     assert end == len(data)
     records: list[Any] = []
-    _kryo_records(value, records)  # a composite (Scala's Try) holds its Kryo record inside
+    kryo_records(value, records)  # a composite (Scala's Try) holds its Kryo record inside
     assert records and all(isinstance(r, OpaqueValue) for r in records), records
     assert snapshot.encode(value) == data
 
-
-def _kryo_records(item: Any, out: list[Any]) -> None:
-    if isinstance(item, (OpaqueValue, KryoValue)):
-        out.append(item)
-    elif isinstance(item, dict):
-        for value in item.values():
-            _kryo_records(value, out)
-    elif isinstance(item, (list, tuple)):
-        for value in item:
-            _kryo_records(value, out)
-    elif hasattr(item, "__dict__"):
-        for value in vars(item).values():
-            _kryo_records(value, out)
 
 
 def test_no_savepoint_of_the_corpus_holds_kryo_state() -> None:
