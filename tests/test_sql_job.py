@@ -203,6 +203,24 @@ def test_check_refuses_a_changed_accumulator_type(savepoints: dict[str, Path], t
     assert [f.code for f in report.findings if f.code.startswith("ROWDATA")] == ["ROWDATA_TYPE_CHANGED"]
 
 
+def test_check_refuses_a_changed_grouping_key(savepoints: dict[str, Path], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The next version groups the aggregate by d (INT) instead of k (STRING): the key serializer's logical type
+    changes, which Flink's RowDataSerializer rule refuses (the keys' bytes and key groups would be read wrongly)."""
+    savepoint = savepoints["hashmap"]
+    data = _manifest(savepoint, tmp_path / "v1.yaml")
+    data["operators"][AGG_UID]["key"] = copy.deepcopy(data["operators"][DEDUP_UID]["key"])
+    assert data["operators"][AGG_UID]["key"]["table"] == "ROW<`f0` INT NOT NULL>"
+    changed = tmp_path / "v2.yaml"
+    changed.write_text(yaml.safe_dump(data, sort_keys=False))
+    capsys.readouterr()
+    assert main(["check", str(savepoint), "--schema", str(changed)]) == 4
+    report = check(savepoint, changed)
+    refused = [f for f in report.findings if f.verdict is INCOMPATIBLE]
+    assert refused and all(AGG_UID in str(f.operator) for f in refused), [(f.code, f.operator) for f in refused]
+    assert any(f.path.startswith("key") for f in refused), [(f.code, f.path) for f in refused]
+
+
 def test_reencoded_savepoint_restores_and_keeps_counting(flink_cluster: LocalFlinkCluster, jar: Path,
                                                          savepoints: dict[str, Path], tmp_path: Path) -> None:
     """Every entry of the three SQL states decoded and re-encoded (an identity migration): the bytes are Flink's,
