@@ -266,18 +266,16 @@ def test_migrate_job_rechecks_in_its_own_application_as_the_check_job_does(flink
     assert report["outcome"] == "restore" and report["exit_code"] == 0 and report["verified_against"] == str(source)
     assert report["dry_run"] == {"ran": False, "reason": "--dry-run never"}
     migration = json.loads((tmp_path / "migrated" / "savepoint.report" / "report.json").read_text())
-    # The re-check compared every entry again, after publishing: the same figures as the migration's own verifier.
-    assert report["verification"] == migration["verification"]
-    assert report["verification"][-1] == ("verified: 3 operators (ids, uids, parallelism), 1 non-keyed state handles "
-                                          "byte for byte, 0 untouched keyed streams byte for byte, 6 keyed states "
-                                          "with 160 entries")
+    # The re-check compared every entry again, after publishing: the same figures as the migration's own verifier
+    # (whose report goes on with the manifest's checks of the output).
+    assert report["verification"] == migration["verification"][:len(report["verification"])]
+    assert "stats/stats: 20 entries equal to the declared transform of the source's" in report["verification"]
+    assert report["verification"][-1].startswith("verified: 3 operators (ids, uids, parallelism), ")
     assert "## Verification against the source savepoint" in result.stdout
 
 
 def test_migrate_job_recheck_refuses_a_savepoint_corrupted_after_publishing(flink_savepoints: dict[str, Path],
                                                                             tmp_path: Path):
-    from flinkstate_airflow.recheck import recheck_problem
-
     from tests.test_upgrade_recheck import CorruptWhenPublished
 
     source = flink_savepoints["heap-p1"]  # uncompressed: a flipped byte inside a value keeps the block parseable
@@ -293,9 +291,9 @@ def test_migrate_job_recheck_refuses_a_savepoint_corrupted_after_publishing(flin
     assert error.startswith(f"migrate_state: error: re-check: {output} against its source {source}: operator stats, "
                             f"state stats, key group "), error
     assert "'label': 'ligrated'" in error and "Traceback" not in result.stdout + result.stderr
-    # The report is written all the same, for the DAG's recheck task, which refuses the savepoint in that line.
+    # The report is written all the same, with that line, for the DAG's recheck task (which refuses the savepoint
+    # with it: tests/test_upgrade_recheck.py). The header-level check alone passes: the bytes still parse.
     report = json.loads((tmp_path / "migrated" / "check-report.json").read_text())
     assert f"migrate_state: error: re-check: {report['verification_error']}" == error
-    assert recheck_problem(str(tmp_path / "migrated"), str(output), str(source)) == \
-        f"the re-check refused the migrated savepoint: {report['verification_error']}"
-    assert "**FAILED**: " in (tmp_path / "migrated" / "check-report.md").read_text()
+    assert report["outcome"] == "restore" and "verification" not in report
+    assert f"**FAILED**: {report['verification_error']}" in (tmp_path / "migrated" / "check-report.md").read_text()
