@@ -260,7 +260,8 @@ def test_the_recheck_fails_in_one_line_when_its_report_is_missing(env: dict[str,
     _assert_rolled_back(env, run, since, before, reason)
 
 
-def test_the_recheck_judges_reports_as_check_compatibility_exit_codes_would(airflow_home: Path, tmp_path: Path):
+def test_the_recheck_judges_reports_as_check_compatibility_exit_codes_would(airflow_home: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch):
     from flinkstate_airflow.recheck import recheck_problem
 
     migrated, source = str(tmp_path / "migrated" / "savepoint"), str(tmp_path / "stop" / "savepoint-1")
@@ -289,6 +290,12 @@ def test_the_recheck_judges_reports_as_check_compatibility_exit_codes_would(airf
     for report, expected in cases:
         (folder / "check-report.json").write_text(json.dumps(report))
         assert recheck_problem(str(folder), migrated, source) == expected, report
+    # A relative savepoint base: the job made the paths absolute in the task's working directory.
+    (folder / "check-report.json").write_text(json.dumps(passing))
+    monkeypatch.chdir(tmp_path)
+    assert recheck_problem("migrated", "migrated/savepoint", "stop/savepoint-1") is None
+    assert recheck_problem("migrated", "savepoint", "stop/savepoint-1") == (
+        f"migrated/check-report.json: re-checks {migrated}, not this run's migrated savepoint savepoint")
     (folder / "check-report.json").write_text("{not json")
     problem = recheck_problem(str(folder), migrated, source)
     assert problem is not None and problem.startswith(f"{folder}/check-report.json: not a check report (")

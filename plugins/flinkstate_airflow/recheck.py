@@ -8,6 +8,7 @@ migration."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from flinkstate import exists, local_path, read_file
@@ -16,9 +17,15 @@ CHECK_REPORT = "check-report.json"
 CHECK_REPORT_MARKDOWN = "check-report.md"
 
 
+def _place(location: str) -> str:
+    """A location as the Spark jobs name it: a URI as it is, a local path absolute (Flink names local savepoints
+    ``file:/...``; spark-submit runs in the task's working directory, where a relative path resolves alike)."""
+    path = local_path(location)
+    return path.rstrip("/") if "://" in path else os.path.abspath(path)
+
+
 def _same(a: Any, b: str) -> bool:
-    """Two savepoint locations as the same place (Flink names local ones ``file:/...``, the jobs absolute paths)."""
-    return isinstance(a, str) and local_path(a).rstrip("/") == local_path(b).rstrip("/")
+    return isinstance(a, str) and _place(a) == _place(b)
 
 
 def recheck_problem(report_dir: str, migrated: str, source: str) -> str | None:
