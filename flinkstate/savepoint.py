@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from flinkstate.binary import KeyGroupRange
-from flinkstate.format.handles import FileStateHandle, IncrementalKeyedStateHandle, RelativeFileStateHandle
+from flinkstate.format.changelog import ChangelogStream
+from flinkstate.format.handles import (
+    ChangelogBackendHandle,
+    FileStateHandle,
+    IncrementalKeyedStateHandle,
+    RelativeFileStateHandle,
+)
 from flinkstate.format.keyed_header import KeyedBackendHeader, StateMetaInfo, state_meta_bytes
 from flinkstate.format.keyed_stream import KeyedStateStream
 from flinkstate.format.metadata import CheckpointMetadata, OperatorState, read_metadata
@@ -136,11 +142,16 @@ class Savepoint:
             cache_key = (op.operator_id, index)
             if cache_key not in self._streams:
                 try:
-                    # A native RocksDB snapshot reads like a stream: header from its meta file, entries from RocksDB.
-                    self._streams[cache_key] = (
-                        NativeRocksDBStream(self.location, handle, op.max_parallelism, self.label(op))
-                        if isinstance(handle, IncrementalKeyedStateHandle)
-                        else KeyedStateStream(self.location, handle, op.max_parallelism, self.label(op)))
+                    # A native RocksDB snapshot reads like a stream: header from its meta file, entries from RocksDB;
+                    # a changelog checkpoint's as its materialized part with the logged changes applied.
+                    stream: KeyedStateStream
+                    if isinstance(handle, IncrementalKeyedStateHandle):
+                        stream = NativeRocksDBStream(self.location, handle, op.max_parallelism, self.label(op))
+                    elif isinstance(handle, ChangelogBackendHandle):
+                        stream = ChangelogStream(self.location, handle, op.max_parallelism, self.label(op))
+                    else:
+                        stream = KeyedStateStream(self.location, handle, op.max_parallelism, self.label(op))
+                    self._streams[cache_key] = stream
                 except StorageError as exc:  # a missing or unreadable file: say whose state it holds
                     raise StorageError(f"{self.label(op)}, subtask {index}: keyed state file: {exc}") from None
                 self._set_kryo_version(self._streams[cache_key])

@@ -34,6 +34,7 @@ from flinkstate.format.handles import (
     PARTITIONABLE_OPERATOR_STATE,
     RELATIVE_STREAM,
     ByteStreamStateHandle,
+    ChangelogBackendHandle,
     ChannelStateHandle,
     FileStateHandle,
     HandleReader,
@@ -155,7 +156,7 @@ class CheckpointMetadata:
 def _keyed_files(what: str, handle: KeyedStateHandle | None) -> list[tuple[str, StreamStateHandle | None]]:
     if handle is None:
         return []
-    if isinstance(handle, IncrementalKeyedStateHandle):
+    if isinstance(handle, (IncrementalKeyedStateHandle, ChangelogBackendHandle)):
         return [(f"{what}: {name}", h) for name, h in handle.files()]
     return [(what, handle.delegate)]
 

@@ -1,0 +1,592 @@
+"""Keyed state of the changelog state backend (``state.changelog.enabled``, Flink 1.15+ "generic log-based
+incremental checkpoints"), read as the checkpoint's logical state.
+
+A subtask's handle (:class:`~flinkstate.format.handles.ChangelogBackendHandle`) holds the *materialized* state (the
+wrapped backend's own snapshot: HashMap key groups or a native RocksDB snapshot, read by the existing readers) and
+the changes logged since (*non-materialized*: inline in ``_metadata`` with the in-memory storage, or change sets in
+the DSTL's files, ``StateChangeFormat``: ``u8 compressed`` then, Snappy-framed or not, per change set
+``i32 groups; per group: i32 n, i32 keyGroup, n x (i32 len, bytes)``, at the offsets the handle records).
+
+A change (``AbstractStateChangeLogger``) starts with its ``StateChangeOperation`` code. ``METADATA`` (key group -1)
+registers a state: ``i32 metaVersion``, the ``StateMetaInfoSnapshot``, (key/value states) the TTL flag, the TTL
+config (Java-serialized) and the default value, then ``i16 stateId``, ``u8 backendStateType`` (read from the end:
+the Java-serialized TTL config has no length). A data change is ``u8 op, i16 stateId``, then for key/value states
+the key and namespace, then the operation's data; for priority queues (timers) the timers themselves. They are
+applied in log order as ``ChangelogBackendLogApplier`` and the ``*StateChangeApplier`` classes do, per key group, on
+top of the materialized entries.
+
+The key serializer is not in the log (Flink restores with the job's own): it comes from the materialized part's
+header, else from a timer state's ``TimerSerializer`` snapshot. Without either (a subtask that never materialized
+and has no timers) keys are given as their bytes, delimited where the namespace and value have fixed lengths.
+
+Memory: the changes of the state and key-group range being read, plus one key group's entries.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import cramjam
+
+from flinkstate.binary import I16, I32, KeyGroupRange, Reader
+from flinkstate.format.handles import (
+    META_KEY_GROUP,
+    ChangelogBackendHandle,
+    ChangelogStreamHandle,
+    IncrementalKeyedStateHandle,
+    InMemoryChangelogHandle,
+)
+from flinkstate.format.heap_blocks import HeapBlock
+from flinkstate.format.keyed_header import (
+    KEYED_PROXY_VERSION,
+    TIMERS,
+    VALUE_SERIALIZER,
+    KeyedBackendHeader,
+    StateMetaInfo,
+    read_state_meta_info,
+    state_meta_bytes,
+)
+from flinkstate.format.keyed_stream import KeyedStateStream, StreamSource, key_group_prefix_bytes
+from flinkstate.format.rocksdb_native import NativeRocksDBStream
+from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+from flinkstate.serializers.timer import TimerSnapshot
+from flinkstate.storage.locations import SavepointLocation, StorageError
+
+#: What the refusals call the format.
+CHANGELOG = "a changelog checkpoint (the changelog state backend)"
+
+# StateChangeOperation codes
+CLEAR, SET, SET_INTERNAL, ADD, MERGE_NS, ADD_ELEMENT, ADD_OR_UPDATE_ELEMENT, REMOVE_ELEMENT, METADATA = range(9)
+OPERATIONS = ("CLEAR", "SET", "SET_INTERNAL", "ADD", "MERGE_NS", "ADD_ELEMENT", "ADD_OR_UPDATE_ELEMENT",
+              "REMOVE_ELEMENT", "METADATA")
+_BACKEND_TYPES = {0: "KEY_VALUE", 3: "PRIORITY_QUEUE"}  # StateMetaInfoSnapshot.BackendStateType codes in the log
+_DECODE_ERRORS = (struct.error, IndexError, ValueError, UnicodeDecodeError, KeyError, OverflowError)
+
+Decoder = Callable[[bytes, int], tuple[Any, int]]
+#: The operations each key/value state's applier takes (Value/List/Map/Reducing/AggregatingStateChangeApplier).
+_KV_OPERATIONS: dict[str, tuple[int, ...]] = {
+    "VALUE": (CLEAR, SET),
+    "REDUCING": (CLEAR, SET, SET_INTERNAL, MERGE_NS),
+    "AGGREGATING": (CLEAR, SET, SET_INTERNAL, MERGE_NS),
+    "LIST": (CLEAR, SET, SET_INTERNAL, ADD, ADD_ELEMENT, MERGE_NS),
+    "MAP": (CLEAR, ADD, ADD_ELEMENT, ADD_OR_UPDATE_ELEMENT, REMOVE_ELEMENT),
+}
+
+
+class _LogSource:
+    """Where errors about the log point when there is no materialized stream (the changes are inline)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.size = 0
+
+
+class ChangelogStream(KeyedStateStream):
+    """One subtask's keyed state under the changelog backend, read like a canonical keyed stream: :meth:`header`
+    (the materialized header and the states the log registers) and :meth:`iter_blocks` (materialized entries with
+    the log applied). Copying stored blocks is refused in one line, as for other native formats."""
+
+    def __init__(self, location: SavepointLocation, handle: ChangelogBackendHandle, max_parallelism: int,
+                 context: str) -> None:
+        # KeyedStateStream.__init__ is not called: there is no key-group offset table of its own.
+        self.changelog = handle
+        self.location = location
+        self.context = context
+        self.prefix_bytes = key_group_prefix_bytes(max_parallelism)
+        self.materialized: list[KeyedStateStream] = [
+            NativeRocksDBStream(location, part, max_parallelism, f"{context} (materialized)")
+            if isinstance(part, IncrementalKeyedStateHandle)
+            else KeyedStateStream(location, part, max_parallelism, f"{context} (materialized)")
+            for part in handle.materialized if part is not None]
+        self.source = (self.materialized[0].source if self.materialized
+                       else _LogSource(location.describe("_metadata")))  # type: ignore[assignment]
+        self._blocks = []
+        self._header: KeyedBackendHeader | None = None
+        self.heap_format = False
+        self._files: dict[int, tuple[str, bytes]] = {}  # id(stream handle) -> (path, decompressed log bytes)
+        #: state id in the log -> state name, per METADATA change bytes (parsed once)
+        self._meta_cache: dict[bytes, tuple[int, StateMetaInfo]] = {}
+
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self.changelog.key_group_range
+
+    @property
+    def blocks(self) -> list[tuple[int, int, int]]:
+        """No stored blocks: ``(key group, 0, 0)`` per key group of the range (what progress reports count)."""
+        return [(key_group, 0, 0) for key_group in self.changelog.key_group_range]
+
+    def _refuse(self, what: str) -> UnsupportedFormat:
+        return UnsupportedFormat(f"{self.context}: {what} is not supported for keyed state in {CHANGELOG}",
+                                 self.source.path, 0)
+
+    def read_block(self, key_group: int, start: int, end: int, state_name: str | None = None) -> bytes:
+        raise self._refuse("copying stored key-group blocks")
+
+    def heap_blocks(self, state_name: str | None = None, key_group_range: KeyGroupRange | None = None
+                    ) -> Iterator[HeapBlock]:
+        raise self._refuse("reading heap-format blocks")
+
+    # -- the log -----------------------------------------------------------------------------------------------------
+
+    def iter_changes(self) -> Iterator[tuple[int, bytes, str]]:
+        """``(key group, change bytes, where)`` of every change of the non-materialized parts, in replay order."""
+        for part in self.changelog.non_materialized:
+            if isinstance(part, InMemoryChangelogHandle):
+                where = f"{self.location.describe('_metadata')} (inline changelog)"
+                for change in part.changes:
+                    yield change.key_group, change.data, where
+            elif isinstance(part, ChangelogStreamHandle):
+                for handle, offset in part.handles_and_offsets:
+                    if handle is None:
+                        raise SavepointFormatError(f"{self.context}: changelog part without a stream handle",
+                                                   self.location.describe("_metadata"))
+                    path, data = self._log_file(handle)
+                    yield from _change_set(data, offset, path)
+
+    def _log_file(self, handle: Any) -> tuple[str, bytes]:
+        """A changelog file's bytes after its compression flag, decompressed (one file, bounded by its recorded
+        size; the last one read is kept, since consecutive change sets usually share a file)."""
+        cached = self._files.get(id(handle))
+        if cached is not None:
+            return cached
+        try:
+            source = StreamSource(self.location, handle)
+            raw = source.read(0, handle.size)
+        except StorageError as exc:
+            raise StorageError(f"{self.context}: changelog file: {exc}") from None
+        except SavepointFormatError as exc:
+            raise exc.located(None, 0, self.context) from None
+        if len(raw) != handle.size:
+            raise SavepointFormatError(f"{self.context}: changelog file is truncated: {len(raw)} bytes, the metadata "
+                                       f"records {handle.size}", source.path, len(raw))
+        if not raw:
+            raise SavepointFormatError(f"{self.context}: empty changelog file", source.path, 0)
+        if raw[0] == 1:
+            try:
+                data = bytes(cramjam.snappy.decompress(raw[1:]))
+            except Exception as exc:  # cramjam raises its own DecompressionError
+                raise SavepointFormatError(f"{self.context}: corrupted snappy changelog ({exc})", source.path,
+                                           1) from None
+        elif raw[0] == 0:
+            data = raw[1:]
+        else:
+            raise SavepointFormatError(f"{self.context}: changelog file starts with compression flag {raw[0]} "
+                                       f"(0 or 1 expected)", source.path, 0)
+        self._files = {id(handle): (source.path, data)}
+        return source.path, data
+
+    def _meta(self, data: bytes, where: str) -> tuple[int, StateMetaInfo]:
+        """(state id, meta info) of a METADATA change."""
+        cached = self._meta_cache.get(data)
+        if cached is not None:
+            return cached
+        reader = Reader(data, 1, where)
+        try:
+            version = reader.i32()
+            if version != KEYED_PROXY_VERSION:
+                raise UnsupportedFormat(f"state meta info version {version} in the changelog (only "
+                                        f"{KEYED_PROXY_VERSION})")
+            meta = read_state_meta_info(reader)
+            if len(data) < reader.pos + 3:
+                raise SavepointFormatError("state registration ends before its state id")
+            state_id = I16.unpack_from(data, len(data) - 3)[0]
+            backend_type = _BACKEND_TYPES.get(data[-1])
+        except SavepointFormatError as exc:
+            raise exc.located(where, 0, f"{self.context}: changelog state registration") from None
+        except _DECODE_ERRORS as exc:
+            raise SavepointFormatError(f"{self.context}: changelog state registration: undecodable "
+                                       f"({type(exc).__name__}: {exc})", where) from None
+        if backend_type != meta.backend_type:
+            raise SavepointFormatError(f"{self.context}: changelog registration of state {meta.name} says backend "
+                                       f"type code {data[-1]}, its meta info {meta.backend_type}", where)
+        self._meta_cache[data] = (state_id, meta)
+        return state_id, meta
+
+    # -- header ------------------------------------------------------------------------------------------------------
+
+    def header(self, tolerant: bool = False) -> KeyedBackendHeader:
+        """The materialized parts' states, then those the log registers (first registration order); the key
+        serializer of the materialized part, else of a timer state."""
+        if self._header is not None and (self._header.error is None or tolerant):
+            return self._header
+        key = None
+        states: list[StateMetaInfo] = []
+        by_name: dict[str, StateMetaInfo] = {}
+        for part in self.materialized:
+            mat = part.header(tolerant)
+            if mat.error is not None:
+                return mat
+            key = key if key is not None else mat.key_serializer
+            for state in mat.states:
+                if state.name not in by_name:
+                    by_name[state.name] = state
+                    states.append(state)
+        for key_group, data, where in self.iter_changes():
+            if key_group != META_KEY_GROUP:
+                continue
+            _, meta = self._meta(data, where)
+            seen = by_name.get(meta.name)
+            if seen is None:
+                by_name[meta.name] = meta
+                states.append(meta)
+            elif state_meta_bytes(seen) != state_meta_bytes(meta):
+                raise UnsupportedFormat(f"{self.context}: state {meta.name} is registered in the changelog with other "
+                                        f"serializers than before (a state migration inside the log is not "
+                                        f"supported)", where)
+        if key is None:
+            key = next((timer.key for timer in (s.serializer(VALUE_SERIALIZER) for s in states)
+                        if isinstance(timer, TimerSnapshot)), None)
+        self._header = KeyedBackendHeader(KEYED_PROXY_VERSION, False, key, states, 0)
+        return self._header
+
+    # -- entries -----------------------------------------------------------------------------------------------------
+
+    def iter_blocks(self, state_name: str, key_group_range: KeyGroupRange | None = None
+                    ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+        """``(key group, entries)`` per non-empty key group (within ``key_group_range``) of the state as the log
+        leaves it, in key-group order; the entries as :meth:`KeyedStateStream.iter_blocks` gives them."""
+        header = self.header()
+        index = header.state_index(state_name)
+        if index is None:
+            return
+        state = header.states[index]
+        wanted = self.key_group_range if key_group_range is None else \
+            self.key_group_range.intersection(key_group_range)
+        if not len(wanted):
+            return
+        applier = _Applier(state, header, f"{self.context}, state {state_name}")
+        changes = self._changes_of(state_name, wanted)
+        bases = [part.iter_blocks(state_name, wanted) for part in self.materialized
+                 if state_name in {s.name for s in part.header().states}]
+        pending: list[tuple[int, list[tuple[Any, ...]]] | None] = [next(base, None) for base in bases]
+        for key_group in wanted:
+            if not changes.get(key_group) and not any(p is not None and p[0] == key_group for p in pending):
+                continue
+            applier.reset()
+            for i, base in enumerate(bases):
+                current = pending[i]
+                if current is not None and current[0] == key_group:
+                    applier.load(current[1])
+                    pending[i] = next(base, None)
+            for number, (data, where) in enumerate(changes.pop(key_group, [])):
+                applier.apply(data, where, key_group, number)
+            entries = applier.entries()
+            if entries:
+                yield key_group, entries
+
+    def _changes_of(self, state_name: str, wanted: KeyGroupRange) -> dict[int, list[tuple[bytes, str]]]:
+        """The data changes of one state inside ``wanted``, by key group, in log order (the state's log ids can be
+        re-registered along the log: each change is named by the registration before it)."""
+        ids: dict[int, str] = {}
+        found: dict[int, list[tuple[bytes, str]]] = {}
+        for key_group, data, where in self.iter_changes():
+            if key_group == META_KEY_GROUP:
+                state_id, meta = self._meta(data, where)
+                ids[state_id] = meta.name
+                continue
+            if len(data) < 3:
+                raise SavepointFormatError(f"{self.context}: a state change of {len(data)} bytes in key group "
+                                           f"{key_group}", where)
+            state_id = I16.unpack_from(data, 1)[0]
+            name = ids.get(state_id)
+            if name is None:  # ChangelogBackendLogApplier: checkNotNull(stateIds.get(id))
+                raise SavepointFormatError(f"{self.context}: a change of key group {key_group} names state id "
+                                           f"{state_id}, which the changelog never registered", where)
+            if name == state_name and key_group in wanted:
+                found.setdefault(key_group, []).append((data, where))
+        return found
+
+    def close(self) -> None:
+        for part in self.materialized:
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
+        self._files = {}
+
+
+def _change_set(data: bytes, offset: int, path: str) -> Iterator[tuple[int, bytes, str]]:
+    """The changes of one ``StateChangeFormat`` change set starting at ``offset`` of a decompressed log."""
+    pos = offset
+
+    def i32() -> int:
+        nonlocal pos
+        if pos + 4 > len(data):
+            raise SavepointFormatError(f"changelog change set at {offset} is truncated", path, pos)
+        value: int = I32.unpack_from(data, pos)[0]
+        pos += 4
+        return value
+
+    groups = i32()
+    if groups < 0 or groups > len(data):
+        raise SavepointFormatError(f"implausible number of key groups {groups} in a changelog change set", path,
+                                   pos - 4)
+    for _ in range(groups):
+        count = i32()
+        key_group = i32()
+        if count < 0 or count > len(data):
+            raise SavepointFormatError(f"implausible number of changes {count} in a changelog change set", path,
+                                       pos - 8)
+        for _ in range(count):
+            size = i32()
+            if size < 0 or pos + size > len(data):
+                raise SavepointFormatError(f"changelog change of {size} bytes past the end of the log", path, pos - 4)
+            yield key_group, data[pos:pos + size], f"{path} (change at {pos} of the decompressed log)"
+            pos += size
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable stand-in of a decoded key, namespace, user key or timer (equal values, equal stand-ins)."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        pass
+    if isinstance(value, (list, tuple)):
+        return ("L", tuple(_freeze(v) for v in value))
+    if isinstance(value, dict):
+        return ("D", tuple(sorted(((_freeze(k), _freeze(v)) for k, v in value.items()), key=repr)))
+    if isinstance(value, (set, frozenset)):
+        return ("S", frozenset(_freeze(v) for v in value))
+    return ("R", repr(value))
+
+
+class _Applier:
+    """One state's entries in one key group, with the log's changes applied as Flink's appliers do."""
+
+    def __init__(self, state: StateMetaInfo, header: KeyedBackendHeader, context: str) -> None:
+        self.state = state
+        self.kind = state.kind
+        self.context = context
+        self.items: dict[Any, list[Any]] = {}
+        full = state.serializer(VALUE_SERIALIZER)
+        if full is None:
+            raise SavepointFormatError(f"{context}: no value serializer")
+        self.full = full
+        self.key_snapshot = header.key_serializer
+        if self.kind == TIMERS:
+            self.timer: Decoder = full.decoder()
+            return
+        namespace = state.namespace_serializer
+        if namespace is None:
+            raise SavepointFormatError(f"{context}: no namespace serializer")
+        self.namespace_snapshot = namespace
+        self.namespace: Decoder = namespace.decoder()
+        self.key: Decoder | None = header.key_serializer.decoder() if header.key_serializer is not None else None
+        if self.kind == "MAP":
+            user_key, user_value = full.nested[0], full.nested[1]
+            self.user_key: Decoder = user_key.decoder()
+            self.user_value: Decoder = user_value.decoder()
+        elif self.kind == "LIST":
+            self.element: Decoder = full.nested[0].decoder()
+            self.list: Decoder = full.decoder()
+
+    def reset(self) -> None:
+        self.items = {}
+
+    def load(self, entries: list[tuple[Any, ...]]) -> None:
+        """The materialized entries of the key group."""
+        for entry in entries:
+            if self.kind == TIMERS:
+                self.items[_freeze(entry)] = list(entry)
+            elif self.kind == "MAP":
+                key, namespace, user_key, value = entry
+                slot = self.items.setdefault(_freeze((key, namespace)), [key, namespace, {}])
+                slot[2][_freeze(user_key)] = (user_key, value)
+            else:
+                key, namespace, value = entry
+                self.items[_freeze((key, namespace))] = [key, namespace, list(value) if self.kind == "LIST" else value]
+
+    def entries(self) -> list[tuple[Any, ...]]:
+        out: list[tuple[Any, ...]] = []
+        for key, namespace, value in self.items.values():
+            if self.kind == "MAP":
+                out.extend((key, namespace, user_key, user_value) for user_key, user_value in value.values())
+            elif self.kind == "LIST":
+                if value:
+                    out.append((key, namespace, value))
+            else:
+                out.append((key, namespace, value))
+        return out
+
+    # -- one change --------------------------------------------------------------------------------------------------
+
+    def apply(self, data: bytes, where: str, key_group: int, number: int) -> None:
+        op = data[0]
+        name = OPERATIONS[op] if op < len(OPERATIONS) else str(op)
+        try:
+            if self.kind == TIMERS:
+                self._apply_timers(op, data)
+            else:
+                self._apply_kv(op, data)
+        except SavepointFormatError as exc:
+            raise SavepointFormatError(f"{self.context}, key group {key_group}, change {number} ({name}): "
+                                       f"{exc.what}", where) from None
+        except _DECODE_ERRORS as exc:
+            raise SavepointFormatError(f"{self.context}, key group {key_group}, change {number} ({name}): "
+                                       f"undecodable ({type(exc).__name__}: {exc})", where) from None
+
+    def _apply_timers(self, op: int, data: bytes) -> None:
+        # PriorityQueueStateChangeApplier: no scope, the timers only
+        pos = 3
+        if op == ADD_ELEMENT:
+            count = I32.unpack_from(data, pos)[0]
+            if count < 0 or count > len(data):
+                raise SavepointFormatError(f"implausible number of timers {count}")
+            pos += 4
+            for _ in range(count):
+                timer, pos = self.timer(data, pos)
+                self.items[_freeze((timer.key, timer.namespace, timer.timestamp))] = \
+                    [timer.key, timer.namespace, timer.timestamp]
+        elif op == REMOVE_ELEMENT:
+            timer, pos = self.timer(data, pos)
+            self.items.pop(_freeze((timer.key, timer.namespace, timer.timestamp)), None)
+        else:
+            raise SavepointFormatError(f"operation {OPERATIONS[op] if op < 9 else op} on a timer state")
+        _end(pos, len(data), "timer change")
+
+    def _scope(self, data: bytes, op: int) -> tuple[Any, Any, int]:
+        """Key and namespace after the op code and state id, and the position after them."""
+        if self.key is not None:
+            key, pos = self.key(data, 3)
+            namespace, pos = self.namespace(data, pos)
+            return key, namespace, pos
+        # No key serializer anywhere in the checkpoint: the key is the bytes before a fixed-length namespace (and,
+        # when the change carries one, a fixed-length value).
+        ns_len = self.namespace_snapshot.fixed_length
+        value_len = 0 if op == CLEAR else self._fixed_value_length(op)
+        if ns_len < 0 or value_len < 0:
+            raise UnsupportedFormat("the key serializer is recorded nowhere in this changelog checkpoint (no "
+                                    "materialized part, no timer state) and the namespace or value has no fixed "
+                                    "length, so keys cannot be delimited")
+        # The namespace's stored bytes may differ from its declared length (VoidNamespace writes one byte and says
+        # 0): the shortest tail that decodes as a namespace ending just before the value is taken.
+        value_at = len(data) - value_len
+        for end in range(value_at, 3, -1):
+            try:
+                namespace, pos = self.namespace(data, end)
+            except _DECODE_ERRORS:
+                continue
+            if pos == value_at:
+                return bytes(data[3:end]), namespace, pos
+        raise SavepointFormatError("no namespace before the value: the key cannot be delimited")
+
+    def _fixed_value_length(self, op: int) -> int:
+        if self.kind in ("VALUE", "REDUCING", "AGGREGATING") and op in (SET, SET_INTERNAL):
+            return int(self.full.fixed_length)
+        return -1
+
+    def _value(self, data: bytes, pos: int) -> Any:
+        """A whole value at ``pos`` that ends the change (a Kryo value without a length is read from its slice)."""
+        if self.full.needs_end:
+            value, end = self.full.tail_decoder()(bytes(data[pos:]), 0)
+            end += pos
+        else:
+            value, end = self.full.decoder()(data, pos)
+        _end(end, len(data), "value")
+        return value
+
+    def _apply_kv(self, op: int, data: bytes) -> None:
+        if op not in _KV_OPERATIONS.get(self.kind, ()):  # the *StateChangeApplier: IllegalArgumentException
+            raise SavepointFormatError(f"operation {OPERATIONS[op] if op < 9 else op} on a {self.kind} state")
+        key, namespace, pos = self._scope(data, op)
+        slot_key = _freeze((key, namespace))
+        kind = self.kind
+        if op == CLEAR:
+            _end(pos, len(data), "clear")
+            self.items.pop(slot_key, None)
+        elif op == MERGE_NS and kind in ("LIST", "REDUCING", "AGGREGATING"):
+            self._merge(data, pos, key)
+        elif kind == "MAP":
+            self._apply_map(op, data, pos, key, namespace, slot_key)
+        elif kind == "LIST":
+            if op in (SET, SET_INTERNAL, ADD):
+                values, end = self.list(data, pos)
+                _end(end, len(data), "list value")
+                slot = self.items.get(slot_key)
+                if op == ADD and slot is not None:
+                    slot[2].extend(values)
+                else:
+                    self.items[slot_key] = [key, namespace, list(values)]
+            elif op == ADD_ELEMENT:
+                element, end = self.element(data, pos)
+                _end(end, len(data), "list element")
+                self.items.setdefault(slot_key, [key, namespace, []])[2].append(element)
+            else:
+                raise SavepointFormatError(f"operation {OPERATIONS[op]} on a list state")
+        elif (op == SET or (op == SET_INTERNAL and kind in ("REDUCING", "AGGREGATING"))) and \
+                kind in ("VALUE", "REDUCING", "AGGREGATING"):
+            self.items[slot_key] = [key, namespace, self._value(data, pos)]
+        else:
+            raise SavepointFormatError(f"operation {OPERATIONS[op] if op < 9 else op} on a {kind} state")
+
+    def _apply_map(self, op: int, data: bytes, pos: int, key: Any, namespace: Any, slot_key: Any) -> None:
+        slot = self.items.setdefault(slot_key, [key, namespace, {}])
+        if op == ADD:  # putAll(MapSerializer.deserialize): i32 n, n x (user key, bool isNull, [value])
+            count = I32.unpack_from(data, pos)[0]
+            if count < 0 or count > len(data):
+                raise SavepointFormatError(f"implausible map size {count}")
+            pos += 4
+            for _ in range(count):
+                user_key, pos = self.user_key(data, pos)
+                is_null = data[pos]
+                pos += 1
+                value = None
+                if is_null == 0:
+                    value, pos = self.user_value(data, pos)
+                elif is_null != 1:
+                    raise SavepointFormatError(f"bad map null flag {is_null}")
+                slot[2][_freeze(user_key)] = (user_key, value)
+        elif op in (ADD_ELEMENT, ADD_OR_UPDATE_ELEMENT):
+            user_key, pos = self.user_key(data, pos)
+            value, pos = self.user_value(data, pos)
+            slot[2][_freeze(user_key)] = (user_key, value)
+        elif op == REMOVE_ELEMENT:
+            user_key, pos = self.user_key(data, pos)
+            slot[2].pop(_freeze(user_key), None)
+        else:
+            raise SavepointFormatError(f"operation {OPERATIONS[op] if op < 9 else op} on a map state")
+        _end(pos, len(data), "map change")
+        if not slot[2]:
+            self.items.pop(slot_key, None)
+
+    def _merge(self, data: bytes, pos: int, key: Any) -> None:
+        """``mergeNamespaces`` (AbstractHeapMergingState): the sources' values are removed and merged into the
+        target's. Lists concatenate; a reducing or aggregating state needs the job's function as soon as two values
+        meet, which flinkstate does not run."""
+        target, pos = self.namespace(data, pos)
+        count = I32.unpack_from(data, pos)[0]
+        if count < 0 or count > len(data):
+            raise SavepointFormatError(f"implausible number of merged namespaces {count}")
+        pos += 4
+        sources = []
+        for _ in range(count):
+            source, pos = self.namespace(data, pos)
+            sources.append(source)
+        _end(pos, len(data), "merge")
+        merged: Any = None
+        for source in sources:
+            slot = self.items.pop(_freeze((key, source)), None)
+            if slot is not None:
+                merged = slot[2] if merged is None else self._combine(merged, slot[2])
+        if merged is None:
+            return
+        target_key = _freeze((key, target))
+        current = self.items.get(target_key)
+        self.items[target_key] = [key, target, merged if current is None else self._combine(current[2], merged)]
+
+    def _combine(self, a: Any, b: Any) -> Any:
+        if self.kind == "LIST":
+            return [*a, *b]
+        raise UnsupportedFormat(f"merging two windows' values of a {self.kind} state needs the job's function, "
+                                f"which flinkstate does not run")
+
+
+def _end(end: int, expected: int, what: str) -> None:
+    if end != expected:
+        raise SavepointFormatError(f"{what} decoded to {end - expected:+d} bytes beyond the change")
+
+
+__all__ = ["CHANGELOG", "OPERATIONS", "ChangelogStream"]
