@@ -19,8 +19,8 @@ from typing import Any
 
 from flinkstate.binary import KeyGroupRange
 from flinkstate.format.changelog import ChangelogStream
+from flinkstate.format.changelog_handles import ChangelogBackendHandle
 from flinkstate.format.handles import (
-    ChangelogBackendHandle,
     FileStateHandle,
     IncrementalKeyedStateHandle,
     RelativeFileStateHandle,

@@ -22,7 +22,7 @@ import pytest
 
 from flinkstate.errors import FlinkStateError
 from flinkstate.format.changelog import ChangelogStream
-from flinkstate.format.handles import ChangelogBackendHandle, InMemoryChangelogHandle
+from flinkstate.format.changelog_handles import ChangelogBackendHandle, InMemoryChangelogHandle
 from flinkstate.format.metadata import read_metadata, write_metadata
 from flinkstate.format_errors import UnsupportedFormat
 from flinkstate.migration.native import is_native

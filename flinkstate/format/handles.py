@@ -137,87 +137,9 @@ class IncrementalKeyedStateHandle:
                 *((f"native RocksDB private file {f.local_path}", f.handle) for f in self.private)]
 
 
-@dataclass(frozen=True)
-class StateChange:
-    """One change of the changelog: the key group it applies to (``META_KEY_GROUP`` for a state's registration) and
-    its bytes (``StateChangeOperation`` code first)."""
-
-    key_group: int
-    data: bytes = field(repr=False)
-
-
-@dataclass(frozen=True)
-class InMemoryChangelogHandle:
-    """``InMemoryChangelogStateHandle`` (code 9): the changes themselves, inline in ``_metadata`` (the in-memory
-    changelog storage), with the sequence numbers they span."""
-
-    key_group_range: KeyGroupRange
-    key_group_count: int
-    from_sequence: int
-    to_sequence: int
-    changes: tuple[StateChange, ...]
-    state_handle_id: str
-
-    def files(self) -> list[tuple[str, StreamStateHandle | None]]:
-        return []
-
-
-@dataclass(frozen=True)
-class ChangelogStreamHandle:
-    """``ChangelogStateHandleStreamImpl`` (codes 10 and 13): change sets in changelog files (the DSTL's
-    ``StateChangeFormat``), each at an offset of a stream handle. Code 13 adds the storage identifier."""
-
-    code: int
-    key_group_range: KeyGroupRange
-    key_group_count: int
-    #: (stream handle, offset in the file's decompressed stream) of each change set, in replay order
-    handles_and_offsets: tuple[tuple[StreamStateHandle | None, int], ...]
-    size: int
-    checkpointed_size: int
-    state_handle_id: str
-    storage_identifier: str | None
-
-    def files(self) -> list[tuple[str, StreamStateHandle | None]]:
-        return [(f"changelog file {i}", handle) for i, (handle, _) in enumerate(self.handles_and_offsets)]
-
-
-#: A non-materialized part of a changelog backend's keyed state.
-ChangelogStateHandle = InMemoryChangelogHandle | ChangelogStreamHandle
-
-
-@dataclass(frozen=True)
-class ChangelogBackendHandle:
-    """``ChangelogStateBackendHandleImpl`` (codes 8 and 14): the keyed state of one subtask under the changelog state
-    backend: the materialized state (native keyed handles of the wrapped backend: HashMap key groups or a RocksDB
-    snapshot), and the changes logged since, replayed on top of it in order. Code 14 adds the checkpoint id. Nulls
-    in the materialized list are kept (Flink skips them on read) so the handle is written back byte for byte."""
-
-    code: int
-    key_group_range: KeyGroupRange
-    key_group_count: int
-    checkpointed_size: int
-    materialized: tuple[KeyGroupsStateHandle | IncrementalKeyedStateHandle | None, ...]
-    non_materialized: tuple[ChangelogStateHandle | None, ...]
-    materialization_id: int
-    checkpoint_id: int | None
-    state_handle_id: str
-
-    def files(self) -> list[tuple[str, StreamStateHandle | None]]:
-        """(what, handle) of every stream handle the materialized and non-materialized parts name."""
-        found: list[tuple[str, StreamStateHandle | None]] = []
-        for i, handle in enumerate(self.materialized):
-            if isinstance(handle, IncrementalKeyedStateHandle):
-                found.extend((f"materialized part {i}: {what}", h) for what, h in handle.files())
-            elif handle is not None:
-                found.append((f"materialized part {i}", handle.delegate))
-        for i, delta in enumerate(self.non_materialized):
-            if delta is not None:
-                found.extend((f"non-materialized part {i}: {what}", h) for what, h in delta.files())
-        return found
-
-
 #: Any keyed-state handle of a subtask.
-KeyedStateHandle = KeyGroupsStateHandle | IncrementalKeyedStateHandle | ChangelogBackendHandle
+#: (A changelog backend's handle, flinkstate.format.changelog_handles, wraps these: metadata.AnyKeyedStateHandle.)
+KeyedStateHandle = KeyGroupsStateHandle | IncrementalKeyedStateHandle
 
 
 @dataclass(frozen=True)
@@ -327,75 +249,7 @@ class HandleReader:
             return KeyGroupsStateHandle(code, offsets, delegate, handle_id)
         if code in (INCREMENTAL_KEY_GROUPS, INCREMENTAL_KEY_GROUPS_V2):
             return self.incremental_keyed_state_handle(code)
-        if code in (CHANGELOG_HANDLE, CHANGELOG_HANDLE_V2):
-            return self.changelog_backend_handle(code)
         raise self.unsupported(code, start, "keyed state")
-
-    def _range(self) -> tuple[KeyGroupRange, int]:
-        """A key-group range as (start, count), and the count as written."""
-        start_kg = self.r.i32()
-        count_at = self.r.pos
-        count = self.r.i32()
-        if count < 0 or start_kg < 0:
-            raise self.r.error(f"implausible key-group range: start {start_kg}, count {count}", count_at)
-        return KeyGroupRange(start_kg, start_kg + count - 1), count
-
-    def changelog_backend_handle(self, code: int) -> ChangelogBackendHandle:
-        """``ChangelogStateBackendHandleImpl``: key-group range, checkpointed size, the materialized keyed handles,
-        the non-materialized changelog handles, the materialization id, (code 14) the checkpoint id, the state
-        handle id."""
-        r = self.r
-        key_group_range, count = self._range()
-        checkpointed_size = r.i64()
-        materialized: list[KeyGroupsStateHandle | IncrementalKeyedStateHandle | None] = []
-        for _ in range(self.count("materialized changelog parts")):
-            at = r.pos
-            handle = self.keyed_state_handle()
-            if isinstance(handle, ChangelogBackendHandle):
-                raise r.error("a changelog handle inside a changelog handle's materialized part", at)
-            materialized.append(handle)
-        non_materialized: list[ChangelogStateHandle | None] = []
-        for _ in range(self.count("non-materialized changelog parts")):
-            non_materialized.append(self.changelog_state_handle())
-        materialization_id = r.i64()
-        checkpoint_id = r.i64() if code == CHANGELOG_HANDLE_V2 else None
-        return ChangelogBackendHandle(code, key_group_range, count, checkpointed_size, tuple(materialized),
-                                      tuple(non_materialized), materialization_id, checkpoint_id, r.utf())
-
-    def changelog_state_handle(self) -> ChangelogStateHandle | None:
-        """A non-materialized part: in-memory changes (code 9) or change sets in files (codes 10 and 13)."""
-        r = self.r
-        start = r.pos
-        code = r.u8()
-        if code == NULL_HANDLE:
-            return None
-        if code == CHANGELOG_BYTE_INCREMENT:
-            key_group_range, count = self._range()
-            from_sequence, to_sequence = r.i64(), r.i64()
-            changes = []
-            for _ in range(self.count("state changes")):
-                key_group = r.i32()
-                changes.append(StateChange(key_group, r.bytes(self.count("state change bytes"))))
-            return InMemoryChangelogHandle(key_group_range, count, from_sequence, to_sequence, tuple(changes),
-                                           r.utf())
-        if code in (CHANGELOG_FILE_INCREMENT, CHANGELOG_FILE_INCREMENT_V2):
-            key_group_range, count = self._range()
-            pairs: list[tuple[StreamStateHandle | None, int]] = []
-            for _ in range(self.count("changelog stream handles")):
-                offset_at = r.pos
-                offset = r.i64()
-                if offset < 0:
-                    raise r.error(f"negative changelog offset {offset}", offset_at)
-                pairs.append((self.stream_handle(), offset))
-            size, checkpointed_size = r.i64(), r.i64()
-            handle_id = r.utf()
-            storage = r.utf() if code == CHANGELOG_FILE_INCREMENT_V2 else None
-            return ChangelogStreamHandle(code, key_group_range, count, tuple(pairs), size, checkpointed_size,
-                                         handle_id, storage)
-        if code in (KEY_GROUPS, KEY_GROUPS_V2, SAVEPOINT_KEY_GROUPS, INCREMENTAL_KEY_GROUPS,
-                    INCREMENTAL_KEY_GROUPS_V2, CHANGELOG_HANDLE, CHANGELOG_HANDLE_V2):
-            raise r.error(f"keyed state handle code {code} where a changelog handle was expected", start)
-        raise self.unsupported(code, start, "changelog state")
 
     def incremental_keyed_state_handle(self, code: int) -> IncrementalKeyedStateHandle:
         """``deserializeIncrementalStateHandle``: checkpoint id, backend id, key-group range, (code 11) checkpointed
@@ -498,9 +352,6 @@ def write_keyed_state_handle(w: Writer, handle: KeyedStateHandle | None) -> None
     if isinstance(handle, IncrementalKeyedStateHandle):
         _write_incremental_handle(w, handle)
         return
-    if isinstance(handle, ChangelogBackendHandle):
-        _write_changelog_handle(w, handle)
-        return
     w.u8(handle.code)
     w.i32(handle.key_group_range.start)
     w.i32(len(handle.offsets.offsets))
@@ -530,54 +381,6 @@ def _write_incremental_handle(w: Writer, handle: IncrementalKeyedStateHandle) ->
             write_stream_handle(w, f.handle)
     if v2:
         w.utf(handle.state_handle_id or "")
-
-
-def _write_changelog_handle(w: Writer, handle: ChangelogBackendHandle) -> None:
-    """``serializeKeyedStateHandle`` for a ``ChangelogStateBackendHandle`` (Flink writes code 14; 8 as read)."""
-    w.u8(handle.code)
-    w.i32(handle.key_group_range.start)
-    w.i32(handle.key_group_count)
-    w.i64(handle.checkpointed_size)
-    w.i32(len(handle.materialized))
-    for materialized in handle.materialized:
-        write_keyed_state_handle(w, materialized)
-    w.i32(len(handle.non_materialized))
-    for delta in handle.non_materialized:
-        _write_changelog_state_handle(w, delta)
-    w.i64(handle.materialization_id)
-    if handle.code == CHANGELOG_HANDLE_V2:
-        w.i64(-1 if handle.checkpoint_id is None else handle.checkpoint_id)
-    w.utf(handle.state_handle_id)
-
-
-def _write_changelog_state_handle(w: Writer, handle: ChangelogStateHandle | None) -> None:
-    if handle is None:
-        w.u8(NULL_HANDLE)
-    elif isinstance(handle, InMemoryChangelogHandle):
-        w.u8(CHANGELOG_BYTE_INCREMENT)
-        w.i32(handle.key_group_range.start)
-        w.i32(handle.key_group_count)
-        w.i64(handle.from_sequence)
-        w.i64(handle.to_sequence)
-        w.i32(len(handle.changes))
-        for change in handle.changes:
-            w.i32(change.key_group)
-            w.i32(len(change.data))
-            w.bytes(change.data)
-        w.utf(handle.state_handle_id)
-    else:
-        w.u8(handle.code)
-        w.i32(handle.key_group_range.start)
-        w.i32(handle.key_group_count)
-        w.i32(len(handle.handles_and_offsets))
-        for stream, offset in handle.handles_and_offsets:
-            w.i64(offset)
-            write_stream_handle(w, stream)
-        w.i64(handle.size)
-        w.i64(handle.checkpointed_size)
-        w.utf(handle.state_handle_id)
-        if handle.code == CHANGELOG_FILE_INCREMENT_V2:
-            w.utf(handle.storage_identifier or "")
 
 
 def write_operator_state_handle(w: Writer, handle: OperatorStreamStateHandle) -> None:
@@ -615,45 +418,11 @@ def write_channel_handle(w: Writer, handle: ChannelStateHandle, version: int) ->
     write_stream_handle(w, handle.delegate)
 
 
-__all__ = [
-    "BYTE_STREAM",
-    "CHANGELOG_BYTE_INCREMENT",
-    "CHANGELOG_FILE_INCREMENT",
-    "CHANGELOG_FILE_INCREMENT_V2",
-    "CHANGELOG_HANDLE",
-    "CHANGELOG_HANDLE_V2",
-    "DISTRIBUTION_MODES",
-    "FILE_STREAM",
-    "INCREMENTAL_KEY_GROUPS",
-    "INCREMENTAL_KEY_GROUPS_V2",
-    "KEY_GROUPS",
-    "KEY_GROUPS_V2",
-    "META_KEY_GROUP",
-    "NULL_HANDLE",
-    "PARTITIONABLE_OPERATOR_STATE",
-    "RELATIVE_STREAM",
-    "SAVEPOINT_KEY_GROUPS",
-    "UNSUPPORTED_HANDLES",
-    "ByteStreamStateHandle",
-    "ChangelogBackendHandle",
-    "ChangelogStateHandle",
-    "ChangelogStreamHandle",
-    "ChannelStateHandle",
-    "FileStateHandle",
-    "HandleAndLocalPath",
-    "HandleReader",
-    "InMemoryChangelogHandle",
-    "IncrementalKeyedStateHandle",
-    "KeyGroupRangeOffsets",
-    "KeyGroupsStateHandle",
-    "KeyedStateHandle",
-    "OperatorStateMeta",
-    "OperatorStreamStateHandle",
-    "RelativeFileStateHandle",
-    "StateChange",
-    "StreamStateHandle",
-    "write_channel_handle",
-    "write_keyed_state_handle",
-    "write_operator_state_handle",
-    "write_stream_handle",
-]
+__all__ = ["BYTE_STREAM", "CHANGELOG_BYTE_INCREMENT", "CHANGELOG_FILE_INCREMENT", "CHANGELOG_FILE_INCREMENT_V2",
+           "CHANGELOG_HANDLE", "CHANGELOG_HANDLE_V2", "DISTRIBUTION_MODES", "FILE_STREAM", "INCREMENTAL_KEY_GROUPS",
+           "INCREMENTAL_KEY_GROUPS_V2", "KEY_GROUPS", "KEY_GROUPS_V2", "META_KEY_GROUP", "NULL_HANDLE",
+           "PARTITIONABLE_OPERATOR_STATE", "RELATIVE_STREAM", "SAVEPOINT_KEY_GROUPS", "UNSUPPORTED_HANDLES",
+           "ByteStreamStateHandle", "ChannelStateHandle", "FileStateHandle", "HandleAndLocalPath", "HandleReader",
+           "IncrementalKeyedStateHandle", "KeyGroupRangeOffsets", "KeyGroupsStateHandle", "KeyedStateHandle",
+           "OperatorStateMeta", "OperatorStreamStateHandle", "RelativeFileStateHandle", "StreamStateHandle",
+           "write_channel_handle", "write_keyed_state_handle", "write_operator_state_handle", "write_stream_handle"]

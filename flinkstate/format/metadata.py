@@ -19,6 +19,11 @@ from dataclasses import dataclass, field
 
 from flinkstate.binary import Reader, Writer
 from flinkstate.errors import FlinkStateError, WriteError
+from flinkstate.format.changelog_handles import (
+    ChangelogBackendHandle,
+    ChangelogHandleReader,
+    write_any_keyed_state_handle,
+)
 from flinkstate.format.checkpoint_properties import (
     JAVA_SERIALIZED_NULL,
     CheckpointProperties,
@@ -34,21 +39,22 @@ from flinkstate.format.handles import (
     PARTITIONABLE_OPERATOR_STATE,
     RELATIVE_STREAM,
     ByteStreamStateHandle,
-    ChangelogBackendHandle,
     ChannelStateHandle,
     FileStateHandle,
-    HandleReader,
     IncrementalKeyedStateHandle,
     KeyedStateHandle,
     OperatorStreamStateHandle,
     RelativeFileStateHandle,
     StreamStateHandle,
     write_channel_handle,
-    write_keyed_state_handle,
     write_operator_state_handle,
     write_stream_handle,
 )
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+
+#: A subtask's keyed-state handle: canonical or HashMap key groups, a native RocksDB snapshot, or the changelog
+#: backend's handle wrapping them.
+AnyKeyedStateHandle = KeyedStateHandle | ChangelogBackendHandle
 
 MAGIC = 0x4960672D
 #: KeyGroupRangeAssignment.UPPER_BOUND_MAX_PARALLELISM (Transformation.UPPER_BOUND_MAX_PARALLELISM, 1 << 15).
@@ -66,8 +72,8 @@ class OperatorSubtaskState:
     managed_operator_state: OperatorStreamStateHandle | None = None
     raw_operator_state: OperatorStreamStateHandle | None = None
     #: A canonical (or heap-native) key-groups handle, or a native RocksDB snapshot (IncrementalKeyedStateHandle).
-    managed_keyed_state: KeyedStateHandle | None = None
-    raw_keyed_state: KeyedStateHandle | None = None
+    managed_keyed_state: AnyKeyedStateHandle | None = None
+    raw_keyed_state: AnyKeyedStateHandle | None = None
     input_channel_state: list[ChannelStateHandle] = field(default_factory=list)
     result_subpartition_state: list[ChannelStateHandle] = field(default_factory=list)
     #: V2 only: the unused "duration" field (Flink wrote -1), kept so the file is written back as read.
@@ -153,7 +159,7 @@ class CheckpointMetadata:
         return found
 
 
-def _keyed_files(what: str, handle: KeyedStateHandle | None) -> list[tuple[str, StreamStateHandle | None]]:
+def _keyed_files(what: str, handle: AnyKeyedStateHandle | None) -> list[tuple[str, StreamStateHandle | None]]:
     if handle is None:
         return []
     if isinstance(handle, (IncrementalKeyedStateHandle, ChangelogBackendHandle)):
@@ -187,7 +193,7 @@ def read_metadata(data: bytes, path: str | None = None) -> CheckpointMetadata:
     return _MetadataParser(reader, version).parse()
 
 
-class _MetadataParser(HandleReader):
+class _MetadataParser(ChangelogHandleReader):
     def parse(self) -> CheckpointMetadata:
         r = self.r
         start = r.pos
@@ -289,8 +295,8 @@ class _MetadataParser(HandleReader):
             state.managed_operator_state = self.operator_state_handle()
         if r.i32() != 0:
             state.raw_operator_state = self.operator_state_handle()
-        state.managed_keyed_state = self.keyed_state_handle()
-        state.raw_keyed_state = self.keyed_state_handle()
+        state.managed_keyed_state = self.any_keyed_state_handle()
+        state.raw_keyed_state = self.any_keyed_state_handle()
         if self.version == 2:
             return state
         state.input_channel_state = [self.channel_handle("input") for _ in range(self.count("channel handles"))]
@@ -381,8 +387,8 @@ def _write_subtask(w: Writer, state: OperatorSubtaskState, version: int) -> None
         w.i32(0 if handle is None else 1)
         if handle is not None:
             write_operator_state_handle(w, handle)
-    write_keyed_state_handle(w, state.managed_keyed_state)
-    write_keyed_state_handle(w, state.raw_keyed_state)
+    write_any_keyed_state_handle(w, state.managed_keyed_state)
+    write_any_keyed_state_handle(w, state.raw_keyed_state)
     if version == 2:
         return
     for channels in (state.input_channel_state, state.result_subpartition_state):
