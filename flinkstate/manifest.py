@@ -167,6 +167,10 @@ def manifest_from_savepoint(savepoint: Savepoint, job: str | None = None) -> Man
         header = savepoint.keyed_header(op)
         schema = OperatorSchema(label, op.operator_id, op.uid)
         if header is not None:
+            if header.key_serializer is None and header.states:
+                raise FlinkStateError(f"{savepoint.location.uri}: {savepoint.label(op)}: the key serializer is "
+                                      f"recorded nowhere in this snapshot (a changelog checkpoint without a "
+                                      f"materialized part or timer state), so its types cannot be written")
             schema.key = header.key_serializer
             for meta in header.states:
                 schema.states[meta.name] = _state_schema(meta, header)

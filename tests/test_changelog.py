@@ -115,6 +115,16 @@ def test_cli_describe_and_dump() -> None:
                                                   for k in range(4)]
 
 
+def test_schema_without_a_key_serializer_is_one_line(tmp_path: Path) -> None:
+    """The flat-map operators hold no materialized state and no timers: the log does not record their key type, so
+    `schema` (and with it `check`) cannot write their types and says so, naming the operator."""
+    result = subprocess.run([sys.executable, "-m", "flinkstate", "schema", str(CHECKPOINT), "-o",
+                             str(tmp_path / "m.yaml")], capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "the key serializer is recorded nowhere in this snapshot" in result.stderr and "operator " in result.stderr
+    assert not (tmp_path / "m.yaml").exists()
+
+
 def test_migrate_refuses_in_one_line_while_planning() -> None:
     sp = Savepoint.open(CHECKPOINT)
     (_, stream), *_ = sp.keyed_streams(TIMELY[0])

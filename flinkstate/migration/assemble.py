@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from flinkstate.errors import WriteError
+from flinkstate.format.changelog_handles import ChangelogBackendHandle
 from flinkstate.format.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
@@ -19,7 +20,13 @@ from flinkstate.format.handles import (
     RelativeFileStateHandle,
     StreamStateHandle,
 )
-from flinkstate.format.metadata import CheckpointMetadata, OperatorState, OperatorSubtaskState, write_metadata
+from flinkstate.format.metadata import (
+    AnyKeyedStateHandle,
+    CheckpointMetadata,
+    OperatorState,
+    OperatorSubtaskState,
+    write_metadata,
+)
 from flinkstate.kryo_report import metadata_version_refusal
 from flinkstate.migration.plan import MigrationError, MigrationPlan
 from flinkstate.migration.rewrite import SubtaskResult
@@ -78,13 +85,16 @@ def assemble_metadata(source: Savepoint, plan: MigrationPlan, results: list[Subt
     return metadata
 
 
-def _copy_keyed(handle: KeyGroupsStateHandle | IncrementalKeyedStateHandle | None, source: Savepoint,
-                output: SavepointOutput, copied: dict[str, CopiedFile]) -> KeyGroupsStateHandle | None:
+def _copy_keyed(handle: AnyKeyedStateHandle | None, source: Savepoint, output: SavepointOutput,
+                copied: dict[str, CopiedFile]) -> KeyGroupsStateHandle | None:
     if handle is None:
         return None
-    if isinstance(handle, IncrementalKeyedStateHandle):  # the planner refuses these first; never copied half-way
+    # The planner rewrites native RocksDB state and refuses changelog state first: neither is ever copied half-way.
+    if isinstance(handle, IncrementalKeyedStateHandle):
         raise MigrationError(f"keyed state of checkpoint {handle.checkpoint_id}: a native RocksDB snapshot cannot "
                              "be copied into a canonical savepoint")
+    if isinstance(handle, ChangelogBackendHandle):
+        raise MigrationError("keyed state of a changelog checkpoint cannot be copied into a canonical savepoint")
     return KeyGroupsStateHandle(handle.code, handle.offsets,
                                 copy_stream_handle(handle.delegate, source.location, output, copied),
                                 handle.state_handle_id)

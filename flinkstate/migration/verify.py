@@ -26,13 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from flinkstate.format.changelog_handles import ChangelogBackendHandle
 from flinkstate.format.handles import (
     IncrementalKeyedStateHandle,
-    KeyedStateHandle,
     StreamStateHandle,
 )
 from flinkstate.format.keyed_stream import StreamSource
-from flinkstate.format.metadata import OperatorState
+from flinkstate.format.metadata import AnyKeyedStateHandle, OperatorState
 from flinkstate.migration.canonical import canonical
 from flinkstate.migration.plan import MigrationPlan, OperatorPlan
 from flinkstate.migration.verify_entries import StateVerification, check_state_header, verify_key_groups
@@ -206,12 +206,14 @@ def _same_stream(source: Savepoint, a: StreamStateHandle | None, output: Savepoi
         raise VerificationError(f"{where}: the bytes differ from the source's")
 
 
-def _same_keyed(source: Savepoint, a: KeyedStateHandle | None, output: Savepoint,
-                b: KeyedStateHandle | None, where: str) -> None:
+def _same_keyed(source: Savepoint, a: AnyKeyedStateHandle | None, output: Savepoint,
+                b: AnyKeyedStateHandle | None, where: str) -> None:
     if a is None and b is None:
         return
     if isinstance(a, IncrementalKeyedStateHandle) or isinstance(b, IncrementalKeyedStateHandle):
         raise VerificationError(f"{where}: a native RocksDB snapshot, which a migration never writes")
+    if isinstance(a, ChangelogBackendHandle) or isinstance(b, ChangelogBackendHandle):
+        raise VerificationError(f"{where}: a changelog checkpoint, which a migration never writes")
     if a is None or b is None or a.offsets != b.offsets:
         raise VerificationError(f"{where}: missing, added, or other key-group offsets than the source's")
     _same_stream(source, a.delegate, output, b.delegate, where)
