@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 from flinkstate import _speedups
 from flinkstate.format.keyed_header import TIMERS
 from flinkstate.format.keyed_stream import iter_raw_entries, raw_key
-from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.migration.canonical import canonical
 from flinkstate.migration.plan import OperatorPlan, OperatorTarget, StateRewrite, StateTarget, plan_migration
 from flinkstate.migration.rewrite import StateCodec
@@ -110,7 +109,7 @@ def _canonical_streams(path: Path) -> list[Any]:
     try:
         sp = Savepoint.open(path)
         streams = [stream for op in sp.operators for _, stream in sp.keyed_streams(op)]
-        return [s for s in streams if not isinstance(s, NativeRocksDBStream) and s.header() and not s.heap_format]
+        return [s for s in streams if s.header() and s.canonical_blocks]
     except Exception:
         return []  # a savepoint this tool refuses: nothing to walk (test_speedups covers its errors)
 

@@ -70,6 +70,9 @@ class ChangelogStream(KeyedStateStream):
     (the materialized header and the states the log registers) and :meth:`iter_blocks` (materialized entries with
     the log applied). Copying stored blocks is refused in one line, as for other native formats."""
 
+    #: No stored canonical blocks: entries are read (and migrated) through the format's own reader.
+    canonical_blocks = False
+
     def __init__(self, location: SavepointLocation, handle: ChangelogBackendHandle, max_parallelism: int,
                  context: str) -> None:
         # KeyedStateStream.__init__ is not called: there is no key-group offset table of its own.

@@ -205,6 +205,13 @@ class KeyedStateStream:
             self._header = header
         return self._header
 
+    @property
+    def canonical_blocks(self) -> bool:
+        """Whether the stored blocks are canonical key-group blocks, whose raw entries can be walked, compared and
+        copied (read the header first: it tells the heap format apart). Native RocksDB and changelog streams,
+        which have no stored blocks of their own, say no."""
+        return not self.heap_format
+
     def _is_heap_format(self, compressed: bool) -> bool:
         """Whether the blocks are in the HashMap backend's own format (:mod:`flinkstate.format.heap_blocks`).
 

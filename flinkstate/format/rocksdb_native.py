@@ -49,6 +49,9 @@ class NativeRocksDBStream(KeyedStateStream):
     file, :meth:`iter_blocks` from the rebuilt RocksDB instance. What only canonical key-group blocks allow (copying
     blocks byte for byte, migrating) is refused in one line."""
 
+    #: No stored canonical blocks: entries are read (and migrated) through the format's own reader.
+    canonical_blocks = False
+
     def __init__(self, location: SavepointLocation, handle: IncrementalKeyedStateHandle,
                  max_parallelism: int, context: str) -> None:
         # KeyedStateStream.__init__ is not called: there is no key-group offset table, the blocks are RocksDB's.
