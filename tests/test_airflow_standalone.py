@@ -257,9 +257,10 @@ def _descendants(pid: int) -> list[int]:
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
     found, todo = [], [pid]
-    while todo:
-        found += children.get(todo.pop(), [])
-        todo += children.get(found[-1], []) if found else []
+    while todo:  # each process once: its children are found, then their own children in turn
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
     return sorted(set(found))
 
 

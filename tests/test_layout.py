@@ -158,6 +158,7 @@ API_USERS = {
     "plugins/flinkstate_airflow/notifiers.py": (),
     "plugins/flinkstate_airflow/hooks.py": (),
     "plugins/flinkstate_airflow/releases.py": (),
+    "plugins/flinkstate_airflow/recheck.py": (),
     "spark_jobs": (),
     "examples": (),
 }
