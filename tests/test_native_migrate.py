@@ -35,7 +35,7 @@ from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.uri import open_output
 from tests.support import sample_job
-from tests.test_flink_corpus import CORPUS, HEAP_FORMAT, ROCKSDB_NATIVE_FORMAT, _operator_view, _run_cli, short
+from tests.test_flink_corpus import CORPUS, HEAP_FORMAT, ROCKSDB_NATIVE_FORMAT, _run_cli, assert_same_operators, short
 from tests.test_migration import LABEL_DEFAULT, check_record, target_for
 
 #: Their serializer needs the test plugin: tests/test_serializer_plugins.py migrates them with it.
@@ -77,13 +77,7 @@ def test_identity_migration_of_a_native_snapshot(path: str, tmp_path: Path) -> N
     source = CORPUS / path
     output = _migrate_cli(source, tmp_path)
     before, after = Savepoint.open(source), Savepoint.open(output)
-    assert [(m.name, m.version, m.payload) for m in after.metadata.master_states] == \
-        [(m.name, m.version, m.payload) for m in before.metadata.master_states]
-    old_view, new_view = _operator_view(before), _operator_view(after)
-    assert sorted(new_view) == sorted(old_view), "operator ids changed"
-    for operator_id, old in old_view.items():
-        new = new_view[operator_id]
-        assert (new if old["uid"] is not None else {**new, "uid": None}) == old, operator_id
+    assert_same_operators(before, after)
     # The keyed state is canonical now, subtask by subtask, with the same key-group ranges and state lists.
     for op in before.operators:
         new_op = after.operator(op.operator_id)
