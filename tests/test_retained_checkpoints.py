@@ -305,8 +305,8 @@ def test_without_the_opt_in_the_incremental_checkpoint_is_refused_naming_the_sha
     lines = denied.stderr.splitlines()
     assert len(lines) == 1 and "Traceback" not in denied.stderr, denied.stderr
     assert lines[0].startswith("flinkstate: error: ") and "--allow-external-handles" in lines[0], lines[0]
-    shared = next(p for p in (source.job_dir / "shared").iterdir() if p.name in lines[0])
-    assert shared.is_file() and str(source.checkpoint) in lines[0], lines[0]
+    named = [p for p in (source.job_dir / "shared").iterdir() if f"{p}'" in lines[0]]  # the whole path, quoted
+    assert len(named) == 1 and named[0].is_file() and str(source.checkpoint) in lines[0], lines[0]
     assert not out.exists()
     # the same command with the opt-in: the one difference
     allowed = _cli("--allow-external-handles", *migrate)
