@@ -43,6 +43,7 @@ from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.collections import ListSnapshot, MapSnapshot
 from flinkstate.serializers.namespaces import VoidNamespaceSnapshot
+from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.timer import TimerSnapshot
 from flinkstate.snapshotnotation import to_notation
 from flinkstate.typenotation import TypeNotationError, to_snapshot
@@ -156,21 +157,44 @@ class Manifest:
 # -- describing a savepoint ------------------------------------------------------------------------------------------
 
 
-def manifest_from_savepoint(savepoint: Savepoint, job: str | None = None) -> Manifest:
+def manifest_from_savepoint(savepoint: Savepoint, job: str | None = None,
+                            keys: Mapping[str, TypeSerializerSnapshot] | None = None) -> Manifest:
     """The manifest describing ``savepoint`` (``flinkstate schema``): every operator that holds state, and every
-    keyed state with its types. Row field names are not stored in savepoints: they come out as f0, f1, ..."""
+    keyed state with its types. Row field names are not stored in savepoints: they come out as f0, f1, ...
+    ``keys`` (by operator uid or id) gives the key type of an operator whose snapshot does not record it (a changelog
+    checkpoint never materialized, without timers); a recorded one must equal it."""
+    # by operator id: a uid names the operator its hash does, as in the manifest (flinkstate.identity)
+    by_id = {OperatorRef.parse(name).operator_id: (name, key) for name, key in (keys or {}).items()}
+    unknown = [name for operator_id, (name, _) in by_id.items()
+               if operator_id not in {op.operator_id for op in savepoint.operators}]
+    if unknown:
+        raise FlinkStateError(f"{savepoint.location.uri}: a key type is given for "
+                              f"{printable(', '.join(sorted(unknown)))}, which the savepoint has no operator of")
     operators: dict[str, OperatorSchema] = {}
     for op in savepoint.operators:
+        given = by_id[op.operator_id][1] if op.operator_id in by_id else None
         if not has_state(op):
+            if given is not None:
+                raise FlinkStateError(f"{savepoint.location.uri}: {savepoint.label(op)}: a key type is given for "
+                                      f"it, but it holds no keyed state")
             continue
         label = op.uid or op.operator_id
+        if given is not None and savepoint.unrecorded_key(op):
+            savepoint.assume_key_serializer(op, given)
         header = savepoint.keyed_header(op)
         schema = OperatorSchema(label, op.operator_id, op.uid)
+        if header is None and given is not None:
+            raise FlinkStateError(f"{savepoint.location.uri}: {savepoint.label(op)}: a key type is given for it, "
+                                  f"but it holds no keyed state")
         if header is not None:
             if header.key_serializer is None and header.states:
                 raise FlinkStateError(f"{savepoint.location.uri}: {savepoint.label(op)}: the key serializer is "
-                                      f"recorded nowhere in this snapshot (a changelog checkpoint without a "
-                                      f"materialized part or timer state), so its types cannot be written")
+                                      f"recorded nowhere in this snapshot (a changelog checkpoint never materialized, "
+                                      f"without timers): give the job's key type (--key {printable(label)}=TYPE)")
+            if given is not None and header.key_serializer is not None and \
+                    snapshot_bytes(given) != snapshot_bytes(header.key_serializer):
+                raise FlinkStateError(f"{savepoint.location.uri}: {savepoint.label(op)}: the key type given, "
+                                      f"{to_notation(given)}, is not the recorded {header.key_serializer.type_name()}")
             schema.key = header.key_serializer
             for meta in header.states:
                 schema.states[meta.name] = _state_schema(meta, header)

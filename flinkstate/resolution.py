@@ -173,6 +173,13 @@ class _Checker:
         key_result = Compatibility.as_is()
         if header is not None and op.key is not None and header.key_serializer is not None:
             key_result = _key_compatibility(op.key, header.key_serializer, label)
+        elif header is not None and op.key is not None and self.savepoint.unrecorded_key(old):
+            # ChangelogKeyedStateBackend restores the log with the new job's key serializer and checks nothing.
+            key_result = Compatibility.of(Finding(
+                "KEY_NOT_RECORDED", "key", f"the checkpoint does not record the key serializer (a changelog checkpoint "
+                f"never materialized, without timers): Flink restores the keys with the new {op.key.type_name()} "
+                f"unchecked; migrate reads every key with it and refuses keys that do not decode to exactly their "
+                f"bytes or that hash to another key group", AS_IS, None, op.key.type_name()))
         rows: list[StateRow] = []
         old_states = {s.name: s for s in header.states} if header is not None else {}
         used: set[str] = set()

@@ -32,6 +32,7 @@ from flinkstate.format.operator_state import OperatorStateElement, OperatorState
 from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.format_errors import SavepointFormatError, StateNotFound
 from flinkstate.identity import OperatorRef
+from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.kryo import kryo_version_for_metadata, set_kryo_version
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.storage.locations import METADATA_FILE, SavepointLocation, StorageError
@@ -170,6 +171,7 @@ class Savepoint:
         streams = self.keyed_streams(operator)
         if not streams:
             return None
+        self._share_recorded_key(streams, tolerant)
         first = streams[0][1].header(tolerant)
         if first.error is not None or len(streams) == 1:
             return first
@@ -193,6 +195,34 @@ class Savepoint:
                     raise SavepointFormatError(f"{stream.context}: state {state.name} of subtask {index} has other "
                                                f"serializers than in subtask {streams[0][0]}", stream.source.path, 0)
         return union
+
+    @staticmethod
+    def _share_recorded_key(streams: list[tuple[int, KeyedStateStream]], tolerant: bool) -> None:
+        """A changelog subtask that records no key serializer reads its keys with the one its sibling subtasks
+        record (the job's, one per operator)."""
+        unrecorded = [s for _, s in streams if isinstance(s, ChangelogStream) and s.header(tolerant).error is None
+                      and not s.records_key_serializer()]
+        if not unrecorded or len(unrecorded) == len(streams):
+            return
+        key = next((h.key_serializer for h in (s.header(tolerant) for _, s in streams if s not in unrecorded)
+                    if h.error is None and h.key_serializer is not None), None)
+        if key is not None:
+            for stream in unrecorded:
+                stream.assume_key_serializer(key)
+
+    def unrecorded_key(self, operator: str | OperatorState) -> bool:
+        """Whether no subtask of the operator records its key serializer: a changelog checkpoint whose log was never
+        materialized and holds no timers (Flink restores it with the new job's key serializer)."""
+        streams = self.keyed_streams(operator)
+        return bool(streams) and all(isinstance(s, ChangelogStream) and not s.records_key_serializer()
+                                     for _, s in streams)
+
+    def assume_key_serializer(self, operator: str | OperatorState, key: TypeSerializerSnapshot) -> None:
+        """Reads the operator's keys with ``key`` where the checkpoint records no key serializer (see
+        :meth:`unrecorded_key`); every key must then decode to exactly its bytes."""
+        for _, stream in self.keyed_streams(operator):
+            if isinstance(stream, ChangelogStream) and not stream.records_key_serializer():
+                stream.assume_key_serializer(key)
 
     def keyed_states(self, operator: str | OperatorState) -> list[KeyedStateInfo]:
         header = self.keyed_header(operator)

@@ -1,6 +1,7 @@
 """Changelog state backend checkpoints (flinkstate.format.changelog), against Flink's own corpus: the only changelog
 checkpoint Flink's tests committed (StatefulJobSnapshotMigrationITCase, Flink 1.17, HashMap backend wrapped by the
-changelog backend with in-memory changelog storage, nothing materialized yet: every entry comes from the log).
+changelog backend with in-memory changelog storage, nothing materialized yet: every entry comes from the log), read
+and migrated into a canonical savepoint.
 
 The same test program wrote canonical HashMap savepoints with other Flink versions (1.16 and 1.18 are vendored). Its
 sources emit (k, k) for k in 0..3 in both pipelines; the keyed flat maps store ``state-name = k`` under key
@@ -20,13 +21,17 @@ from typing import Any
 
 import pytest
 
+from flinkstate.binary import operator_id_from_uid
 from flinkstate.errors import FlinkStateError
-from flinkstate.format.changelog import ChangelogStream
 from flinkstate.format.changelog_handles import ChangelogBackendHandle, InMemoryChangelogHandle
+from flinkstate.format.handles import SAVEPOINT_KEY_GROUPS, KeyGroupsStateHandle
 from flinkstate.format.metadata import read_metadata, write_metadata
-from flinkstate.format_errors import UnsupportedFormat
-from flinkstate.migration.native import is_native
+from flinkstate.manifest import load_manifest
+from flinkstate.migration.manifest_targets import targets_from_manifest
+from flinkstate.migration.plan import MigrationError, plan_migration
+from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.savepoint import Savepoint
+from tests.test_flink_corpus import _run_cli, assert_same_operators
 
 pytestmark = pytest.mark.corpus
 
@@ -117,23 +122,127 @@ def test_cli_describe_and_dump() -> None:
 
 def test_schema_without_a_key_serializer_is_one_line(tmp_path: Path) -> None:
     """The flat-map operators hold no materialized state and no timers: the log does not record their key type, so
-    `schema` (and with it `check`) cannot write their types and says so, naming the operator."""
+    `schema` cannot write their types without it and says so, naming the operator and the way out (--key)."""
     result = subprocess.run([sys.executable, "-m", "flinkstate", "schema", str(CHECKPOINT), "-o",
                              str(tmp_path / "m.yaml")], capture_output=True, text=True)
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
-    assert "the key serializer is recorded nowhere in this snapshot" in result.stderr and "operator " in result.stderr
+    assert "the key serializer is recorded nowhere in this snapshot" in result.stderr
+    # metadata version 4 records no uids: the operator is named by its id, the hash of its uid
+    flat_map = operator_id_from_uid(FLAT_MAPS[0])
+    assert f"operator {flat_map}" in result.stderr and f"(--key {flat_map}=TYPE)" in result.stderr
     assert not (tmp_path / "m.yaml").exists()
 
 
-def test_migrate_refuses_in_one_line_while_planning() -> None:
-    sp = Savepoint.open(CHECKPOINT)
-    (_, stream), *_ = sp.keyed_streams(TIMELY[0])
-    assert isinstance(stream, ChangelogStream)
-    with pytest.raises(UnsupportedFormat) as raised:
-        is_native(stream)
-    message = str(raised.value)
-    assert "\n" not in message and "migrate does not read keyed state in a changelog checkpoint" in message
-    assert TIMELY[0] not in message or "operator" in message
+# --------------------------------------------------------------------------------------------------------------------
+# migrate: canonical savepoints from the changelog's state
+# --------------------------------------------------------------------------------------------------------------------
+
+KEY_TYPE = "Tuple1<Long>"  # the program's keyBy (the canonical savepoints of the same program record it)
+
+
+def _schema_with_keys(tmp_path: Path, key: str = KEY_TYPE) -> Path:
+    manifest = tmp_path / "m.yaml"
+    status, _, stderr = _run_cli(["schema", str(CHECKPOINT), "-o", str(manifest),
+                                  *(arg for uid in FLAT_MAPS for arg in ("--key", f"{uid}={key}"))])
+    assert (status, stderr) == (0, ""), stderr
+    return manifest
+
+
+def test_schema_check_and_identity_migrate_with_the_key_type_given(tmp_path: Path) -> None:
+    """schema (the flat maps' key type given) -> check -> identity migrate: the output is canonical, keeps every
+    operator, and its entries are the checkpoint's (keys decoded) and those of the canonical savepoints that Flink
+    1.16 and 1.18 wrote of the same program."""
+    manifest = _schema_with_keys(tmp_path)
+    status, report, stderr = _run_cli(["check", str(CHECKPOINT), "--schema", str(manifest)])
+    assert (status, stderr) == (0, ""), stderr
+    # check says the flat maps' key was not checked (Flink does not either), and how migrate checks it
+    assert report.count("`KEY_NOT_RECORDED`") == 2
+    assert all(f"`{operator_id_from_uid(uid)} / key`" in report for uid in FLAT_MAPS)
+    output = tmp_path / "out"
+    status, _, stderr = _run_cli(["migrate", str(CHECKPOINT), "--schema", str(manifest), "--output", str(output)])
+    assert (status, stderr) == (0, ""), stderr
+    source, migrated = Savepoint.open(CHECKPOINT), Savepoint.open(output)
+    assert_same_operators(source, migrated)
+    for op in source.operators:
+        for index, sub in op.subtasks.items():
+            handle = migrated.operator(op.operator_id).subtasks[index].managed_keyed_state
+            if sub.managed_keyed_state is None:
+                assert handle is None
+                continue
+            assert isinstance(handle, KeyGroupsStateHandle) and handle.code == SAVEPOINT_KEY_GROUPS
+            assert handle.key_group_range == sub.managed_keyed_state.key_group_range
+    for uid in FLAT_MAPS:
+        header = migrated.keyed_header(uid)
+        assert header is not None and header.key_serializer is not None
+        assert header.key_serializer.type_name() == KEY_TYPE
+    compared = 0
+    for savepoint in SAVEPOINTS:
+        canonical = Savepoint.open(savepoint)
+        for uid in (*TIMELY, *FLAT_MAPS):
+            # same names, kinds and types (the order is registration order: the log's and the heap's differ)
+            assert sorted(migrated.keyed_states(uid), key=repr) == sorted(canonical.keyed_states(uid), key=repr)
+            for info in migrated.keyed_states(uid):
+                ours, theirs = _entries(migrated, uid, info.name), _entries(canonical, uid, info.name)
+                if info.name == PROCESSING:  # wall-clock timestamps
+                    ours = [(kg, entry[:2]) for kg, entry in ours]
+                    theirs = [(kg, entry[:2]) for kg, entry in theirs]
+                assert ours == theirs and len(ours) == 4, (savepoint.name, uid, info.name)
+                compared += len(ours)
+    assert compared == 2 * (4 * 3 * 2 + 4 * 2)
+    for uid in TIMELY:  # and the checkpoint's own entries, timestamps included
+        for info in source.keyed_states(uid):
+            assert _entries(migrated, uid, info.name) == _entries(source, uid, info.name)
+
+
+def test_migrate_without_the_key_type_is_refused_in_one_line() -> None:
+    """No manifest entry for the flat maps (planned as identity, the checkpoint's format needs rewriting): nothing
+    says their key type, so the plan is refused before anything is written."""
+    with pytest.raises(MigrationError) as refused:
+        plan_migration(Savepoint.open(CHECKPOINT), [])
+    message = str(refused.value)
+    assert "\n" not in message and "does not record the key serializer" in message
+    assert "declare the job's key type in the manifest (key:)" in message and "operator " in message
+
+
+@pytest.mark.parametrize(("key", "expected"), [
+    ("Integer", "change 0 (SET): value decoded to -4 bytes beyond the change"),
+    ("String", "state state-name (keys read as String, the new version's key type: the checkpoint records none)"),
+    # 8 bytes as the Longs, but Boolean hashes are not Long's: the key group Flink logged the key in says so
+    ("Tuple8<Boolean, Boolean, Boolean, Boolean, Boolean, Boolean, Boolean, Boolean>",
+     "belongs to key group 3: the job's key type is another"),
+], ids=["too-short", "undecodable", "other-key-group"])
+def test_a_wrong_key_type_is_refused_before_publishing(tmp_path: Path, key: str, expected: str) -> None:
+    manifest = _schema_with_keys(tmp_path, key)
+    output = tmp_path / "out"
+    status, _, stderr = _run_cli(["migrate", str(CHECKPOINT), "--schema", str(manifest), "--output", str(output)])
+    assert status == 1 and len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
+    assert expected in stderr and f"operator {operator_id_from_uid(FLAT_MAPS[0])}" in stderr, stderr
+    assert not output.exists()
+
+
+def test_a_corrupted_output_is_refused_naming_the_key_group(tmp_path: Path) -> None:
+    """The verification can fail: a value's byte flipped in the migrated flat map's stream."""
+    manifest = _schema_with_keys(tmp_path)
+    output = tmp_path / "out"
+    status, _, stderr = _run_cli(["migrate", str(CHECKPOINT), "--schema", str(manifest), "--output", str(output)])
+    assert (status, stderr) == (0, ""), stderr
+    source = Savepoint.open(CHECKPOINT)
+    plan = plan_migration(source, targets_from_manifest(source, load_manifest(manifest)))
+    assert verify_migration(source, Savepoint.open(output), plan).entries > 0
+    _, stream = Savepoint.open(output).keyed_streams(FLAT_MAPS[0])[0]
+    key_group, start, end = stream.blocks[0]
+    data = stream.read_block(key_group, start, end)
+    _, _, _, _, value_end = next(iter(stream.raw_entries(data, key_group, start)))
+    assert stream.source.name is not None and not stream.header().compressed
+    file = output / stream.source.name
+    stored = bytearray(file.read_bytes())
+    stored[start + value_end - 1] ^= 0x01
+    file.write_bytes(bytes(stored))
+    with pytest.raises(VerificationError) as refused:
+        verify_migration(Savepoint.open(CHECKPOINT), Savepoint.open(output), plan)
+    message = str(refused.value)
+    assert f"operator {operator_id_from_uid(FLAT_MAPS[0])}" in message and f"key group {key_group}" in message
+    assert "\n" not in message
 
 
 def _copy_with(tmp_path: Path, patch: Any) -> Path:

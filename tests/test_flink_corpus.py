@@ -21,7 +21,8 @@ table is updated on purpose. Each "unsupported" reason was checked against the b
   incremental checkpoints (SST files beside ``_metadata``); read since ``flinkstate.format.rocksdb_native`` (the
   RocksDB files opened read-only with rocksdict; migrated to canonical savepoints).
 - ``CHANGELOG_HANDLE_V2``: handle code 14, the only checkpoint written with the changelog state backend; read since
-  ``flinkstate.format.changelog`` (the logged changes applied on the materialized state; migrate refuses it).
+  ``flinkstate.format.changelog`` (the logged changes applied on the materialized state); migrated in
+  tests/test_changelog.py (its schema needs two operators' key type, which the checkpoint does not record).
 - ``HashMap (heap) backend's native snapshot format``: handle code 3/12 and blocks written by
   ``HeapSnapshotStrategy`` (every key group present, each block starting with ``i32 keyGroupId``), i.e. HashMap
   checkpoints, HashMap native savepoints and heap savepoints of Flink 1.11/1.12 (before the unified format); read
@@ -706,7 +707,8 @@ def _identity_candidates() -> list[str]:
     return [p for p in corpus_dirs() if EXPECTED.get(p) == "reads" and p not in native]
 
 
-#: Changelog-backend checkpoints (flinkstate.format.changelog): they read; migrate refuses them in one line.
+#: Changelog-backend checkpoints (flinkstate.format.changelog): they read, and migrate to canonical savepoints
+#: (tests/test_changelog.py, with the key type the checkpoint does not record given to schema).
 CHANGELOG_FORMAT: list[str] = [_T + 'new-stateful-udf-migration-itcase-flink1.17-hashmap-checkpoint']
 
 #: Savepoints whose keyed state is in the HashMap backend's own snapshot format (flinkstate.format.heap_blocks): they

@@ -1,5 +1,5 @@
-"""``flinkstate schema SAVEPOINT [-o FILE] [--job NAME]``: the state schema manifest describing a savepoint, the
-starting point of the next job version's manifest."""
+"""``flinkstate schema SAVEPOINT [-o FILE] [--job NAME] [--key OPERATOR=TYPE]``: the state schema manifest
+describing a savepoint, the starting point of the next job version's manifest."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from flinkstate import FlinkStateError, Savepoint, manifest_from_savepoint
+from flinkstate import (
+    FlinkStateError,
+    Savepoint,
+    TypeSerializerSnapshot,
+    manifest_from_savepoint,
+    printable,
+    type_snapshot,
+)
 from flinkstate.cli.verbose import phase, savepoint_opened
 
 
@@ -19,7 +26,25 @@ def register(subparsers: Any) -> None:
     parser.add_argument("savepoint", metavar="SAVEPOINT", help="savepoint directory or its _metadata file")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
     parser.add_argument("--job", metavar="NAME", help="the job name to record in the manifest")
+    parser.add_argument("--key", action="append", default=[], metavar="OPERATOR=TYPE",
+                        help="the key type of an operator (uid or id) whose snapshot does not record it: a changelog "
+                             "checkpoint never materialized, without timers (repeatable; e.g. --key "
+                             "'my-uid=Tuple2<String, Long>')")
     parser.set_defaults(handler=_run)
+
+
+def _keys(given: list[str]) -> dict[str, TypeSerializerSnapshot]:
+    """``--key OPERATOR=TYPE`` options, the type in the manifest's notation."""
+    keys: dict[str, TypeSerializerSnapshot] = {}
+    for option in given:
+        operator, sep, notation = option.partition("=")
+        if not sep or not operator or not notation:
+            raise FlinkStateError(f"--key {printable(option)}: expected OPERATOR=TYPE")
+        try:
+            keys[operator] = type_snapshot(notation, "--key")
+        except FlinkStateError as exc:  # the notation's error
+            raise FlinkStateError(f"--key {printable(option)}: {exc}") from None
+    return keys
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -27,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
         savepoint = Savepoint.open(args.savepoint)
     savepoint_opened(savepoint)
     with phase("read the keyed-state headers into a manifest"):
-        manifest = manifest_from_savepoint(savepoint, args.job)
+        manifest = manifest_from_savepoint(savepoint, args.job, _keys(args.key))
     text = (f"# State schema of {manifest.path}, written by 'flinkstate schema'.\n"
             "# Row field names are not stored in savepoints (f0, f1, ...): rename them to the job's names.\n"
             + manifest.dump())

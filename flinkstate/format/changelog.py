@@ -17,7 +17,9 @@ top of the materialized entries.
 
 The key serializer is not in the log (Flink restores with the job's own): it comes from the materialized part's
 header, else from a timer state's ``TimerSerializer`` snapshot. Without either (a subtask that never materialized
-and has no timers) keys are given as their bytes, delimited where the namespace and value have fixed lengths.
+and has no timers) keys are given as their bytes, delimited where the namespace and value have fixed lengths, unless
+the key type is supplied from outside (:meth:`ChangelogStream.assume_key_serializer`: a migration takes the new
+job's, as Flink does; every key must then decode to exactly its bytes).
 
 Memory: the changes of the state and key-group range being read, plus one key group's entries.
 """
@@ -48,6 +50,8 @@ from flinkstate.format.keyed_header import (
 from flinkstate.format.keyed_stream import KeyedStateStream, StreamSource, key_group_prefix_bytes
 from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.timer import TimerSnapshot
 from flinkstate.storage.locations import SavepointLocation, StorageError
 
@@ -93,6 +97,13 @@ class ChangelogStream(KeyedStateStream):
         self._files: dict[int, tuple[str, bytes]] = {}  # id(stream handle) -> (path, decompressed log bytes)
         #: state id in the log -> state name, per METADATA change bytes (parsed once)
         self._meta_cache: dict[bytes, tuple[int, StateMetaInfo]] = {}
+        #: The key serializer supplied from outside when the checkpoint records none (assume_key_serializer).
+        self._assumed_key: TypeSerializerSnapshot | None = None
+        self._key_recorded = True
+        #: canonical_entries: per state, its iterator of non-empty key groups and the next one it holds
+        self._cursors: dict[str, tuple[Iterator[tuple[int, list[tuple[Any, ...]]]],
+                                       tuple[int, list[tuple[Any, ...]]] | None]] = {}
+        self._cursor_key_group = -1
 
     @property
     def key_group_range(self) -> KeyGroupRange:
@@ -224,8 +235,27 @@ class ChangelogStream(KeyedStateStream):
         if key is None:
             key = next((timer.key for timer in (s.serializer(VALUE_SERIALIZER) for s in states)
                         if isinstance(timer, TimerSnapshot)), None)
+        self._key_recorded = key is not None
+        if key is None:
+            key = self._assumed_key
         self._header = KeyedBackendHeader(KEYED_PROXY_VERSION, False, key, states, 0)
         return self._header
+
+    def records_key_serializer(self) -> bool:
+        """Whether the checkpoint itself says the key serializer (materialized part or timer state)."""
+        self.header()
+        return self._key_recorded
+
+    def assume_key_serializer(self, key: TypeSerializerSnapshot) -> None:
+        """Reads keys with ``key`` where the checkpoint records no key serializer (Flink restores such a log with
+        the new job's own, unchecked); a recorded one stays. Each key must then decode to exactly its bytes in every
+        change (the appliers check that a change is consumed to its end), else reading fails naming the change."""
+        if self._assumed_key is not None and snapshot_bytes(self._assumed_key) == snapshot_bytes(key):
+            return
+        self._assumed_key = key
+        self._header = None
+        self._cursors = {}
+        self._cursor_key_group = -1
 
     # -- entries -----------------------------------------------------------------------------------------------------
 
@@ -242,7 +272,10 @@ class ChangelogStream(KeyedStateStream):
             self.key_group_range.intersection(key_group_range)
         if not len(wanted):
             return
-        applier = Applier(state, header, f"{self.context}, state {state_name}")
+        assumed = "" if self._key_recorded or header.key_serializer is None else \
+            f" (keys read as {header.key_serializer.type_name()}, the new version's key type: the checkpoint records " \
+            f"none)"
+        applier = Applier(state, header, f"{self.context}, state {state_name}{assumed}")
         changes = self._changes_of(state_name, wanted)
         bases = [part.iter_blocks(state_name, wanted) for part in self.materialized
                  if state_name in {s.name for s in part.header().states}]
@@ -261,6 +294,28 @@ class ChangelogStream(KeyedStateStream):
             entries = applier.entries()
             if entries:
                 yield key_group, entries
+
+    def canonical_entries(self, key_group: int) -> list[tuple[int, list[tuple[Any, ...]]]]:
+        """``(state id, entries)`` of every state of :meth:`header` holding entries in ``key_group``, as the log leaves
+        them (what a migration writes canonically). Calls in increasing key-group order read the log once per state;
+        a call for an earlier key group starts over."""
+        if key_group <= self._cursor_key_group:
+            self._cursors = {}
+        self._cursor_key_group = key_group
+        found: list[tuple[int, list[tuple[Any, ...]]]] = []
+        for state_id, state in enumerate(self.header().states):
+            cursor = self._cursors.get(state.name)
+            if cursor is None:
+                blocks = self.iter_blocks(state.name)
+                cursor = (blocks, next(blocks, None))
+            blocks, pending = cursor
+            while pending is not None and pending[0] < key_group:
+                pending = next(blocks, None)
+            if pending is not None and pending[0] == key_group:
+                found.append((state_id, pending[1]))
+                pending = next(blocks, None)
+            self._cursors[state.name] = (blocks, pending)
+        return found
 
     def _changes_of(self, state_name: str, wanted: KeyGroupRange) -> dict[int, list[tuple[bytes, str]]]:
         """The data changes of one state inside ``wanted``, by key group, in log order (the state's log ids can be
@@ -290,6 +345,7 @@ class ChangelogStream(KeyedStateStream):
             if close is not None:
                 close()
         self._files = {}
+        self._cursors = {}
 
 
 def _change_set(data: bytes, offset: int, path: str) -> Iterator[tuple[int, bytes, str]]:

@@ -8,6 +8,8 @@ migration (identity or not) writes the canonical savepoint format from it.
   with the state serialized whole (a list as ``ListSerializer``, a map as ``MapSerializer``); each is decoded by the
   heap reader and its entries encoded in the canonical layout by the states' codecs (``encode``, one per state id of
   the stream's header), in the heap block's order.
+* A changelog checkpoint (:class:`~flinkstate.format.changelog.ChangelogStream`): the materialized entries with the
+  log applied (``canonical_entries``), encoded like a heap block's.
 * A canonical stream's block is read as it is stored (decompressed).
 
 Either way memory is one key group's block. The verifier does not use this module: it reads native sources with
@@ -19,33 +21,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flinkstate.format.changelog import CHANGELOG, ChangelogStream
+from flinkstate.format.changelog import ChangelogStream
 from flinkstate.format.keyed_stream import KeyedStateStream, encode_block
 from flinkstate.format.rocksdb_native import NativeRocksDBStream
-from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+from flinkstate.format_errors import SavepointFormatError
 
 #: One state's canonical (key, value) bytes of a decoded entry in a key group; None when nothing is stored.
 EntryEncoder = Callable[[tuple[Any, ...], int], "tuple[bytes, bytes] | None"]
 
 
 def is_native(stream: KeyedStateStream) -> bool:
-    """Whether the stream's keyed state is in a native format (its header is read to know). A changelog
-    checkpoint is refused here (see :func:`refuse_changelog`): the planner asks this of every stream first."""
-    refuse_changelog(stream)
-    if isinstance(stream, NativeRocksDBStream):
+    """Whether the stream's keyed state is in a native format (its header is read to know): a migration then writes
+    canonical blocks from its entries."""
+    if isinstance(stream, (NativeRocksDBStream, ChangelogStream)):
         return True
     stream.header()
     return stream.heap_format
-
-
-def refuse_changelog(stream: KeyedStateStream) -> None:
-    """A migration does not write canonical blocks from a changelog checkpoint (its entries are the materialized
-    state with the log applied, read by ``ChangelogStream.iter_blocks``, but no canonical encoding of them is wired
-    into the migration yet): refused in one line while planning, before anything is written."""
-    if isinstance(stream, ChangelogStream):
-        raise UnsupportedFormat(f"{stream.context}: migrate does not read keyed state in {CHANGELOG} (describe, dump, "
-                                f"schema and check do): take a canonical savepoint of the job, or restore the "
-                                f"checkpoint in Flink and take one", stream.source.path, 0)
 
 
 class CanonicalBlocks:
@@ -63,33 +54,41 @@ class CanonicalBlocks:
         stream = self.stream
         if isinstance(stream, NativeRocksDBStream):
             return stream.canonical_block(key_group)
+        if isinstance(stream, ChangelogStream):
+            return self._encode(key_group, start, stream.canonical_entries(key_group))
         if not stream.heap_format:
             return stream.read_block(key_group, start, end)
+        block = stream.heap_block(key_group, start, end)
+        return self._encode(key_group, start, [
+            (state_id, [entry for element in elements for entry in element.entries])
+            for state_id, _, elements in sorted(block.sections, key=lambda section: section[0])])
+
+    def _encode(self, key_group: int, start: int, sections: list[tuple[int, list[tuple[Any, ...]]]]) -> bytes:
+        """One key group's decoded entries, per state id in increasing order, as a canonical block."""
+        stream = self.stream
         if self._encoders is None:
             self._encoders = self._make_encoders()
-        block = stream.heap_block(key_group, start, end)
         states = stream.header().states
         runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
-        for state_id, _, elements in sorted(block.sections, key=lambda section: section[0]):
+        for state_id, entries in sections:
             encode = self._encoders[state_id]
+            if encode is None and entries:
+                raise SavepointFormatError(f"{stream.context}, state {states[state_id].name}, key group {key_group}: "
+                                           f"no codec to write its entries canonically", stream.source.path, start)
             pairs: list[tuple[bytes, bytes]] = []
-            for element in elements:
-                for entry in element.entries:
-                    if encode is None:
-                        raise SavepointFormatError(f"{stream.context}, state {states[state_id].name}, key group "
-                                                   f"{key_group}: no codec to write its entries canonically",
-                                                   stream.source.path, start)
-                    try:
-                        pair = encode(entry, key_group)
-                    except Exception as exc:  # a codec that cannot write what the heap reader decoded
-                        raise SavepointFormatError(
-                            f"{stream.context}, state {states[state_id].name}, key group {key_group}: the entry "
-                            f"cannot be written in the canonical layout ({type(exc).__name__}: {exc})",
-                            stream.source.path, start) from None
-                    if pair is not None:
-                        pairs.append(pair)
+            for entry in entries:
+                assert encode is not None
+                try:
+                    pair = encode(entry, key_group)
+                except Exception as exc:  # a codec that cannot write what the native reader decoded
+                    raise SavepointFormatError(
+                        f"{stream.context}, state {states[state_id].name}, key group {key_group}: the entry "
+                        f"cannot be written in the canonical layout ({type(exc).__name__}: {exc})",
+                        stream.source.path, start) from None
+                if pair is not None:
+                    pairs.append(pair)
             runs.append((state_id, pairs))
         return encode_block(runs)
 
 
-__all__ = ["CanonicalBlocks", "EntryEncoder", "is_native", "refuse_changelog"]
+__all__ = ["CanonicalBlocks", "EntryEncoder", "is_native"]

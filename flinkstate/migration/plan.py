@@ -184,10 +184,12 @@ def plan_migration(source: Savepoint, targets: list[OperatorTarget], *, compress
 def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget, reencode: bool,
                    code: CodePolicy) -> OperatorPlan:
     label = f"operator {target.uid}"
-    header = source.keyed_header(op)
     streams = source.keyed_streams(op)
     # Where the savepoint's serializer snapshots were read: a plan that cannot be made names that file.
     where = f"{streams[0][1].source.path}: " if streams else ""
+    if source.unrecorded_key(op):
+        _assume_target_key(source, op, target, f"{where}{label}")
+    header = source.keyed_header(op)
     new_ref = target.ref
     new_id = new_ref.operator_id
     if new_ref.uid is None:
@@ -246,6 +248,26 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
     new_header = KeyedBackendHeader(header.version, header.compressed, new_key or header.key_serializer, new_states)
     return OperatorPlan(op, new_id, new_uid, header, new_header, rewrites, key_transform,
                         bool(key_target and key_target.migration.dead_letter), native)
+
+
+def _assume_target_key(source: Savepoint, op: OperatorState, target: OperatorTarget, label: str) -> None:
+    """The checkpoint records no key serializer for the operator (a changelog checkpoint that never materialized,
+    without timers): its keys are read with the new version's key type, as Flink restores such a log with the new
+    job's key serializer unchecked. The migration then decodes every key with it and refuses any that does not decode
+    to exactly its bytes; a key conversion has no old type to convert from."""
+    keys = {snapshot_bytes(t.key): t for t in target.states if t.key is not None}
+    if not keys:
+        raise MigrationError(f"{label}: the checkpoint does not record the key serializer (a changelog checkpoint "
+                             f"that was never materialized and holds no timers): declare the job's key type in the "
+                             f"manifest (key:)")
+    if len(keys) > 1:
+        raise MigrationError(f"{label}: states declare different new key types")
+    key_target = next(iter(keys.values()))
+    if key_target.migration.key is not None:
+        raise MigrationError(f"{label}: key: the checkpoint does not record the old key type, so a key conversion "
+                             f"cannot be planned")
+    assert key_target.key is not None
+    source.assume_key_serializer(op, key_target.key)
 
 
 def _state_transforms(meta: StateMetaInfo, target: StateTarget,

@@ -1,6 +1,7 @@
 """The verifier's source entries of an operator whose keyed state is in a native format (native RocksDB files, the
-HashMap backend's own blocks), read with the native readers, not through the canonical blocks the migration made
-of them (:mod:`flinkstate.migration.native`), so that a fault in that conversion shows as a difference.
+HashMap backend's own blocks, a changelog checkpoint's materialized state with its log applied), read with the
+native readers, not through the canonical blocks the migration made of them (:mod:`flinkstate.migration.native`),
+so that a fault in that conversion shows as a difference.
 
 As for canonical sources (``verify_entries._exact_source_entries``), every source entry must re-encode to exactly
 the bytes Flink wrote before it is compared: a RocksDB entry to its key and value bytes; a heap element
@@ -14,17 +15,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from flinkstate.binary import I32, KeyGroupRange
+from flinkstate.binary import I32, KeyGroupRange, assign_key_group
 from flinkstate.errors import FlinkStateError
+from flinkstate.format.changelog import ChangelogStream
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.format.keyed_stream import KeyedStateStream
 from flinkstate.format.metadata import OperatorState
 from flinkstate.format.rocksdb_native import NativeRocksDBStream, iter_raw
+from flinkstate.format_errors import UnsupportedKeyType
 from flinkstate.migration.canonical import show
 from flinkstate.migration.plan import OperatorPlan, StateRewrite
 from flinkstate.migration.rewrite import StateCodec
 from flinkstate.migration.verify_errors import VerificationError
 from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.timer import Timer
 
 Encoder = Callable[[Any, bytearray], None]
@@ -37,7 +41,7 @@ class NativeVerificationError(FlinkStateError):
 def native_source(source: Savepoint, op: OperatorState) -> bool:
     """Whether any subtask of the operator holds keyed state in a native format (read from the source itself)."""
     for _, stream in source.keyed_streams(op):
-        if isinstance(stream, NativeRocksDBStream):
+        if isinstance(stream, (NativeRocksDBStream, ChangelogStream)):
             return True
         stream.header()
         if stream.heap_format:
@@ -59,7 +63,11 @@ def native_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
                           ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
     """``(key group, entries)`` of one state of the source, decoded by each stream's own reader and checked to
     re-encode exactly, in key-group order (subtask ranges are disjoint and in order); within ``key_groups``."""
-    del op_plan  # the source alone says what it holds
+    assumed_key = None
+    if source.unrecorded_key(op):  # the key type the plan took from the new version (plan._assume_target_key)
+        assert op_plan.old_header is not None and op_plan.old_header.key_serializer is not None
+        assumed_key = op_plan.old_header.key_serializer
+        source.assume_key_serializer(op, assumed_key)
     for _, stream in source.keyed_streams(op):
         if key_groups is not None and not len(stream.key_group_range.intersection(key_groups)):
             continue
@@ -70,6 +78,8 @@ def native_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
         try:
             if isinstance(stream, NativeRocksDBStream):
                 yield from _rocksdb_entries(stream, op, header, state_id, key_groups)
+            elif isinstance(stream, ChangelogStream):
+                yield from _changelog_entries(stream, rewrite.old_name, key_groups, assumed_key, op.max_parallelism)
             elif stream.heap_format:
                 yield from _heap_entries(stream, header, state_id, key_groups)
             else:  # the State Processor API mixes canonical streams with heap ones
@@ -92,6 +102,29 @@ def _rocksdb_entries(stream: NativeRocksDBStream, op: OperatorState, header: Key
                                     state_id))
     if entries:
         yield current, entries
+
+
+def _changelog_entries(stream: ChangelogStream, state_name: str, key_groups: KeyGroupRange | None,
+                       assumed_key: TypeSerializerSnapshot | None, max_parallelism: int
+                       ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+    """A changelog checkpoint's entries: no stored form of the state to re-encode to, its log's changes are applied
+    by the changelog reader, which checks each change is consumed to its last byte. Keys read with a key type the
+    checkpoint does not record (``assumed_key``) must also hash to the key group Flink logged them in."""
+    for kg, entries in stream.iter_blocks(state_name, key_groups):
+        if assumed_key is not None:
+            for entry in entries:
+                try:
+                    want = assign_key_group(assumed_key.hash_code(entry[0]), max_parallelism)
+                except UnsupportedKeyType as exc:
+                    raise NativeVerificationError(f"key group {kg}: keys read as {assumed_key.type_name()} (the new "
+                                                  f"version's key type; the checkpoint records none) cannot be "
+                                                  f"checked against their key groups ({exc})") from None
+                if want != kg:
+                    raise NativeVerificationError(f"key group {kg}: the key {show(entry[0])}, read as "
+                                                  f"{assumed_key.type_name()} (the new version's key type; the "
+                                                  f"checkpoint records none), belongs to key group {want}: the job's "
+                                                  f"key type is another")
+        yield kg, entries
 
 
 def _canonical_entries(stream: KeyedStateStream, op: OperatorState, header: KeyedBackendHeader, state_id: int,
