@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
-from flinkstate.errors import FlinkStateError
+from flinkstate.errors import FlinkStateError, printable
 from flinkstate.storage import settings
 
 METADATA_FILE = "_metadata"
@@ -47,7 +47,9 @@ class HandleRefused(StorageError):
 
 
 URI_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-OPT_IN_HINT = "legacy savepoints with absolute handles need the opt-in --allow-external-handles"
+OPT_IN_HINT = (
+    "handles to files elsewhere (legacy savepoints, the shared/ files of retained incremental RocksDB checkpoints, "
+    "changelog files) need the opt-in --allow-external-handles")
 
 
 def refused(uri: str, name: str, why: str) -> HandleRefused:
@@ -73,7 +75,12 @@ class SavepointLocation(ABC):
         sizes (:meth:`expect_sizes`). Two handles naming one file must agree on its size."""
         sizes: dict[str, int] = {}
         for where, name, size in handles:
-            self.resolve(name)
+            try:
+                self.resolve(name)
+            except HandleRefused as exc:  # say whose state the handle holds
+                message = str(exc)
+                prefix = f"{self.uri}: "
+                raise HandleRefused(f"{prefix}{printable(where)}: {message.removeprefix(prefix)}") from None
             if sizes.setdefault(name, size) != size:
                 raise HandleRefused(f"{self.uri}: {where}: state handle {name!r} records {size} bytes, another "
                                     f"handle of the same file {sizes[name]}")
