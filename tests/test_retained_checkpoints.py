@@ -17,19 +17,16 @@ upgrade restores from, migrated v1 -> v2 by ``migrate`` and restored by real Fli
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
 
-import flinkstate
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.engine.rest import FlinkRestClient
 from flinkstate.format.handles import (
@@ -46,7 +43,6 @@ from flinkstate.migration.plan import plan_migration
 from flinkstate.migration.runner import migrate_savepoint
 from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.savepoint import Savepoint
-from flinkstate.storage import settings
 from flinkstate.storage.locations import HandleRefused, local_path
 from flinkstate.storage.uri import open_output
 from tests.support import sample_job
@@ -70,18 +66,6 @@ class Retained:
     job_dir: Path
     #: The checkpoint this test triggered once every key had been seen (``checkpoint`` is it or a later one).
     triggered_id: int
-
-
-@contextlib.contextmanager
-def external_handles_allowed() -> Iterator[None]:
-    """The process-wide opt-in of the CLI's ``--allow-external-handles`` (``migrate_savepoint`` opens its source
-    with it), put back as it was afterwards so that no other test runs with it."""
-    before = settings.handle_policy
-    flinkstate.configure(allow_external_handles=True)
-    try:
-        yield
-    finally:
-        settings.handle_policy = before
 
 
 def trigger_checkpoint(client: FlinkRestClient, job_id: str, timeout: float = 60.0) -> int:
@@ -196,8 +180,8 @@ def test_the_input_is_a_retained_checkpoint(retained: dict[str, Retained], backe
 def _migrate(source: Retained, out: Path) -> None:
     # Only the incremental RocksDB checkpoint needs the opt-in: the HashMap one is read as it is, proving that its
     # handles are all inside chk-N.
-    with external_handles_allowed() if source.backend == "rocksdb" else contextlib.nullcontext():
-        report = migrate_savepoint(str(source.checkpoint), [target_for("v2")], open_output(out))
+    report = migrate_savepoint(str(source.checkpoint), [target_for("v2")], open_output(out),
+                               allow_external_handles=source.backend == "rocksdb")
     assert report.entries_written > 0
     assert all(c.read == c.written for states in report.counts.values() for c in states.values()), report.counts
     state_lines = [line for line in report.verification if "entries equal" in line]
@@ -260,8 +244,7 @@ def test_a_corrupted_migration_of_the_incremental_checkpoint_is_refused_naming_t
         retained: dict[str, Retained], tmp_path: Path) -> None:
     source_dir = retained["rocksdb"].checkpoint
     out = tmp_path / "out"
-    with external_handles_allowed():
-        migrate_savepoint(str(source_dir), [target_for("v2")], open_output(out))
+    migrate_savepoint(str(source_dir), [target_for("v2")], open_output(out), allow_external_handles=True)
     source, migrated = Savepoint.open(source_dir, allow_external_handles=True), Savepoint.open(out)
     assert all(isinstance(s, NativeRocksDBStream) for _, s in source.keyed_streams("stats"))
     plan = plan_migration(source, [target_for("v2")])

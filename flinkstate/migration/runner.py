@@ -120,16 +120,18 @@ def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: S
                       metadata_version: int | None = None, compressed: bool | None = None, reencode: bool = False,
                       extra_check: Callable[[Savepoint], list[str]] | None = None,
                       run_units: UnitRunner = run_units_locally, max_dead_letters: int = 0,
-                      code: CodePolicy | None = None) -> MigrationReport:
+                      code: CodePolicy | None = None, allow_external_handles: bool | None = None) -> MigrationReport:
     """The whole migration: plan, rewrite every (operator, subtask) stream through ``run_units``, assemble
     ``_metadata``, verify, publish. The output is published only after verification and removed on any failure.
-    The result does not depend on how the units are run: file names and contents derive from the input only."""
+    The result does not depend on how the units are run: file names and contents derive from the input only.
+    ``allow_external_handles``: read a source whose handles point outside its directory (a retained incremental
+    checkpoint's ``shared/`` files; default: the process-wide policy, off); the output holds copies of them."""
     import time
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
     try:
-        source = Savepoint.open(source_path)
+        source = Savepoint.open(source_path, allow_external_handles)
         check_metadata_version(source, metadata_version)
         plan = plan_migration(source, targets, compressed=compressed, reencode=reencode, code=code)
         results = run_units(source, plan, plan.units(), output)
