@@ -5,7 +5,8 @@
     report.exit_code      # 0 | 3 | 4
 
 Only the savepoint's metadata and keyed-state headers are read (one header per operator), never the entries, so the
-time does not grow with the amount of state.
+time does not grow with the amount of state. The one exception: an operator of a changelog checkpoint that records
+no key serializer, whose logged keys are read with the new key type (Flink would restore them unchecked).
 
 Rules beyond the serializer families (Flink's backends and ``Checkpoints.loadAndValidateCheckpoint``):
 
@@ -36,6 +37,8 @@ from flinkstate.compatibility import (
     Compatibility,
     Finding,
 )
+from flinkstate.errors import FlinkStateError
+from flinkstate.format.changelog import ChangelogStream
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.format.metadata import OperatorState, has_state
 from flinkstate.identity import OperatorRef
@@ -174,12 +177,7 @@ class _Checker:
         if header is not None and op.key is not None and header.key_serializer is not None:
             key_result = _key_compatibility(op.key, header.key_serializer, label)
         elif header is not None and op.key is not None and self.savepoint.unrecorded_key(old):
-            # ChangelogKeyedStateBackend restores the log with the new job's key serializer and checks nothing.
-            key_result = Compatibility.of(Finding(
-                "KEY_NOT_RECORDED", "key", f"the checkpoint does not record the key serializer (a changelog checkpoint "
-                f"never materialized, without timers): Flink restores the keys with the new {op.key.type_name()} "
-                f"unchecked; migrate reads every key with it and refuses keys that do not decode to exactly their "
-                f"bytes or that hash to another key group", AS_IS, None, op.key.type_name()))
+            key_result = Compatibility.of(_unrecorded_key(self.savepoint, old, op.key))
         rows: list[StateRow] = []
         old_states = {s.name: s for s in header.states} if header is not None else {}
         used: set[str] = set()
@@ -318,6 +316,30 @@ class _Checker:
                               migratable=True)
         row.findings.append(finding)
         return row
+
+
+def _unrecorded_key(savepoint: Savepoint, old: OperatorState, key: TypeSerializerSnapshot) -> Finding:
+    """The key of an operator whose checkpoint records no key serializer (a changelog checkpoint never materialized,
+    without timers). ChangelogKeyedStateBackend restores its log with the new job's key serializer and checks
+    nothing, so a wrong key type restores silently misread: here every key of the log is read with the new type
+    instead (the one place where check reads entries; the log of these operators bounds it), and must decode to
+    exactly its bytes and hash to the key group Flink logged it in."""
+    savepoint.assume_key_serializer(old, key)
+    what = (f"the checkpoint does not record the key serializer (a changelog checkpoint never materialized, without "
+            f"timers), and Flink restores the keys with the new {key.type_name()} unchecked")
+    keys = 0
+    try:
+        for state in savepoint.keyed_states(old):
+            keys += sum(len(entries) for _, entries in savepoint.iter_key_groups(old, state.name))
+    except FlinkStateError as exc:
+        return Finding("KEY_NOT_RECORDED", "key", f"{what}: the logged keys do not read as {key.type_name()}, so "
+                       f"Flink would restore them misread ({exc})", AS_IS, None, key.type_name(),
+                       silent_misread=True)
+    hashed = all(s.key_groups_checked for _, s in savepoint.keyed_streams(old) if isinstance(s, ChangelogStream))
+    checked = "decode to exactly their bytes and hash to the key groups Flink logged them in" if hashed else \
+        f"decode to exactly their bytes (their key groups cannot be checked: no Java hashCode of {key.type_name()})"
+    return Finding("KEY_NOT_RECORDED", "key", f"{what}: the keys of all {keys} logged entries, read as "
+                   f"{key.type_name()}, {checked}", AS_IS, None, key.type_name())
 
 
 def _key_compatibility(new: TypeSerializerSnapshot, old: TypeSerializerSnapshot, label: str) -> Compatibility:

@@ -13,6 +13,7 @@ except the processing-time timers' timestamps.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -27,8 +28,10 @@ from flinkstate.format.changelog_handles import ChangelogBackendHandle, InMemory
 from flinkstate.format.handles import SAVEPOINT_KEY_GROUPS, KeyGroupsStateHandle
 from flinkstate.format.metadata import read_metadata, write_metadata
 from flinkstate.manifest import load_manifest
+from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.manifest_targets import targets_from_manifest
 from flinkstate.migration.plan import MigrationError, plan_migration
+from flinkstate.migration.units import map_locally, migrate_in_units
 from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.savepoint import Savepoint
 from tests.test_flink_corpus import _run_cli, assert_same_operators
@@ -194,6 +197,19 @@ def test_schema_check_and_identity_migrate_with_the_key_type_given(tmp_path: Pat
             assert _entries(migrated, uid, info.name) == _entries(source, uid, info.name)
 
 
+def test_migration_in_units_writes_the_single_process_bytes(tmp_path: Path) -> None:
+    """The Spark job's path (units planned and verified apart, each opening the checkpoint anew and taking the key type
+    from the manifest again): the same files, byte for byte."""
+    manifest = _schema_with_keys(tmp_path)
+    one, units = tmp_path / "one", tmp_path / "units"
+    status, _, stderr = _run_cli(["migrate", str(CHECKPOINT), "--schema", str(manifest), "--output", str(one)])
+    assert (status, stderr) == (0, ""), stderr
+    job = MigrationJob(str(CHECKPOINT), str(manifest), str(units))
+    _, run = migrate_in_units(job, str(units), map_locally, 8)
+    assert run.units >= 12 and run.verification_units >= 12  # one per keyed subtask at least
+    assert {p.name: p.read_bytes() for p in units.iterdir()} == {p.name: p.read_bytes() for p in one.iterdir()}
+
+
 def test_migrate_without_the_key_type_is_refused_in_one_line() -> None:
     """No manifest entry for the flat maps (planned as identity, the checkpoint's format needs rewriting): nothing
     says their key type, so the plan is refused before anything is written."""
@@ -218,6 +234,25 @@ def test_a_wrong_key_type_is_refused_before_publishing(tmp_path: Path, key: str,
     assert status == 1 and len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
     assert expected in stderr and f"operator {operator_id_from_uid(FLAT_MAPS[0])}" in stderr, stderr
     assert not output.exists()
+
+
+def test_check_reads_the_unrecorded_keys_with_the_new_key_type(tmp_path: Path) -> None:
+    """Flink restores such a log with the new job's key serializer unchecked: a wrong key type would restore
+    misread, so check reads the logged keys with it and calls a wrong one a silent misread (exit 4)."""
+    good = _schema_with_keys(tmp_path)
+    status, report, _ = _run_cli(["check", str(CHECKPOINT), "--schema", str(good)])
+    assert status == 0
+    assert report.count("the keys of all 4 logged entries, read as Tuple1<Long>, decode to exactly their bytes and "
+                        "hash to the key groups Flink logged them in") == 2
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    bad = _schema_with_keys(wrong, "Tuple8<Boolean, Boolean, Boolean, Boolean, Boolean, Boolean, Boolean, Boolean>")
+    status, report, stderr = _run_cli(["check", str(CHECKPOINT), "--schema", str(bad), "--format", "json"])
+    assert (status, stderr) == (4, "")
+    findings = [f for f in json.loads(report)["findings"] if f["code"] == "KEY_NOT_RECORDED"]
+    assert len(findings) == 2 and all(f["silent_misread"] for f in findings)
+    assert all("so Flink would restore them misread" in f["message"] and "belongs to key group" in f["message"]
+               for f in findings)
 
 
 def test_a_corrupted_output_is_refused_naming_the_key_group(tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ from typing import Any
 
 import cramjam
 
-from flinkstate.binary import I16, I32, KeyGroupRange, Reader
+from flinkstate.binary import I16, I32, KeyGroupRange, Reader, assign_key_group
+from flinkstate.errors import printable
 from flinkstate.format.changelog_apply import DECODE_ERRORS, Applier
 from flinkstate.format.changelog_handles import ChangelogBackendHandle, ChangelogStreamHandle, InMemoryChangelogHandle
 from flinkstate.format.handles import (
@@ -49,7 +50,8 @@ from flinkstate.format.keyed_header import (
 )
 from flinkstate.format.keyed_stream import KeyedStateStream, StreamSource, key_group_prefix_bytes
 from flinkstate.format.rocksdb_native import NativeRocksDBStream
-from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat, UnsupportedKeyType
+from flinkstate.jsonify import to_json
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.timer import TimerSnapshot
@@ -84,6 +86,9 @@ class ChangelogStream(KeyedStateStream):
         self.location = location
         self.context = context
         self.prefix_bytes = key_group_prefix_bytes(max_parallelism)
+        self.max_parallelism = max_parallelism
+        #: False once a key read with an assumed key type could not be hashed (checked by its bytes alone)
+        self.key_groups_checked = True
         self.materialized: list[KeyedStateStream] = [
             NativeRocksDBStream(location, part, max_parallelism, f"{context} (materialized)")
             if isinstance(part, IncrementalKeyedStateHandle)
@@ -292,8 +297,28 @@ class ChangelogStream(KeyedStateStream):
             for number, (data, where) in enumerate(changes.pop(key_group, [])):
                 applier.apply(data, where, key_group, number)
             entries = applier.entries()
+            if assumed:
+                self._check_key_groups(entries, key_group, header.key_serializer, state_name)
             if entries:
                 yield key_group, entries
+
+    def _check_key_groups(self, entries: list[tuple[Any, ...]], key_group: int, key: TypeSerializerSnapshot | None,
+                          state_name: str) -> None:
+        """Keys read with a key type the checkpoint does not record must hash to the key group Flink logged them in
+        (a type of the same length but another hash, read by mistake, shows here). A key type without a known Java
+        ``hashCode`` (a POJO's is the job's code) is checked by its bytes alone (:attr:`key_groups_checked`)."""
+        assert key is not None
+        for entry in entries:
+            try:
+                want = assign_key_group(key.hash_code(entry[0]), self.max_parallelism)
+            except UnsupportedKeyType:
+                self.key_groups_checked = False
+                return
+            if want != key_group:
+                raise SavepointFormatError(f"{self.context}, state {state_name}, key group {key_group}: the key "
+                                           f"{printable(to_json(entry[0]))}, read as {key.type_name()} (the new "
+                                           f"version's key type: the checkpoint records none), belongs to key group "
+                                           f"{want}: the job's key type is another", self.source.path)
 
     def canonical_entries(self, key_group: int) -> list[tuple[int, list[tuple[Any, ...]]]]:
         """``(state id, entries)`` of every state of :meth:`header` holding entries in ``key_group``, as the log leaves

@@ -15,20 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from flinkstate.binary import I32, KeyGroupRange, assign_key_group
+from flinkstate.binary import I32, KeyGroupRange
 from flinkstate.errors import FlinkStateError
 from flinkstate.format.changelog import ChangelogStream
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.format.keyed_stream import KeyedStateStream
 from flinkstate.format.metadata import OperatorState
 from flinkstate.format.rocksdb_native import NativeRocksDBStream, iter_raw
-from flinkstate.format_errors import UnsupportedKeyType
 from flinkstate.migration.canonical import show
 from flinkstate.migration.plan import OperatorPlan, StateRewrite
 from flinkstate.migration.rewrite import StateCodec
 from flinkstate.migration.verify_errors import VerificationError
 from flinkstate.savepoint import Savepoint
-from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.timer import Timer
 
 Encoder = Callable[[Any, bytearray], None]
@@ -63,11 +61,9 @@ def native_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
                           ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
     """``(key group, entries)`` of one state of the source, decoded by each stream's own reader and checked to
     re-encode exactly, in key-group order (subtask ranges are disjoint and in order); within ``key_groups``."""
-    assumed_key = None
     if source.unrecorded_key(op):  # the key type the plan took from the new version (plan._assume_target_key)
         assert op_plan.old_header is not None and op_plan.old_header.key_serializer is not None
-        assumed_key = op_plan.old_header.key_serializer
-        source.assume_key_serializer(op, assumed_key)
+        source.assume_key_serializer(op, op_plan.old_header.key_serializer)
     for _, stream in source.keyed_streams(op):
         if key_groups is not None and not len(stream.key_group_range.intersection(key_groups)):
             continue
@@ -79,7 +75,9 @@ def native_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
             if isinstance(stream, NativeRocksDBStream):
                 yield from _rocksdb_entries(stream, op, header, state_id, key_groups)
             elif isinstance(stream, ChangelogStream):
-                yield from _changelog_entries(stream, rewrite.old_name, key_groups, assumed_key, op.max_parallelism)
+                # No stored form of the state to re-encode to: the reader applies the log's changes, each consumed
+                # to its last byte, and checks keys read with an assumed key type against their key groups.
+                yield from stream.iter_blocks(rewrite.old_name, key_groups)
             elif stream.heap_format:
                 yield from _heap_entries(stream, header, state_id, key_groups)
             else:  # the State Processor API mixes canonical streams with heap ones
@@ -102,29 +100,6 @@ def _rocksdb_entries(stream: NativeRocksDBStream, op: OperatorState, header: Key
                                     state_id))
     if entries:
         yield current, entries
-
-
-def _changelog_entries(stream: ChangelogStream, state_name: str, key_groups: KeyGroupRange | None,
-                       assumed_key: TypeSerializerSnapshot | None, max_parallelism: int
-                       ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
-    """A changelog checkpoint's entries: no stored form of the state to re-encode to, its log's changes are applied
-    by the changelog reader, which checks each change is consumed to its last byte. Keys read with a key type the
-    checkpoint does not record (``assumed_key``) must also hash to the key group Flink logged them in."""
-    for kg, entries in stream.iter_blocks(state_name, key_groups):
-        if assumed_key is not None:
-            for entry in entries:
-                try:
-                    want = assign_key_group(assumed_key.hash_code(entry[0]), max_parallelism)
-                except UnsupportedKeyType as exc:
-                    raise NativeVerificationError(f"key group {kg}: keys read as {assumed_key.type_name()} (the new "
-                                                  f"version's key type; the checkpoint records none) cannot be "
-                                                  f"checked against their key groups ({exc})") from None
-                if want != kg:
-                    raise NativeVerificationError(f"key group {kg}: the key {show(entry[0])}, read as "
-                                                  f"{assumed_key.type_name()} (the new version's key type; the "
-                                                  f"checkpoint records none), belongs to key group {want}: the job's "
-                                                  f"key type is another")
-        yield kg, entries
 
 
 def _canonical_entries(stream: KeyedStateStream, op: OperatorState, header: KeyedBackendHeader, state_id: int,
