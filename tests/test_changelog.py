@@ -34,6 +34,7 @@ from flinkstate.migration.plan import MigrationError, plan_migration
 from flinkstate.migration.units import map_locally, migrate_in_units
 from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.savepoint import Savepoint
+from tests.support.corruption import flip_a_value_byte
 from tests.test_flink_corpus import _run_cli, assert_same_operators
 
 pytestmark = pytest.mark.corpus
@@ -264,19 +265,11 @@ def test_a_corrupted_output_is_refused_naming_the_key_group(tmp_path: Path) -> N
     source = Savepoint.open(CHECKPOINT)
     plan = plan_migration(source, targets_from_manifest(source, load_manifest(manifest)))
     assert verify_migration(source, Savepoint.open(output), plan).entries > 0
-    _, stream = Savepoint.open(output).keyed_streams(FLAT_MAPS[0])[0]
-    key_group, start, end = stream.blocks[0]
-    data = stream.read_block(key_group, start, end)
-    _, _, _, _, value_end = next(iter(stream.raw_entries(data, key_group, start)))
-    assert stream.source.name is not None and not stream.header().compressed
-    file = output / stream.source.name
-    stored = bytearray(file.read_bytes())
-    stored[start + value_end - 1] ^= 0x01
-    file.write_bytes(bytes(stored))
+    state, key_group = flip_a_value_byte(output, FLAT_MAPS[0])
     with pytest.raises(VerificationError) as refused:
         verify_migration(Savepoint.open(CHECKPOINT), Savepoint.open(output), plan)
     message = str(refused.value)
-    assert f"operator {operator_id_from_uid(FLAT_MAPS[0])}" in message and f"key group {key_group}" in message
+    assert f"operator {operator_id_from_uid(FLAT_MAPS[0])}, state {state}, key group {key_group}: " in message
     assert "\n" not in message
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.format.handles import SAVEPOINT_KEY_GROUPS, KeyGroupsStateHandle
-from flinkstate.format.keyed_stream import KeyedStateStream, raw_key
+from flinkstate.format.keyed_stream import raw_key
 from flinkstate.format.metadata import read_metadata
 from flinkstate.format.rocksdb_native import NativeRocksDBStream, iter_raw
 from flinkstate.jsonify import to_json
@@ -35,6 +35,7 @@ from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.uri import open_output
 from tests.support import sample_job
+from tests.support.corruption import flip_a_value_byte
 from tests.test_flink_corpus import CORPUS, HEAP_FORMAT, ROCKSDB_NATIVE_FORMAT, _run_cli, assert_same_operators, short
 from tests.test_migration import LABEL_DEFAULT, check_record, target_for
 
@@ -136,22 +137,11 @@ def test_a_corrupted_output_is_refused_naming_the_key_group(path: str, tmp_path:
     assert verify_migration(source, migrated, plan).entries > 0  # as published: verified
     # The last byte of the first value of a (non-timer) state, flipped in place: the stream still parses.
     op = next(op for op in migrated.operators if migrated.keyed_header(op) is not None)
-    _, stream = migrated.keyed_streams(op)[0]
-    assert isinstance(stream, KeyedStateStream) and not stream.header().compressed
-    header = stream.header()
-    key_group, start, end = stream.blocks[0]
-    data = stream.read_block(key_group, start, end)
-    sid, _, _, _, ve = next(e for e in stream.raw_entries(data, key_group, start)
-                            if header.states[e[0]].kind != "TIMERS" and e[4] > e[3])
-    assert stream.source.name is not None
-    file = out / stream.source.name
-    stored = bytearray(file.read_bytes())
-    stored[start + ve - 1] ^= 0x01
-    file.write_bytes(bytes(stored))
+    state, key_group = flip_a_value_byte(out, op.operator_id)
     with pytest.raises(VerificationError) as refused:
         verify_migration(source, Savepoint.open(out), plan)
     message = str(refused.value)
-    assert f"state {header.states[sid].name}, key group {key_group}: " in message, message
+    assert f"state {state}, key group {key_group}: " in message, message
     assert "\n" not in message and str(out) in message
 
 

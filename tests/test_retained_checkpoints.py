@@ -36,7 +36,6 @@ from flinkstate.format.handles import (
     KeyGroupsStateHandle,
     RelativeFileStateHandle,
 )
-from flinkstate.format.keyed_stream import KeyedStateStream
 from flinkstate.format.metadata import read_metadata
 from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.migration.plan import plan_migration
@@ -46,6 +45,7 @@ from flinkstate.savepoint import Savepoint
 from flinkstate.storage.locations import HandleRefused, local_path
 from flinkstate.storage.uri import open_output
 from tests.support import sample_job
+from tests.support.corruption import flip_a_value_byte
 from tests.test_migration import LABEL_DEFAULT, check_record, target_for
 
 KEYS = 12
@@ -249,23 +249,11 @@ def test_a_corrupted_migration_of_the_incremental_checkpoint_is_refused_naming_t
     assert all(isinstance(s, NativeRocksDBStream) for _, s in source.keyed_streams("stats"))
     plan = plan_migration(source, [target_for("v2")])
     assert verify_migration(source, migrated, plan).entries > 0  # as published: verified
-    # The last byte of the first non-empty value of a (non-timer) state, flipped in place: the stream still parses.
-    _, stream = migrated.keyed_streams("stats")[0]
-    assert isinstance(stream, KeyedStateStream) and not stream.header().compressed
-    header = stream.header()
-    key_group, start, end = stream.blocks[0]
-    data = stream.read_block(key_group, start, end)
-    sid, _, _, _, ve = next(e for e in stream.raw_entries(data, key_group, start)
-                            if header.states[e[0]].kind != "TIMERS" and e[4] > e[3])
-    assert stream.source.name is not None
-    file = out / stream.source.name
-    stored = bytearray(file.read_bytes())
-    stored[start + ve - 1] ^= 0x01
-    file.write_bytes(bytes(stored))
+    state, key_group = flip_a_value_byte(out, "stats")
     with pytest.raises(VerificationError) as refused:
         verify_migration(source, Savepoint.open(out), plan)
     message = str(refused.value)
-    assert f"state {header.states[sid].name}, key group {key_group}: " in message, message
+    assert f"state {state}, key group {key_group}: " in message, message
     assert "\n" not in message and str(out) in message
 
 
