@@ -61,12 +61,14 @@ from tests.test_migration import LABEL_DEFAULT, check_record, target_for
 pytestmark = pytest.mark.flink
 
 KEYS = 12
-#: name -> (state backend, periodic materialization on)
-VARIANTS: dict[str, tuple[str, bool]] = {
-    "hashmap-log": ("hashmap", False),
-    "hashmap-materialized": ("hashmap", True),
-    "rocksdb-log": ("rocksdb", False),
-    "rocksdb-materialized": ("rocksdb", True),
+#: name -> (state backend, periodic materialization on, DSTL files Snappy-compressed)
+VARIANTS: dict[str, tuple[str, bool, bool]] = {
+    "hashmap-log": ("hashmap", False, False),
+    "hashmap-materialized": ("hashmap", True, False),
+    "rocksdb-log": ("rocksdb", False, False),
+    "rocksdb-materialized": ("rocksdb", True, False),
+    "hashmap-log-snappy": ("hashmap", False, True),
+    "rocksdb-materialized-snappy": ("rocksdb", True, True),
 }
 #: A checkpoint this far in has logged several checkpoints' worth of changes (and, materializing every second, has
 #: materialized at least once).
@@ -82,25 +84,29 @@ class Written:
     savepoint: Path
     backend: str
     materialized: bool
+    compressed: bool
     #: where this job's DSTL files are (``<base-path>/<job id>/dstl``)
     dstl: Path
 
 
-@pytest.fixture(scope="module")
-def changelog_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalFlinkCluster, Path]]:
-    """A Flink 2.3 cluster whose TaskManager logs state changes to files under <root>/dstl."""
-    root = tmp_path_factory.mktemp("changelog")
-    cluster = LocalFlinkCluster(root / "cluster", slots=4, options={
+def dstl_cluster(work_dir: Path, root: Path, *, compressed: bool) -> LocalFlinkCluster:
+    """A Flink 2.3 cluster whose TaskManager logs state changes to files under <root>/dstl (Snappy-framed or not:
+    ``state.changelog.dstl.dfs.compression.enabled`` is the TaskManager's too)."""
+    return LocalFlinkCluster(work_dir, slots=4, options={
         "state.changelog.storage": "filesystem",
         "state.changelog.dstl.dfs.base-path": (root / "dstl").as_uri(),
+        "state.changelog.dstl.dfs.compression.enabled": str(compressed).lower(),
         # Every completed checkpoint stays, so the one whose handles were checked is the one the tests read.
         "execution.checkpointing.num-retained": 100,
     })
-    cluster.start()
-    try:
+
+
+@pytest.fixture(scope="module")
+def changelog_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalFlinkCluster, Path]]:
+    """The uncompressed-DSTL cluster, also the one the migrated savepoints are restored on; and the root folder."""
+    root = tmp_path_factory.mktemp("changelog")
+    with dstl_cluster(root / "cluster", root, compressed=False) as cluster:
         yield cluster, root
-    finally:
-        cluster.stop()
 
 
 def keyed_handles(checkpoint: Path) -> list[Any]:
@@ -126,7 +132,8 @@ def shape(checkpoint: Path) -> str | None:
     return None
 
 
-def _write(cluster: LocalFlinkCluster, root: Path, name: str, backend: str, materialize: bool) -> Written:
+def _write(cluster: LocalFlinkCluster, root: Path, name: str, backend: str, materialize: bool,
+           compressed: bool) -> Written:
     client = cluster.client
     conf = {
         "state.changelog.enabled": "true",
@@ -154,14 +161,19 @@ def _write(cluster: LocalFlinkCluster, root: Path, name: str, backend: str, mate
         savepoint = Path(client.savepoint(run.job_id, str(root / name / "savepoints")).removeprefix("file:"))
     finally:
         client.cancel(run.job_id)
-    return Written(checkpoint, checkpoint_id, savepoint, backend, materialize, root / "dstl" / run.job_id / "dstl")
+    return Written(checkpoint, checkpoint_id, savepoint, backend, materialize, compressed,
+                   root / "dstl" / run.job_id / "dstl")
 
 
 @pytest.fixture(scope="module")
 def changelog_checkpoints(changelog_cluster: tuple[LocalFlinkCluster, Path]) -> dict[str, Written]:
     cluster, root = changelog_cluster
-    return {name: _write(cluster, root, name, backend, materialize)
-            for name, (backend, materialize) in VARIANTS.items()}
+    written = {name: _write(cluster, root, name, backend, materialize, compressed)
+               for name, (backend, materialize, compressed) in VARIANTS.items() if not compressed}
+    with dstl_cluster(root / "cluster-snappy", root, compressed=True) as snappy:
+        written |= {name: _write(snappy, root, name, backend, materialize, compressed)
+                    for name, (backend, materialize, compressed) in VARIANTS.items() if compressed}
+    return written
 
 
 def open_checkpoint(path: Path) -> Savepoint:
@@ -210,8 +222,12 @@ def test_the_checkpoint_has_the_handles_of_its_variant(changelog_checkpoints: di
         for logged in handle.non_materialized:
             assert isinstance(logged, ChangelogStreamHandle) and logged.storage_identifier == "filesystem"
             files |= {_path(file) for file, _ in logged.handles_and_offsets}
-    # The log is in the DSTL's files of this job, outside the checkpoint folder.
+    # The log is in the DSTL's files of this job, outside the checkpoint folder, each starting with its compression
+    # flag (then Snappy's framing format, or the changes as they are).
     assert files and all(path.parent == written.dstl and path.is_file() for path in files), files
+    for path in files:
+        data = path.read_bytes()
+        assert data[0] == written.compressed and (data[1:11] == b"\xff\x06\x00\x00sNaPpY") == written.compressed
 
 
 @pytest.mark.parametrize("name", VARIANTS)
