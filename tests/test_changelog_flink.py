@@ -27,6 +27,7 @@ A retained checkpoint's handles point outside its ``chk-N`` folder (the DSTL fil
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -35,9 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cramjam
 import pytest
 
 import flinkstate
+from flinkstate.binary import assign_key_group
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.errors import FlinkStateError
 from flinkstate.format.changelog import ChangelogStream
@@ -132,6 +135,46 @@ def shape(checkpoint: Path) -> str | None:
     return None
 
 
+def key_group_of(key: str, max_parallelism: int) -> int:
+    """The key group Flink assigns a String key (``String.hashCode``, then ``KeyGroupRangeAssignment``)."""
+    code = 0
+    for char in key:
+        code = (31 * code + ord(char)) & 0xFFFFFFFF
+    return assign_key_group(code - (1 << 32) if code >= 1 << 31 else code, max_parallelism)
+
+
+def logged_key_groups(checkpoint: Path) -> list[set[int]]:
+    """Per subtask, the key groups that the log since the last materialization changes (data changes, not the
+    states' registrations), read from the DSTL files here and not by flinkstate: ``StateChangeFormat``, after the
+    file's compression flag (Snappy-framed or not), per change set: i32 key groups, per group i32 changes, i32 key
+    group, changes as (i32 length, bytes)."""
+    found: list[set[int]] = []
+    for handle in keyed_handles(checkpoint):
+        groups: set[int] = set()
+        for part in handle.non_materialized:
+            for file, offset in part.handles_and_offsets:
+                raw = _path(file).read_bytes()
+                log = bytes(cramjam.snappy.decompress(raw[1:])) if raw[0] else raw[1:]
+                (count,), pos = struct.unpack_from(">i", log, offset), offset + 4
+                for _ in range(count):
+                    changes, key_group = struct.unpack_from(">ii", log, pos)
+                    pos += 8
+                    for _ in range(changes):
+                        pos += 4 + struct.unpack_from(">i", log, pos)[0]
+                    if changes and key_group != META_KEY_GROUP:
+                        groups.add(key_group)
+        found.append(groups)
+    return found
+
+
+def keys_from_the_log(checkpoint: Path) -> set[str]:
+    """The keys whose key group the log changes (all of them when nothing is materialized)."""
+    handles = keyed_handles(checkpoint)
+    max_parallelism = handles[-1].key_group_range.end + 1
+    logged = set().union(*logged_key_groups(checkpoint))
+    return {key for key in map(sample_job.key_name, range(KEYS)) if key_group_of(key, max_parallelism) in logged}
+
+
 def _write(cluster: LocalFlinkCluster, root: Path, name: str, backend: str, materialize: bool,
            compressed: bool) -> Written:
     client = cluster.client
@@ -142,7 +185,10 @@ def _write(cluster: LocalFlinkCluster, root: Path, name: str, backend: str, mate
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         "execution.checkpointing.dir": (root / name / "checkpoints").as_uri(),
     }
-    run = sample_job.submit(client, "v1", root / name / "audit", keys=KEYS, rate=100, parallelism=2,
+    # Materializing: about one event per key and second, so that the log since the last materialization (about a
+    # second) leaves some keys out.
+    run = sample_job.submit(client, "v1", root / name / "audit", keys=KEYS, rate=12 if materialize else 100,
+                            parallelism=2,
                             state_backend=backend, extra_conf=conf, extra_args=["--checkpoint-interval-ms", "1000"])
     try:
         run.wait_for_keys()
@@ -153,7 +199,11 @@ def _write(cluster: LocalFlinkCluster, root: Path, name: str, backend: str, mate
             if stats.latest_completed_id is not None and stats.latest_completed_id >= MIN_CHECKPOINT_ID:
                 assert stats.latest_completed_path is not None
                 checkpoint = Path(stats.latest_completed_path.removeprefix("file:"))
-                if shape(checkpoint) == wanted:
+                # "materialized": some keys only in the materialized part (else the log alone, which SETs whole
+                # values and lists, could make up the state), some changed by the log, on every subtask.
+                if shape(checkpoint) == wanted and (
+                        not materialize or (all(logged_key_groups(checkpoint))
+                                            and 0 < len(keys_from_the_log(checkpoint)) < KEYS)):
                     checkpoint_id = stats.latest_completed_id
                     break
             assert time.monotonic() < deadline, f"{name}: no {wanted} checkpoint in 90 s ({stats})"
@@ -234,12 +284,17 @@ def test_the_checkpoint_has_the_handles_of_its_variant(changelog_checkpoints: di
 def test_the_log_holds_data_changes(changelog_checkpoints: dict[str, Written], name: str) -> None:
     """Changes beyond the states' registrations, on every subtask: the log is not empty (for ``materialized``,
     what happened after the last materialization)."""
-    sp = open_checkpoint(changelog_checkpoints[name].checkpoint)
+    written = changelog_checkpoints[name]
+    sp = open_checkpoint(written.checkpoint)
     streams = sp.keyed_streams("stats")
     assert len(streams) == 2
-    for _, stream in streams:
+    for (_, stream), groups in zip(streams, logged_key_groups(written.checkpoint), strict=True):
         assert isinstance(stream, ChangelogStream)
-        assert sum(key_group != META_KEY_GROUP for key_group, _, _ in stream.iter_changes()) > 0
+        assert {key_group for key_group, _, _ in stream.iter_changes() if key_group != META_KEY_GROUP} == groups
+        assert groups
+    # With a materialized part, some keys come from it alone (and are read right: test_every_key_as_the_job_wrote_it)
+    from_the_log = keys_from_the_log(written.checkpoint)
+    assert 0 < len(from_the_log) < KEYS if written.materialized else len(from_the_log) == KEYS
 
 
 # --------------------------------------------------------------------------------------------------------------------
