@@ -1,17 +1,22 @@
 """Changelog state backend checkpoints written by the Flink 2.3 of this test run (issue 15): the sample job v1
 (parallelism 2, 12 keys) with ``state.changelog.enabled`` and the ``filesystem`` changelog storage (the DSTL writes
-the log into files under ``state.changelog.dstl.dfs.base-path``), on HashMap and RocksDB, each checkpointed twice:
+the log into files under ``state.changelog.dstl.dfs.base-path``), on HashMap and RocksDB, in two shapes:
 
 * ``log``: periodic materialization off, so the checkpoint is the log alone (``materialized`` empty, every entry is
   replayed from DSTL files);
 * ``materialized``: materialization every second, so the checkpoint is the wrapped backend's own snapshot (HashMap
-  key groups, or RocksDB's native incremental snapshot) plus the changes logged since.
+  key groups, or RocksDB's native incremental snapshot) plus the changes logged since; chosen so that the log leaves
+  some keys out (they come from the materialized part alone) and changes others;
+
+with plain DSTL files, and with Snappy-compressed ones for two of them (``-snappy``).
 
 tests/test_changelog.py reads the only changelog checkpoint of Flink's corpus (1.17, in-memory log, nothing
-materialized); these are the other shapes. Checked: the handles are what the variant claims, ``describe`` runs
-clean, every key's four states equal the values the job derives from the key's count and all counts are one
+materialized); these are the other shapes. Checked: the handles are what the variant claims; ``describe`` runs
+clean; every key's four states equal the values the job derives from the key's count, and all counts are one
 consistent cut of the source's sequence; a canonical savepoint taken right after agrees (same keys, key groups and
-state types, counts moved on); a byte corrupted in a copy of a DSTL file is refused in one line naming that file.
+state types, counts moved on); bytes corrupted in a copy of a DSTL file are refused in one line naming that file,
+or (a state's name) read as what they now say; ``migrate`` v1 -> v2 writes a self-contained canonical savepoint
+with every key's values, which v2 restores on Flink.
 
 Why a cluster of its own: the changelog *storage* is the TaskManager's (Flink 2.3's ``TaskExecutor`` hands its own
 configuration to ``TaskExecutorStateChangelogStoragesManager.stateChangelogStorageForJob``, with a "TODO: Pass
@@ -378,7 +383,9 @@ def _corrupt(written: Written, where: Callable[[bytes, int], int], value: int) -
 @pytest.mark.parametrize(("offset", "value", "expected"), [
     (lambda _, start: 0, 0x07, "changelog file starts with compression flag 7"),
     (lambda _, start: start, 0x7F, "implausible number of key groups"),
-    # key group -1 (registrations) becomes -129: neither a registration nor a key group of the subtask's range
+    # key group -1 (the registrations) becomes -129, which is no key group at all. (A valid key group outside the
+    # subtask's range is not an error: ChangelogBackendLogApplier skips it, as a log read after rescaling has them.)
+    # Read silently today: the subtask then has no state registered, and its keys vanish.
     (lambda _, start: start + 11, 0x7F, "key group -129"),
 ], ids=["compression-flag", "group-count", "key-group-outside-the-range"])
 def test_a_corrupted_changelog_file_is_refused_in_one_line(changelog_checkpoints: dict[str, Written],
