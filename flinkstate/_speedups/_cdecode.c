@@ -1074,6 +1074,127 @@ static PyObject *block_error(const char *what, Py_ssize_t offset) {
     return NULL;
 }
 
+/* -- the one walk of a canonical key-group block ------------------------------------------------------------------ */
+
+/* Flink's full-snapshot layout (FullSnapshotAsyncWriter; flinkstate/format/key_group_block.py walks it in Python):
+ * u16 state id, then entries (i32 key length, key, i32 value length, value), the first key byte of a state's last
+ * entry flagged (0x80) and followed by the next u16 state id, 0xFFFF ending the block. Every compiled function
+ * that walks a block does it with walk_start / walk_next and adds only its own action per entry, so they all
+ * accept and refuse the same blocks at the same offsets. */
+
+#if defined(__GNUC__)
+#define WALK_INLINE static inline __attribute__((always_inline))  /* each caller's loop compiled as one */
+#define WALK_COLD static __attribute__((cold, noinline))
+#else
+#define WALK_INLINE static inline
+#define WALK_COLD static
+#endif
+
+/* What came before the next entry: a state id, an entry of the same run, or the last entry of a run (its key
+ * flagged: the next state id or the end mark follows). */
+enum { AFTER_STATE_ID = 0, AFTER_ENTRY = 1, AFTER_RUN = 2 };
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t size;
+    Py_ssize_t pos;          /* where the walk is: the next entry's key length, or the next state id after a run */
+    Py_ssize_t state_id;     /* the state of the next entry */
+    Py_ssize_t state_limit;  /* every state id must be below it (PY_SSIZE_T_MAX: unchecked) */
+    Py_ssize_t key_group;    /* every key's key-group prefix, when check_group */
+    int check_group;
+    int prefix_bytes;        /* 2: a two-byte key-group prefix, else one byte */
+    int detailed;            /* errors say what is wrong where (scan_block); else "malformed block" at pos */
+    int after;
+} BlockWalk;
+
+typedef struct {
+    Py_ssize_t state_id;
+    Py_ssize_t start;        /* its key length's offset */
+    Py_ssize_t ks, ke, vs, ve;
+    int last;                /* the last entry of its state's run: its first key byte carries the 0x80 flag */
+} BlockEntry;
+
+/* The walk's refusal, in the caller's style: what and where (``offset``), or "malformed block" at ``pos``. */
+WALK_COLD void walk_error(int detailed, const char *what, Py_ssize_t offset, Py_ssize_t pos) {
+    if (detailed) block_error(what, offset);
+    else block_error("malformed block", pos);
+}
+
+/* walk_next's refusals: -1 in walk_next itself, so the compiler sees that no entry is returned with it. */
+#define WALK_REFUSE(what, offset, pos) do { walk_error(w->detailed, (what), (offset), (pos)); return -1; } while (0)
+
+/* Starts a walk of ``data`` (bytes): state ids must be below ``state_limit`` (a negative one refuses every block;
+ * PY_SSIZE_T_MAX checks none), key-group prefixes must be ``key_group`` when ``check_group``. 0, or -1 with
+ * DecodeError set when the block has no first state id or a bad one. */
+static int walk_start(BlockWalk *w, PyObject *data, Py_ssize_t state_limit, Py_ssize_t key_group, int check_group,
+                      int prefix_bytes, int detailed) {
+    w->p = (const unsigned char *)PyBytes_AS_STRING(data);
+    w->size = PyBytes_GET_SIZE(data);
+    w->pos = 2;
+    w->state_limit = state_limit;
+    w->key_group = key_group;
+    w->check_group = check_group;
+    w->prefix_bytes = prefix_bytes;
+    w->detailed = detailed;
+    w->after = AFTER_STATE_ID;
+    if (w->size < 2) {
+        block_error("empty key-group block", 0);
+        return -1;
+    }
+    w->state_id = ((Py_ssize_t)w->p[0] << 8) | w->p[1];
+    if (w->state_id >= state_limit) {
+        block_error("bad state id", 0);
+        return -1;
+    }
+    return 0;
+}
+
+/* The next entry into ``e``: 1; 0 at the end-of-key-group mark, which must end the block (w->pos is then its size);
+ * -1 with DecodeError set on a bad length, key-group prefix or state id, or a block that ends without the mark. */
+WALK_INLINE int walk_next(BlockWalk *w, BlockEntry *e) {
+    const unsigned char *p = w->p;
+    Py_ssize_t size = w->size, pos = w->pos;
+    if (w->after == AFTER_RUN) {
+        if (pos + 2 > size) WALK_REFUSE("missing state id", pos, pos);
+        Py_ssize_t state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
+        pos += 2;
+        w->pos = pos;
+        if (state_id == 0xFFFF) {
+            if (pos != size) WALK_REFUSE("bytes after the end-of-key-group mark", pos, pos);
+            return 0;
+        }
+        if (state_id >= w->state_limit) WALK_REFUSE("bad state id", pos - 2, pos);
+        w->state_id = state_id;
+    } else if (w->after == AFTER_ENTRY && pos >= size) {
+        WALK_REFUSE("no end-of-key-group mark", pos, pos);
+    }
+    if (pos + 4 > size) WALK_REFUSE("bad key length", pos, pos);
+    int32_t key_len = (int32_t)be32(p + pos);
+    Py_ssize_t ks = pos + 4, ke = ks + key_len;
+    if (key_len <= 0 || ke + 4 > size) WALK_REFUSE("bad key length", pos, pos);
+    int32_t value_len = (int32_t)be32(p + ke);
+    Py_ssize_t vs = ke + 4, ve = vs + value_len;
+    w->pos = ve;  /* the offset the undetailed errors name from here on, as before this walk was shared */
+    if (value_len < 0 || ve > size) WALK_REFUSE("bad value length", ke, ve);
+    unsigned char first = p[ks];
+    if (w->check_group) {
+        Py_ssize_t group = w->prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[ks + 1])
+                                                : (Py_ssize_t)(first & 0x7F);
+        if (group != w->key_group) WALK_REFUSE("entry of another key group", ks, ve);
+    }
+    e->state_id = w->state_id;
+    e->start = pos;
+    e->ks = ks;
+    e->ke = ke;
+    e->vs = vs;
+    e->ve = ve;
+    e->last = (first & 0x80) != 0;
+    w->after = e->last ? AFTER_RUN : AFTER_ENTRY;
+    return 1;
+}
+
+#undef WALK_REFUSE
+
 /* scan_block(data, key_group, wanted, state_count, prefix_bytes, entries) -> end offset: the reference's
  * KeyedStateStream._scan_block in one pass, appending the decoded entries of state ``wanted`` to ``entries``. */
 static PyObject *Entry_scan_block(EntryObject *self, PyObject *args) {
@@ -1081,50 +1202,23 @@ static PyObject *Entry_scan_block(EntryObject *self, PyObject *args) {
     Py_ssize_t key_group, wanted, state_count;
     int prefix_bytes;
     Ctx ctx;
+    BlockWalk walk;
+    BlockEntry e;
+    int rc;
     if (!PyArg_ParseTuple(args, "O!nnniO!", &PyBytes_Type, &data, &key_group, &wanted, &state_count, &prefix_bytes,
                           &PyList_Type, &entries))
         return NULL;
     ctx_from(&ctx, data);
-    const unsigned char *p = ctx.p;
-    Py_ssize_t size = ctx.size;
-    if (size < 2) return block_error("empty key-group block", 0);
-    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
-    Py_ssize_t pos = 2;
-    if (state_id >= state_count) return block_error("bad state id", 0);
-    for (;;) {
-        if (pos + 4 > size) return block_error("bad key length", pos);
-        int32_t key_len = (int32_t)be32(p + pos);
-        Py_ssize_t key_start = pos + 4;
-        Py_ssize_t value_pos = key_start + key_len;
-        if (key_len <= 0 || value_pos + 4 > size) return block_error("bad key length", pos);
-        int32_t value_len = (int32_t)be32(p + value_pos);
-        Py_ssize_t value_start = value_pos + 4;
-        pos = value_start + value_len;
-        if (value_len < 0 || pos > size) return block_error("bad value length", value_pos);
-        unsigned char first = p[key_start];
-        Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[key_start + 1])
-                                             : (Py_ssize_t)(first & 0x7F);
-        if (group != key_group) return block_error("entry of another key group", key_start);
-        if (state_id == wanted) {
-            PyObject *entry = decode_entry(self, &ctx, key_start, value_pos, value_start, pos);
-            if (entry == NULL) return NULL;
-            int rc = PyList_Append(entries, entry);
-            Py_DECREF(entry);
-            if (rc < 0) return NULL;
-        }
-        if (first & 0x80) {
-            if (pos + 2 > size) return block_error("missing state id", pos);
-            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
-            pos += 2;
-            if (state_id == 0xFFFF) {
-                if (pos != size) return block_error("bytes after the end-of-key-group mark", pos);
-                return PyLong_FromSsize_t(pos);
-            }
-            if (state_id >= state_count) return block_error("bad state id", pos - 2);
-        } else if (pos >= size) {
-            return block_error("no end-of-key-group mark", pos);
-        }
+    if (walk_start(&walk, data, state_count, key_group, 1, prefix_bytes, 1) < 0) return NULL;
+    while ((rc = walk_next(&walk, &e)) > 0) {
+        if (e.state_id != wanted) continue;
+        PyObject *entry = decode_entry(self, &ctx, e.ks, e.ke, e.vs, e.ve);
+        if (entry == NULL) return NULL;
+        rc = PyList_Append(entries, entry);
+        Py_DECREF(entry);
+        if (rc < 0) return NULL;
     }
+    return rc < 0 ? NULL : PyLong_FromSsize_t(walk.pos);
 }
 
 static PyMethodDef Entry_methods[] = {
@@ -1147,71 +1241,57 @@ static PyTypeObject EntryType = {
     .tp_methods = Entry_methods,
 };
 
+/* How a byte-level walker below checks a block (each keeps the checks it always made): state ids against
+ * state_count, key-group prefixes against key_group, always (a negative one refuses every block) or only when the
+ * argument is not negative (the Python callers' "not given"). */
+enum { CHECK_ALWAYS = 0, CHECK_WHEN_GIVEN = 1 };
+
+/* Parses the byte-level walkers' arguments, (data, state_count, key_group, prefix_bytes), followed by state_id when
+ * ``wanted`` is not NULL, and starts the walk of data. 0, or -1 with an exception set. */
+static int walk_args(PyObject *args, BlockWalk *walk, PyObject **data, Py_ssize_t *wanted, int states, int groups) {
+    Py_ssize_t state_count, key_group;
+    int prefix_bytes, ok;
+    if (wanted == NULL)
+        ok = PyArg_ParseTuple(args, "O!nni", &PyBytes_Type, data, &state_count, &key_group, &prefix_bytes);
+    else
+        ok = PyArg_ParseTuple(args, "O!nnin", &PyBytes_Type, data, &state_count, &key_group, &prefix_bytes, wanted);
+    if (!ok) return -1;
+    Py_ssize_t state_limit = states == CHECK_WHEN_GIVEN && state_count < 0 ? PY_SSIZE_T_MAX : state_count;
+    int check_group = groups == CHECK_ALWAYS || key_group >= 0;
+    return walk_start(walk, *data, state_limit, key_group, check_group, prefix_bytes, 0);
+}
+
 /* raw_entries(data, state_count, key_group, prefix_bytes) -> [(state id, ks, ke, vs, ve), ...]: the reference's
  * iter_raw_entries (state ids checked when state_count >= 0) and KeyedStateStream.raw_entries (key groups checked
  * when key_group >= 0), for the whole block at once; DecodeError on anything the reference would refuse. */
 static PyObject *raw_entries(PyObject *module, PyObject *args) {
     PyObject *data;
-    Py_ssize_t state_count, key_group;
-    int prefix_bytes;
-    if (!PyArg_ParseTuple(args, "O!nni", &PyBytes_Type, &data, &state_count, &key_group, &prefix_bytes)) return NULL;
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t size = PyBytes_GET_SIZE(data);
-    if (size < 2) return block_error("empty key-group block", 0);
-    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
-    Py_ssize_t pos = 2;
-    if (state_count >= 0 && state_id >= state_count) return block_error("bad state id", 0);
+    BlockWalk walk;
+    BlockEntry e;
+    int rc;
+    if (walk_args(args, &walk, &data, NULL, CHECK_WHEN_GIVEN, CHECK_WHEN_GIVEN) < 0) return NULL;
     PyObject *out = PyList_New(0);
     if (out == NULL) return NULL;
-    while (pos + 4 <= size) {
-        int32_t key_len = (int32_t)be32(p + pos);
-        Py_ssize_t ks = pos + 4, ke = ks + key_len;
-        if (key_len <= 0 || ke + 4 > size) goto bad;
-        int32_t value_len = (int32_t)be32(p + ke);
-        Py_ssize_t vs = ke + 4;
-        pos = vs + value_len;
-        if (value_len < 0 || pos > size) goto bad;
-        unsigned char first = p[ks];
-        if (key_group >= 0) {
-            Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[ks + 1])
-                                                 : (Py_ssize_t)(first & 0x7F);
-            if (group != key_group) goto bad;
-        }
+    while ((rc = walk_next(&walk, &e)) > 0) {
         PyObject *entry = PyTuple_New(5);
-        if (entry == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_ssize_t fields[5] = {state_id, ks, ke, vs, pos};
+        if (entry == NULL) break;
+        Py_ssize_t fields[5] = {e.state_id, e.ks, e.ke, e.vs, e.ve};
         for (int i = 0; i < 5; i++) {
             PyObject *number = PyLong_FromSsize_t(fields[i]);
             if (number == NULL) {
-                Py_DECREF(entry);
-                Py_DECREF(out);
-                return NULL;
+                Py_CLEAR(entry);
+                break;
             }
             PyTuple_SET_ITEM(entry, i, number);
         }
-        int rc = PyList_Append(out, entry);
+        if (entry == NULL) break;
+        rc = PyList_Append(out, entry);
         Py_DECREF(entry);
-        if (rc < 0) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        if (first & 0x80) {
-            if (pos + 2 > size) goto bad;
-            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
-            pos += 2;
-            if (state_id == 0xFFFF) {
-                if (pos != size) goto bad;
-                return out;
-            }
-            if (state_count >= 0 && state_id >= state_count) goto bad;
-        }
+        if (rc < 0) break;
     }
-bad:
+    if (rc == 0) return out;
     Py_DECREF(out);
-    return block_error("malformed block", pos);
+    return NULL;
 }
 
 /* raw_pairs(data, state_count, key_group, prefix_bytes, state_id) -> [(key bytes, value bytes), ...] of one state
@@ -1219,65 +1299,33 @@ bad:
  * byte-level view, walked once in C. DecodeError on anything the reference walk would refuse. */
 static PyObject *raw_pairs(PyObject *module, PyObject *args) {
     PyObject *data;
-    Py_ssize_t state_count, key_group, wanted;
-    int prefix_bytes;
-    if (!PyArg_ParseTuple(args, "O!nnin", &PyBytes_Type, &data, &state_count, &key_group, &prefix_bytes, &wanted))
-        return NULL;
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t size = PyBytes_GET_SIZE(data);
-    if (size < 2) return block_error("empty key-group block", 0);
-    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
-    Py_ssize_t pos = 2;
-    if (state_count >= 0 && state_id >= state_count) return block_error("bad state id", 0);
+    Py_ssize_t wanted;
+    BlockWalk walk;
+    BlockEntry e;
+    int rc;
+    if (walk_args(args, &walk, &data, &wanted, CHECK_WHEN_GIVEN, CHECK_WHEN_GIVEN) < 0) return NULL;
     PyObject *out = PyList_New(0);
     if (out == NULL) return NULL;
-    /* the walk of raw_entries, keeping only the wanted state's pairs */
-    while (pos + 4 <= size) {
-        int32_t key_len = (int32_t)be32(p + pos);
-        Py_ssize_t ks = pos + 4, ke = ks + key_len;
-        if (key_len <= 0 || ke + 4 > size) goto bad;
-        int32_t value_len = (int32_t)be32(p + ke);
-        Py_ssize_t vs = ke + 4;
-        pos = vs + value_len;
-        if (value_len < 0 || pos > size) goto bad;
-        unsigned char first = p[ks];
-        if (key_group >= 0) {
-            Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[ks + 1])
-                                                 : (Py_ssize_t)(first & 0x7F);
-            if (group != key_group) goto bad;
+    const char *p = PyBytes_AS_STRING(data);
+    while ((rc = walk_next(&walk, &e)) > 0) {
+        if (wanted >= 0 && e.state_id != wanted) continue;
+        PyObject *key = PyBytes_FromStringAndSize(p + e.ks, e.ke - e.ks);
+        if (key == NULL) break;
+        PyBytes_AS_STRING(key)[0] &= 0x7F;  /* keyed_stream.raw_key: without the "last of its run" flag */
+        PyObject *value = PyBytes_FromStringAndSize(p + e.vs, e.ve - e.vs);
+        PyObject *pair = value == NULL ? NULL : PyTuple_New(2);
+        if (pair == NULL) {
+            Py_DECREF(key);
+            Py_XDECREF(value);
+            break;
         }
-        if (wanted < 0 || state_id == wanted) {
-            PyObject *key = PyBytes_FromStringAndSize((const char *)p + ks, ke - ks);
-            if (key == NULL) goto fail;
-            PyBytes_AS_STRING(key)[0] &= 0x7F;  /* keyed_stream.raw_key: without the "last of its run" flag */
-            PyObject *value = PyBytes_FromStringAndSize((const char *)p + vs, pos - vs);
-            PyObject *pair = value == NULL ? NULL : PyTuple_New(2);
-            if (pair == NULL) {
-                Py_DECREF(key);
-                Py_XDECREF(value);
-                goto fail;
-            }
-            PyTuple_SET_ITEM(pair, 0, key);
-            PyTuple_SET_ITEM(pair, 1, value);
-            int rc = PyList_Append(out, pair);
-            Py_DECREF(pair);
-            if (rc < 0) goto fail;
-        }
-        if (first & 0x80) {
-            if (pos + 2 > size) goto bad;
-            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
-            pos += 2;
-            if (state_id == 0xFFFF) {
-                if (pos != size) goto bad;
-                return out;
-            }
-            if (state_count >= 0 && state_id >= state_count) goto bad;
-        }
+        PyTuple_SET_ITEM(pair, 0, key);
+        PyTuple_SET_ITEM(pair, 1, value);
+        rc = PyList_Append(out, pair);
+        Py_DECREF(pair);
+        if (rc < 0) break;
     }
-bad:
-    Py_DECREF(out);
-    return block_error("malformed block", pos);
-fail:
+    if (rc == 0) return out;
     Py_DECREF(out);
     return NULL;
 }
@@ -1364,115 +1412,60 @@ static PyObject *canonical(PyObject *module, PyObject *args) {
 /* state_span(data, state_count, key_group, prefix_bytes, state_id) -> (start, end, count): the bytes of the
  * entries of one state in a block when they are one run (Flink's full-snapshot writer emits a key group state by
  * state), from the first entry's key length to the last entry's value end, and how many entries; (0, 0, 0) when
- * the state has none; None when its entries are in more than one run. The walk is raw_pairs'; DecodeError on
- * anything it would refuse. Two kept states are then compared as two byte ranges. */
+ * the state has none; None when its entries are in more than one run. The walk is the shared one (state ids and
+ * key groups always checked); DecodeError on anything it refuses. Two kept states are then compared as two byte
+ * ranges. */
 static PyObject *state_span(PyObject *module, PyObject *args) {
     PyObject *data;
-    Py_ssize_t state_count, key_group, wanted;
-    int prefix_bytes;
-    if (!PyArg_ParseTuple(args, "O!nnin", &PyBytes_Type, &data, &state_count, &key_group, &prefix_bytes, &wanted))
-        return NULL;
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t size = PyBytes_GET_SIZE(data);
-    if (size < 2) return block_error("empty key-group block", 0);
-    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
-    Py_ssize_t pos = 2, start = 0, end = 0, count = 0;
-    int runs = 0, in_run = 0;
-    if (state_id >= state_count) return block_error("bad state id", 0);
-    while (pos + 4 <= size) {
-        Py_ssize_t entry_start = pos;
-        int32_t key_len = (int32_t)be32(p + pos);
-        Py_ssize_t ks = pos + 4, ke = ks + key_len;
-        if (key_len <= 0 || ke + 4 > size) goto bad;
-        int32_t value_len = (int32_t)be32(p + ke);
-        Py_ssize_t vs = ke + 4;
-        pos = vs + value_len;
-        if (value_len < 0 || pos > size) goto bad;
-        unsigned char first = p[ks];
-        Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[ks + 1])
-                                             : (Py_ssize_t)(first & 0x7F);
-        if (group != key_group) goto bad;
-        if (state_id == wanted) {
+    Py_ssize_t wanted, start = 0, end = 0, count = 0;
+    int runs = 0, in_run = 0, rc;
+    BlockWalk walk;
+    BlockEntry e;
+    if (walk_args(args, &walk, &data, &wanted, CHECK_ALWAYS, CHECK_ALWAYS) < 0) return NULL;
+    while ((rc = walk_next(&walk, &e)) > 0) {
+        if (e.state_id == wanted) {
             if (!in_run) {
                 in_run = 1;
                 runs++;
-                start = entry_start;
+                start = e.start;
             }
-            end = pos;
+            end = e.ve;
             count++;
         } else {
             in_run = 0;
         }
-        if (first & 0x80) {
-            in_run = 0;
-            if (pos + 2 > size) goto bad;
-            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
-            pos += 2;
-            if (state_id == 0xFFFF) {
-                if (pos != size) goto bad;
-                if (runs > 1) Py_RETURN_NONE;
-                return Py_BuildValue("(nnn)", start, end, count);
-            }
-            if (state_count >= 0 && state_id >= state_count) goto bad;
-        }
+        if (e.last) in_run = 0;
     }
-bad:
-    return block_error("malformed block", pos);
+    if (rc < 0) return NULL;
+    if (runs > 1) Py_RETURN_NONE;
+    return Py_BuildValue("(nnn)", start, end, count);
 }
 
 /* block_runs(data, state_count, key_group, prefix_bytes) -> [(state_id, start, end, count), ...]: a block's runs of
  * entries in order, each from its first entry's key length to its last entry's value end (the bytes after the run's
  * state id, the last key flagged), and how many entries it holds: what the migration copies as it is for a state
- * whose bytes are kept. The walk is raw_pairs' (state ids, lengths, key-group prefixes, the end mark); DecodeError
- * on anything it would refuse. */
+ * whose bytes are kept. The walk is the shared one (state ids when state_count >= 0, key-group prefixes always);
+ * DecodeError on anything it refuses. */
 static PyObject *block_runs(PyObject *module, PyObject *args) {
     PyObject *data;
-    Py_ssize_t state_count, key_group;
-    int prefix_bytes;
-    if (!PyArg_ParseTuple(args, "O!nni", &PyBytes_Type, &data, &state_count, &key_group, &prefix_bytes)) return NULL;
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t size = PyBytes_GET_SIZE(data);
-    if (size < 2) return block_error("empty key-group block", 0);
-    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
-    Py_ssize_t pos = 2, start = 2, count = 0;
-    if (state_count >= 0 && state_id >= state_count) return block_error("bad state id", 0);
+    BlockWalk walk;
+    BlockEntry e;
+    int rc;
+    if (walk_args(args, &walk, &data, NULL, CHECK_WHEN_GIVEN, CHECK_ALWAYS) < 0) return NULL;
     PyObject *out = PyList_New(0);
     if (out == NULL) return NULL;
-    while (pos + 4 <= size) {
-        int32_t key_len = (int32_t)be32(p + pos);
-        Py_ssize_t ks = pos + 4, ke = ks + key_len;
-        if (key_len <= 0 || ke + 4 > size) goto bad;
-        int32_t value_len = (int32_t)be32(p + ke);
-        Py_ssize_t vs = ke + 4;
-        pos = vs + value_len;
-        if (value_len < 0 || pos > size) goto bad;
-        unsigned char first = p[ks];
-        Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[ks + 1])
-                                             : (Py_ssize_t)(first & 0x7F);
-        if (group != key_group) goto bad;
-        count++;
-        if (first & 0x80) {
-            PyObject *run = Py_BuildValue("(nnnn)", state_id, start, pos, count);
-            if (run == NULL) goto fail;
-            int rc = PyList_Append(out, run);
-            Py_DECREF(run);
-            if (rc < 0) goto fail;
-            if (pos + 2 > size) goto bad;
-            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
-            pos += 2;
-            if (state_id == 0xFFFF) {
-                if (pos != size) goto bad;
-                return out;
-            }
-            if (state_count >= 0 && state_id >= state_count) goto bad;
-            start = pos;
-            count = 0;
-        }
+    Py_ssize_t start = 0, count = 0;
+    while ((rc = walk_next(&walk, &e)) > 0) {
+        if (count++ == 0) start = e.start;
+        if (!e.last) continue;
+        PyObject *run = Py_BuildValue("(nnnn)", e.state_id, start, e.ve, count);
+        if (run == NULL) break;
+        rc = PyList_Append(out, run);
+        Py_DECREF(run);
+        if (rc < 0) break;
+        count = 0;
     }
-bad:
-    Py_DECREF(out);
-    return block_error("malformed block", pos);
-fail:
+    if (rc == 0) return out;
     Py_DECREF(out);
     return NULL;
 }
@@ -1552,11 +1545,14 @@ static int encode_value(PyObject *entry, int kind, PyObject *value_enc, PyObject
  * value_enc, user_key_enc) -> the index of the first entry of state ``wanted`` in the block whose bytes differ from
  * what the encoders make of ``entries`` at that index (the block's decoded entries of that state), or -1 when
  * every one re-encodes exactly and the counts agree. The verifier's exactness check of a whole block in one pass;
- * the walk is scan_block's. Raises on a malformed block or an encoder error (the caller reruns the reference). */
+ * the walk is the shared one. Raises on a malformed block or an encoder error (the caller reruns the reference). */
 static PyObject *reencode_check(PyObject *module, PyObject *args) {
     PyObject *data, *entries, *key_enc, *ns_enc, *value_enc, *user_key_enc;
     Py_ssize_t key_group, wanted, state_count;
     int prefix_bytes, kind, ambiguous;
+    BlockWalk walk;
+    BlockEntry e;
+    int rc;
     if (!PyArg_ParseTuple(args, "O!nnniO!ipOOOO", &PyBytes_Type, &data, &key_group, &wanted, &state_count,
                           &prefix_bytes, &PyList_Type, &entries, &kind, &ambiguous, &key_enc, &ns_enc, &value_enc,
                           &user_key_enc))
@@ -1568,76 +1564,46 @@ static PyObject *reencode_check(PyObject *module, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "reencode_check: bad kind, prefix or encoders");
         return NULL;
     }
+    if (walk_start(&walk, data, state_count, key_group, 1, prefix_bytes, 0) < 0) return NULL;
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t size = PyBytes_GET_SIZE(data);
-    if (size < 2) return block_error("empty key-group block", 0);
-    Py_ssize_t state_id = ((Py_ssize_t)p[0] << 8) | p[1];
-    Py_ssize_t pos = 2, index = 0;
-    if (state_id >= state_count) return block_error("bad state id", 0);
+    Py_ssize_t index = 0;
     PyObject *out = PyByteArray_FromStringAndSize(NULL, 0);
     if (out == NULL) return NULL;
-    for (;;) {
-        if (pos + 4 > size) goto bad;
-        int32_t key_len = (int32_t)be32(p + pos);
-        Py_ssize_t ks = pos + 4, ke = ks + key_len;
-        if (key_len <= 0 || ke + 4 > size) goto bad;
-        int32_t value_len = (int32_t)be32(p + ke);
-        Py_ssize_t vs = ke + 4;
-        pos = vs + value_len;
-        if (value_len < 0 || pos > size) goto bad;
-        unsigned char first = p[ks];
-        Py_ssize_t group = prefix_bytes == 2 ? (((Py_ssize_t)(first & 0x7F) << 8) | p[ks + 1])
-                                             : (Py_ssize_t)(first & 0x7F);
-        if (group != key_group) goto bad;
-        if (state_id == wanted) {
-            if (index >= PyList_GET_SIZE(entries)) goto differ;
-            PyObject *entry = PyList_GET_ITEM(entries, index);
-            if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != (kind == E_MAP ? 4 : 3)) goto differ;
-            Py_INCREF(entry);
-            int rc = PyByteArray_Resize(out, 0);
-            if (rc == 0) rc = encode_key(entry, kind, prefix_bytes, key_group, ambiguous, key_enc, ns_enc,
-                                         user_key_enc, out);
-            if (rc < 0) {
-                Py_DECREF(entry);
-                goto fail;
-            }
-            const char *got = PyByteArray_AS_STRING(out);
-            Py_ssize_t n = PyByteArray_GET_SIZE(out);
-            /* the stored key without its "last of its run" flag (keyed_stream.raw_key) */
-            if (n != ke - ks || (got[0] & 0xFF) != (first & 0x7F) || memcmp(got + 1, p + ks + 1, n - 1) != 0) {
-                Py_DECREF(entry);
-                goto differ;
-            }
-            rc = PyByteArray_Resize(out, 0);
-            if (rc == 0) rc = encode_value(entry, kind, value_enc, out);
+    while ((rc = walk_next(&walk, &e)) > 0) {
+        if (e.state_id != wanted) continue;
+        if (index >= PyList_GET_SIZE(entries)) goto differ;
+        PyObject *entry = PyList_GET_ITEM(entries, index);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != (kind == E_MAP ? 4 : 3)) goto differ;
+        Py_INCREF(entry);
+        rc = PyByteArray_Resize(out, 0);
+        if (rc == 0) rc = encode_key(entry, kind, prefix_bytes, key_group, ambiguous, key_enc, ns_enc, user_key_enc,
+                                     out);
+        if (rc < 0) {
             Py_DECREF(entry);
-            if (rc < 0) goto fail;
-            if (rc == 1 || PyByteArray_GET_SIZE(out) != pos - vs ||
-                memcmp(PyByteArray_AS_STRING(out), p + vs, pos - vs) != 0)
-                goto differ;
-            index++;
+            goto fail;
         }
-        if (first & 0x80) {
-            if (pos + 2 > size) goto bad;
-            state_id = ((Py_ssize_t)p[pos] << 8) | p[pos + 1];
-            pos += 2;
-            if (state_id == 0xFFFF) {
-                if (pos != size) goto bad;
-                break;
-            }
-            if (state_id >= state_count) goto bad;
-        } else if (pos >= size) {
-            goto bad;
+        const char *got = PyByteArray_AS_STRING(out);
+        Py_ssize_t n = PyByteArray_GET_SIZE(out);
+        /* the stored key without its "last of its run" flag (keyed_stream.raw_key) */
+        if (n != e.ke - e.ks || (got[0] & 0xFF) != (p[e.ks] & 0x7F) || memcmp(got + 1, p + e.ks + 1, n - 1) != 0) {
+            Py_DECREF(entry);
+            goto differ;
         }
+        rc = PyByteArray_Resize(out, 0);
+        if (rc == 0) rc = encode_value(entry, kind, value_enc, out);
+        Py_DECREF(entry);
+        if (rc < 0) goto fail;
+        if (rc == 1 || PyByteArray_GET_SIZE(out) != e.ve - e.vs ||
+            memcmp(PyByteArray_AS_STRING(out), p + e.vs, e.ve - e.vs) != 0)
+            goto differ;
+        index++;
     }
+    if (rc < 0) goto fail;
     Py_DECREF(out);
     return PyLong_FromSsize_t(index == PyList_GET_SIZE(entries) ? -1 : index);
 differ:
     Py_DECREF(out);
     return PyLong_FromSsize_t(index);
-bad:
-    Py_DECREF(out);
-    return block_error("malformed block", pos);
 fail:
     Py_DECREF(out);
     return NULL;
