@@ -57,10 +57,19 @@ from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.timer import TimerSnapshot
 from flinkstate.storage.locations import SavepointLocation, StorageError
 
+#: A changelog file is read whole (its recorded size is not its length); the DSTL uploads its changes in batches
+#: of a few MiB (``state.changelog.dstl.dfs.batch.persist-size-threshold``), so a larger file is refused.
+MAX_LOG_FILE_BYTES = 1 << 30
+
 #: What the refusals call the format.
 CHANGELOG = "a changelog checkpoint (the changelog state backend)"
 
-_BACKEND_TYPES = {0: "KEY_VALUE", 3: "PRIORITY_QUEUE"}  # StateMetaInfoSnapshot.BackendStateType codes in the log
+_BACKEND_TYPES = {0: "KEY_VALUE", 3: "PRIORITY_QUEUE"}
+
+#: ``StateMetaInfoSnapshotReadersWriters``' versions the log's registrations carry: 6 (Flink 1.15, 1.16) and 7
+#: (``CURRENT_STATE_META_INFO_SNAPSHOT_VERSION`` since FLINK-30113, Flink 1.17+), read alike by its current reader
+#: (version 7 changed operator state only).
+META_INFO_VERSIONS = (6, 7)  # StateMetaInfoSnapshot.BackendStateType codes in the log
 
 
 class _LogSource:
@@ -133,7 +142,18 @@ class ChangelogStream(KeyedStateStream):
     # -- the log -----------------------------------------------------------------------------------------------------
 
     def iter_changes(self) -> Iterator[tuple[int, bytes, str]]:
-        """``(key group, change bytes, where)`` of every change of the non-materialized parts, in replay order."""
+        """``(key group, change bytes, where)`` of every change of the non-materialized parts, in replay order. A
+        change of another subtask's key group is kept (Flink's applier skips those: logs read after rescaling hold
+        them), one of a key group no job of this max parallelism has is refused."""
+        for key_group, data, where in self._changes():
+            if key_group != META_KEY_GROUP and not 0 <= key_group < self.max_parallelism:
+                raise SavepointFormatError(f"{self.context}: a change of key group {key_group} in the changelog "
+                                           f"(max parallelism {self.max_parallelism}: 0 to "
+                                           f"{self.max_parallelism - 1}, or {META_KEY_GROUP} for a registration)",
+                                           where)
+            yield key_group, data, where
+
+    def _changes(self) -> Iterator[tuple[int, bytes, str]]:
         for part in self.changelog.non_materialized:
             if isinstance(part, InMemoryChangelogHandle):
                 where = f"{self.location.describe('_metadata')} (inline changelog)"
@@ -148,21 +168,23 @@ class ChangelogStream(KeyedStateStream):
                     yield from _change_set(data, offset, path)
 
     def _log_file(self, handle: Any) -> tuple[str, bytes]:
-        """A changelog file's bytes after its compression flag, decompressed (one file, bounded by its recorded
-        size; the last one read is kept, since consecutive change sets usually share a file)."""
+        """A changelog file's bytes after its compression flag, decompressed. The size Flink records for it is not
+        the file's length but what was written after the flag before compression (``StateChangeFsUploader``:
+        ``OutputStreamWithPos.pos``): the whole file is read and the decompressed bytes must be exactly that many.
+        The last file read is kept, since consecutive change sets usually share one."""
         cached = self._files.get(id(handle))
         if cached is not None:
             return cached
         try:
-            source = StreamSource(self.location, handle)
-            raw = source.read(0, handle.size)
+            source = StreamSource(self.location, handle, sized=False)
+            if source.size > MAX_LOG_FILE_BYTES:
+                raise SavepointFormatError(f"changelog file of {source.size} bytes, more than the "
+                                           f"{MAX_LOG_FILE_BYTES} this reader takes", source.path, 0)
+            raw = source.read(0, source.size)
         except StorageError as exc:
             raise StorageError(f"{self.context}: changelog file: {exc}") from None
         except SavepointFormatError as exc:
             raise exc.located(None, 0, self.context) from None
-        if len(raw) != handle.size:
-            raise SavepointFormatError(f"{self.context}: changelog file is truncated: {len(raw)} bytes, the metadata "
-                                       f"records {handle.size}", source.path, len(raw))
         if not raw:
             raise SavepointFormatError(f"{self.context}: empty changelog file", source.path, 0)
         if raw[0] == 1:
@@ -176,6 +198,11 @@ class ChangelogStream(KeyedStateStream):
         else:
             raise SavepointFormatError(f"{self.context}: changelog file starts with compression flag {raw[0]} "
                                        f"(0 or 1 expected)", source.path, 0)
+        if len(data) != handle.size:
+            state = "truncated" if len(data) < handle.size else "longer than recorded"
+            raise SavepointFormatError(f"{self.context}: changelog file is {state}: {len(data)} bytes after its "
+                                       f"compression flag{' (decompressed)' if raw[0] else ''}, the metadata records "
+                                       f"{handle.size}", source.path, len(raw))
         self._files = {id(handle): (source.path, data)}
         return source.path, data
 
@@ -187,9 +214,9 @@ class ChangelogStream(KeyedStateStream):
         reader = Reader(data, 1, where)
         try:
             version = reader.i32()
-            if version != KEYED_PROXY_VERSION:
+            if version not in META_INFO_VERSIONS:
                 raise UnsupportedFormat(f"state meta info version {version} in the changelog (only "
-                                        f"{KEYED_PROXY_VERSION})")
+                                        f"{' and '.join(map(str, META_INFO_VERSIONS))})")
             meta = read_state_meta_info(reader)
             if len(data) < reader.pos + 3:
                 raise SavepointFormatError("state registration ends before its state id")

@@ -54,7 +54,8 @@ from flinkstate.storage.locations import SavepointLocation
 class StreamSource:
     """Ranged reads of one state stream, wherever its handle points."""
 
-    def __init__(self, location: SavepointLocation, handle: StreamStateHandle) -> None:
+    def __init__(self, location: SavepointLocation, handle: StreamStateHandle, sized: bool = True) -> None:
+        """``sized``: the handle's recorded size is the file's length (not so for a changelog file)."""
         self.handle = handle
         self.location = location
         if isinstance(handle, ByteStreamStateHandle):
@@ -70,7 +71,7 @@ class StreamSource:
             raise UnsupportedFormat(f"unsupported stream handle {type(handle).__name__}")
         self.path = location.describe(self.name)
         self.size = location.size(self.name)
-        if self.size < handle.size:
+        if sized and self.size < handle.size:
             raise SavepointFormatError(f"state file is truncated: {self.size} bytes, the metadata records "
                                        f"{handle.size}", self.path, self.size)
 

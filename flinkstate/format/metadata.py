@@ -22,6 +22,7 @@ from flinkstate.errors import FlinkStateError, WriteError
 from flinkstate.format.changelog_handles import (
     ChangelogBackendHandle,
     ChangelogHandleReader,
+    ChangelogStreamHandle,
     write_any_keyed_state_handle,
 )
 from flinkstate.format.checkpoint_properties import (
@@ -157,6 +158,19 @@ class CheckpointMetadata:
                 found.extend((f"{where}: {what}", h) for what, h in handles
                              if isinstance(h, (FileStateHandle, RelativeFileStateHandle)))
         return found
+
+    def changelog_files(self) -> list[StreamStateHandle]:
+        """The stream handles of changelog-backend logs (their recorded size counts the bytes written after the
+        compression flag, before compression: not the file's length)."""
+        return [h for op in self.operators for sub in op.subtasks.values()
+                for h in [*_changelog_files(sub.managed_keyed_state), *_changelog_files(sub.raw_keyed_state)]]
+
+
+def _changelog_files(handle: AnyKeyedStateHandle | None) -> list[StreamStateHandle]:
+    if not isinstance(handle, ChangelogBackendHandle):
+        return []
+    return [h for part in handle.non_materialized if isinstance(part, ChangelogStreamHandle)
+            for h, _ in part.handles_and_offsets if h is not None]
 
 
 def _keyed_files(what: str, handle: AnyKeyedStateHandle | None) -> list[tuple[str, StreamStateHandle | None]]:

@@ -69,10 +69,11 @@ class SavepointLocation(ABC):
         """Records the size the metadata gives each file handle; reads and copies are then bounded by it."""
         self.recorded_sizes = dict(sizes)
 
-    def check_handles(self, handles: Iterable[tuple[str, str, int]]) -> None:
+    def check_handles(self, handles: Iterable[tuple[str, str, int | None]]) -> None:
         """Resolves every ``(where, file name, recorded size)`` of a savepoint's metadata up front, so that a
         handle outside the savepoint fails every command (not only those that read its state), and records the
-        sizes (:meth:`expect_sizes`). Two handles naming one file must agree on its size."""
+        sizes (:meth:`expect_sizes`). Two handles naming one file must agree on its size. A size of None is not
+        the file's length (a changelog file's) and is not recorded."""
         sizes: dict[str, int] = {}
         for where, name, size in handles:
             try:
@@ -81,6 +82,8 @@ class SavepointLocation(ABC):
                 message = str(exc)
                 prefix = f"{self.uri}: "
                 raise HandleRefused(f"{prefix}{printable(where)}: {message.removeprefix(prefix)}") from None
+            if size is None:
+                continue
             if sizes.setdefault(name, size) != size:
                 raise HandleRefused(f"{self.uri}: {where}: state handle {name!r} records {size} bytes, another "
                                     f"handle of the same file {sizes[name]}")
