@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.flink, pytest.mark.airflow, pytest.mark.spark]  # the 
 DAG_ID = "flink_state_upgrade"
 MANIFESTS = ROOT / "examples" / "sample-job" / "manifests"
 VENV_BIN = Path(sys.executable).parent
+WATCHDOG_GRACE = 5  # seconds a dead run's journal must be quiet before the watchdog acts (FLINKSTATE_WATCHDOG_GRACE)
 
 
 class Api:
@@ -46,7 +47,7 @@ class Api:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read() or b"null")
 
-    def wait_for(self, what: str, probe: Any, timeout: float, interval: float = 2.0) -> Any:
+    def wait_for(self, what: str, probe: Any, timeout: float, interval: float = 0.5) -> Any:
         """Calls ``probe`` until it returns something truthy (errors count as not yet); bounded by ``timeout``."""
         deadline, last = time.monotonic() + timeout, None
         while time.monotonic() < deadline:
@@ -113,7 +114,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory, flink_cluster: LocalFli
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit and airflow
         "SPARK_LOCAL_IP": "127.0.0.1",
         "FLINKSTATE_WATCHDOG_SCHEDULE": "* * * * *",
-        "FLINKSTATE_WATCHDOG_GRACE": "5",
+        "FLINKSTATE_WATCHDOG_GRACE": str(WATCHDOG_GRACE),
         "FLINKSTATE_SAVEPOINT_BASES": str(tmp_path / "watched-savepoints"),
     })
     log_path = tmp_path / "standalone.log"
@@ -140,9 +141,10 @@ def stop_standalone(process: subprocess.Popen[bytes], marker: str, log_path: Pat
     """Stops standalone's whole process group: SIGINT first (SIGTERM to the parent alone leaves its workers behind),
     then SIGTERM and SIGKILL to the group when a component does not exit in time (under load its scheduler can
     hang in shutdown, and its LocalExecutor workers ignore SIGINT and SIGTERM: seen here, they needed SIGKILL; so did
-    its dag-processor, which outlived 60 s of SIGINT and 20 s of SIGTERM, hence the short graces). Passes only when
-    no process of ours is left."""
-    for signum, grace in ((signal.SIGINT, 20), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+    its dag-processor, which outlived 60 s of SIGINT and 20 s of SIGTERM, hence the short graces; in a run
+    measured here the scheduler and the workers outlived 20 s of SIGINT and 10 s of SIGTERM alike, so long graces
+    only made the teardown wait 30 s for the SIGKILL that ends them). Passes only when no process of ours is left."""
+    for signum, grace in ((signal.SIGINT, 8), (signal.SIGTERM, 4), (signal.SIGKILL, 10)):
         try:
             os.killpg(process.pid, signum)
         except ProcessLookupError:
@@ -154,7 +156,7 @@ def stop_standalone(process: subprocess.Popen[bytes], marker: str, log_path: Pat
                 pass
         deadline = time.monotonic() + grace
         while (process.poll() is None or processes_with_env(marker, process.pid)) and time.monotonic() < deadline:
-            time.sleep(1)
+            time.sleep(0.2)
         if process.poll() is not None and not processes_with_env(marker, process.pid):
             print(f"airflow standalone stopped on {signal.Signals(signum).name} in "
                   f"{grace - (deadline - time.monotonic()):.0f} s")
@@ -206,7 +208,7 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
             return state if state in ("success", "failed") else None
 
         started = time.monotonic()
-        state = api.wait_for(f"run {run_id} finished", finished, timeout=420, interval=3)
+        state = api.wait_for(f"run {run_id} finished", finished, timeout=420, interval=1)
         took = time.monotonic() - started
         tasks = {t["task_id"]: t["state"] for t in
                  api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances")["task_instances"]}
@@ -308,13 +310,17 @@ def test_a_run_killed_after_the_stop_is_recovered_by_the_watchdog(
             except ProcessLookupError:
                 pass
         killed_at = time.monotonic()
+        # Unpaused, the watchdog runs at once (its last cron tick is past), then every minute. Its first run must
+        # find the journal quiet for the grace period already, or the recovery waits for the next tick (up to 60 s).
+        quiet_from = float(json.loads(journal_file.read_text())["updated_epoch"]) + WATCHDOG_GRACE
+        time.sleep(max(0.0, quiet_from - time.time()))
         api.call("PATCH", "/api/v2/dags/flink_upgrade_watchdog", {"is_paused": False})
 
         def recovered() -> dict[str, Any] | None:
             data = json.loads(journal_file.read_text())
             return data if data["phase"] == "done" else None
 
-        final = api.wait_for("the watchdog to recover the dead run", recovered, timeout=240, interval=2)
+        final = api.wait_for("the watchdog to recover the dead run", recovered, timeout=240, interval=0.5)
         print(f"watchdog recovered the killed run {time.monotonic() - killed_at:.0f} s after the kill")
         assert final["outcome"] == "rolled back" and final["running"]["version"] == "old", final
         restored_job = final["running"]["job_id"]
