@@ -3,7 +3,8 @@
 One job is carried through the scenarios in order, its state checked value by value after each:
 v1 -> v2 through the migration branch; v2 -> v3 refused (no conversion declared): alert, v2 keeps running; the same
 in check-only mode changes nothing; v2 -> v3 with the conversion; then a release that crashes on start is rolled
-back to the running version from the stop savepoint.
+back to the running version from the stop savepoint. The first two runs go through ``airflow dags test`` (as
+``make demo`` runs it), whose whole log must be clean: no traceback, no error, a refusal's reason in one line.
 """
 
 from __future__ import annotations
@@ -122,10 +123,12 @@ def _messages(env: dict[str, Any], since: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def upgraded_to_v2(env: dict[str, Any]) -> dict[str, Any]:
+    """v1 -> v2 with ``airflow dags test``, as ``make demo`` runs it: the run's outcome and its whole log, as a user
+    reads it (one run serves both)."""
     since = len(env["webhook"].received)
     new = _version("v2", "v2.yaml", env["work"] / "audit-v2")
-    run = _run(_conf(env, new, job_name="keyed-stats-v1", current=env["v1"]))
-    return {"run": run, "since": since, "new": new}
+    run, log = _run_cli(_conf(env, new, job_name="keyed-stats-v1", current=env["v1"]))
+    return {"run": run, "since": since, "new": new, "log": log}
 
 
 def test_v1_to_v2_through_the_migration_branch(env: dict[str, Any], upgraded_to_v2: dict[str, Any]):
@@ -145,6 +148,12 @@ def test_v1_to_v2_through_the_migration_branch(env: dict[str, Any], upgraded_to_
     run_dir = _run_dir(env, "keyed-stats-v1", run)
     assert entry["savepoint"] == str(run_dir / "migrated" / "savepoint")
     assert client.checkpoints(entry["job_id"]).restored_from.removeprefix("file:") == entry["savepoint"]
+    assert (run_dir / "migrated" / "savepoint" / "_metadata").is_file() and not (run_dir / "as-is").exists()
+    # The log is clean: through the migration branch restore_path_as_is was skipped, and nothing pulls what it never
+    # pushed; no error, no traceback.
+    log = upgraded_to_v2["log"]
+    assert "XCom not found" not in log and "[error" not in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
 
     # Every savepoint and report of the run is kept in its folder, the reports beside what they judged.
     preflight = json.loads((run_dir / "preflight" / "check-report.json").read_text())
@@ -182,9 +191,9 @@ def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict
     since = len(env["webhook"].received)
     entry = _registry(env)["keyed-stats-v1"]
     new = _version("v3", "v3.yaml", env["work"] / "audit-v3-refused")
-    run = _run(_conf(env, new, job_id=entry["job_id"]))
+    run, log = _run_cli(_conf(env, new, job_id=entry["job_id"]))
     states = _states(run)
-    assert str(run.state) == "failed"
+    assert str(run.state) == "failed", log[-5000:]
     assert states["alert_incompatible"] == "success" and states["conclude"] == "failed", states
     for task in ("stop_for_restore", "stop_for_migration", "migrate", "submit_new"):
         assert states[task] == "skipped", (task, states)
@@ -205,6 +214,13 @@ def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict
     assert "REFUSED" in texts[0] and "nothing was stopped" in texts[0], texts
     assert f"RUNNING now: the old version (sample-job-v2.jar) as job {entry['job_id']}" in texts[0]
     assert "POJO_FIELD_TYPE_CHANGED" in texts[0] and "| stats | stats |" in texts[0]
+    # The log gives the reason in one line (the task's end), no traceback anywhere.
+    assert "Traceback" not in log, log[-5000:]
+    headline = ("Flink upgrade of keyed-stats-v1 REFUSED: the new version cannot restore the state; nothing was "
+                f"stopped. RUNNING now: the old version (sample-job-v2.jar) as job {entry['job_id']}.")
+    ended = [line for line in log.splitlines() if "Task exited" in line]
+    assert len(ended) == 1 and f"exit_code='{headline}'" in ended[0], ended or log[-5000:]
+    assert "XCom not found" not in log
 
 
 def test_check_only_changes_nothing(env: dict[str, Any], upgraded_to_v2: dict[str, Any]):
@@ -375,53 +391,18 @@ def test_flink_unreachable_changes_nothing_and_says_why(env: dict[str, Any], upg
     assert env["client"].job_state(entry["job_id"]) == "RUNNING" and _registry(env)["keyed-stats-v1"] == entry
 
 
-def _airflow_dags_test(conf: dict[str, Any]) -> str:
-    """One run with ``airflow dags test`` (as ``make demo`` runs it): Airflow's whole log of the run, as a user
-    reads it."""
+def _run_cli(conf: dict[str, Any]) -> tuple[Any, str]:
+    """One run with ``airflow dags test`` (as ``make demo`` runs it), in a process of its own on this session's
+    Airflow database: the run (read back from the database) and Airflow's whole log of it."""
     import subprocess
 
+    from airflow.models.dagrun import DagRun
+
+    before = {r.run_id for r in DagRun.find(dag_id="flink_state_upgrade")}
     env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
     result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "dags", "test", "flink_state_upgrade",
                              "-c", json.dumps(conf)], env=env, capture_output=True, text=True, timeout=900)
-    return result.stdout + result.stderr
-
-
-def test_the_logs_of_an_upgrade_and_of_a_refusal_are_clean(env: dict[str, Any]):
-    # A deployment of its own (job v1 under another name), so that the runs above are not disturbed.
-    client, work = env["client"], env["work"]
-    job = sample_job.submit(client, "v1", work / "logs-audit-v1", keys=KEYS, rate=100, parallelism=2)
-    job.wait_for_keys()
-    name = "keyed-stats-logs"
-    try:
-        current = _version("v1", "v1.yaml", work / "logs-audit-v1")
-        upgraded = _airflow_dags_test(_conf(env, _version("v2", "v2.yaml", work / "logs-audit-v2"), job_name=name,
-                                            job_id=job.job_id, current=current))
-        assert name in (_registry(env) if (env["base"] / "deployments.json").exists() else {}), upgraded[-5000:]
-        deployed = _registry(env)[name]
-        assert deployed["version"]["jar"].endswith("sample-job-v2.jar"), upgraded[-3000:]
-        assert client.job_state(deployed["job_id"]) == "RUNNING"
-        # Through the migration branch, so restore_path_as_is was skipped: nothing pulls what it never pushed.
-        run_dir = _run_dir(env, name, None)
-        assert json.loads((run_dir / "run.json").read_text())["outcome"] == "upgraded"
-        assert (run_dir / "migrated" / "savepoint" / "_metadata").is_file() and not (run_dir / "as-is").exists()
-        assert "XCom not found" not in upgraded and "[error" not in upgraded, upgraded[-3000:]
-        assert "Traceback" not in upgraded
-
-        refused = _airflow_dags_test(_conf(env, _version("v3", "v3.yaml", work / "logs-audit-v3"), job_name=name,
-                                           job_id=deployed["job_id"]))
-        run_dir = _run_dir(env, name, None)
-        assert json.loads((run_dir / "run.json").read_text())["outcome"] == "refused", refused[-3000:]
-        assert client.job_state(deployed["job_id"]) == "RUNNING"
-        # The reason in one line (the task's end), no traceback anywhere; the alert itself is logged as sent.
-        assert "Traceback" not in refused, refused[-5000:]
-        headline = (f"Flink upgrade of {name} REFUSED: the new version cannot restore the state; nothing was "
-                    f"stopped. RUNNING now: the old version (sample-job-v2.jar) as job {deployed['job_id']}.")
-        ended = [line for line in refused.splitlines() if "Task exited" in line]
-        assert len(ended) == 1 and f"exit_code='{headline}'" in ended[0], ended or refused[-5000:]
-        assert "XCom not found" not in refused
-    finally:  # this deployment's jobs end here (v1, or the v2 that replaced it)
-        registry = env["base"] / "deployments.json"
-        ours = {job.job_id, json.loads(registry.read_text()).get(name, {}).get("job_id") if registry.exists() else None}
-        for listed in client.list_jobs():
-            if listed["state"] == "RUNNING" and listed["jid"] in ours:
-                client.cancel(listed["jid"])
+    log = result.stdout + result.stderr
+    runs = [r for r in DagRun.find(dag_id="flink_state_upgrade") if r.run_id not in before]
+    assert len(runs) == 1, log[-5000:]
+    return runs[0], log
