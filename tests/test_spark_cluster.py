@@ -10,7 +10,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,25 @@ def spark_submit(master: str, job: str, *args: str | Path) -> subprocess.Complet
                           capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.fixture(scope="module")
+def cluster_migrations(cluster: SparkStandaloneCluster, s3: Any) -> Callable[[str, str], str]:
+    """(source, manifest) -> the S3 prefix (in BUCKET) of that source's migration on the cluster, run once per
+    module: the migration test compares it with local mode's bytes, the corruption test corrupts a copy of it."""
+    done: dict[tuple[str, str], str] = {}
+
+    def migrated(source: str, manifest: str) -> str:
+        if (source, manifest) not in done:
+            output = f"{source}-cluster"
+            result = spark_submit(cluster.master_url, "migrate_state.py", f"s3://{BUCKET}/sources/{source}",
+                                  "--schema", MANIFESTS / manifest, "--output", f"s3://{BUCKET}/{output}", "--units",
+                                  "5", "--json")
+            assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+            done[source, manifest] = output
+        return done[source, manifest]
+
+    return migrated
+
+
 def _objects(s3: Any, prefix: str) -> dict[str, bytes]:
     listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/").get("Contents", [])
     return {o["Key"][len(prefix) + 1:]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
@@ -91,14 +110,18 @@ def test_check_job_on_the_cluster_reports_what_local_mode_reports(cluster: Spark
 
 @pytest.mark.parametrize("source, manifest", [("heap-p1", "v2.yaml"), ("rocksdb-p2-snappy", "v3-with-conversion.yaml")])
 def test_migrate_job_on_the_cluster_writes_local_modes_bytes_and_verifies_on_the_executors(
-    cluster: SparkStandaloneCluster, s3: Any, tmp_path: Path, source: str, manifest: str
+    cluster: SparkStandaloneCluster, s3: Any, cluster_migrations: Callable[[str, str], str], tmp_path: Path,
+    source: str, manifest: str
 ):
     outputs = {}
-    for name, master, units in (("cluster", cluster.master_url, "5"), ("local", "local[2]", "2")):
-        output = f"s3://{BUCKET}/{source}-{name}"
-        result = spark_submit(master, "migrate_state.py", f"s3://{BUCKET}/sources/{source}", "--schema",
-                              MANIFESTS / manifest, "--output", output, "--units", units, "--json")
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    for name in ("cluster", "local"):
+        if name == "cluster":
+            assert cluster_migrations(source, manifest) == f"{source}-cluster"
+        else:
+            result = spark_submit("local[2]", "migrate_state.py", f"s3://{BUCKET}/sources/{source}", "--schema",
+                                  MANIFESTS / manifest, "--output", f"s3://{BUCKET}/{source}-local", "--units", "2",
+                                  "--json")
+            assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         outputs[name] = _objects(s3, f"{source}-{name}")
         assert _objects(s3, f".{source}-{name}.inprogress") == {} and _objects(s3, f"{source}-{name}.parts") == {}
         assert _objects(s3, f".{source}-{name}.parts.inprogress") == {}
@@ -120,12 +143,13 @@ def test_migrate_job_on_the_cluster_writes_local_modes_bytes_and_verifies_on_the
         :len(recheck["verification"])]
 
 
-def test_a_corrupted_migration_is_refused_by_the_recheck_on_the_cluster(cluster: SparkStandaloneCluster, s3: Any):
+def test_a_corrupted_migration_is_refused_by_the_recheck_on_the_cluster(
+    cluster: SparkStandaloneCluster, s3: Any, cluster_migrations: Callable[[str, str], str]
+):
     source = "heap-p1"  # uncompressed: flipping a byte inside a block keeps the block parseable
     output = f"{source}-to-corrupt"
-    result = spark_submit(cluster.master_url, "migrate_state.py", f"s3://{BUCKET}/sources/{source}", "--schema",
-                          MANIFESTS / "v2.yaml", "--output", f"s3://{BUCKET}/{output}")
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    # A copy of the cluster's migration of this source (the migration test's, run once), corrupted below.
+    copy_savepoint(f"s3://{BUCKET}/{cluster_migrations(source, 'v2.yaml')}", f"s3://{BUCKET}/{output}")
     stream = next(name for name in _objects(s3, output) if name.startswith("keyed-"))
     body = bytearray(s3.get_object(Bucket=BUCKET, Key=f"{output}/{stream}")["Body"].read())
     # Inside a value, whatever the job wrote: v2's new field holds its default, "migrated", in every stats value.
