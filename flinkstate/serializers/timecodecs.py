@@ -61,6 +61,22 @@ def _epoch_millis_codec(model: type[times.EpochMillis]) -> tuple[Decoder, Encode
     return decode, encode
 
 
+def _temporal_encoder(model: type, from_python: Callable[[Any], Any], python_type: type, null: bytes,
+                      fields: Callable[[Any], bytes]) -> Encoder:
+    """The encoder of one of the java.time / java.sql models: ``null`` for None, else ``fields`` of the model value
+    (a Python date/time converted exactly first, anything else refused)."""
+
+    def encode(value: Any, out: bytearray) -> None:
+        if value is None:
+            out += null
+            return
+        if type(value) is not model:
+            value = _coerce(value, model, from_python, python_type)
+        out += fields(value)
+
+    return encode
+
+
 def _decode_sql_timestamp(buf: bytes, off: int) -> tuple[times.SqlTimestamp | None, int]:
     millis, nanos = _I64_I32.unpack_from(buf, off)
     if millis == LONG_MIN:  # null: the nanos int is a 0 placeholder
@@ -70,15 +86,6 @@ def _decode_sql_timestamp(buf: bytes, off: int) -> tuple[times.SqlTimestamp | No
     # new Timestamp(millis).setNanos(nanos): the whole seconds come from millis, the fraction from nanos (Flink
     # writes getTime(), which already agrees with nanos; this is what Java reads from any bytes).
     return _make_sql_timestamp(millis - millis % 1000 + nanos // 1_000_000, nanos), off + 12
-
-
-def _encode_sql_timestamp(value: times.SqlTimestamp | None, out: bytearray) -> None:
-    if value is None:
-        out += _SQL_TIMESTAMP_NULL
-        return
-    if type(value) is not times.SqlTimestamp:
-        value = _coerce(value, times.SqlTimestamp, times.SqlTimestamp.from_datetime, dt.datetime)
-    out += _I64_I32.pack(value.millis, value.nanos)
 
 
 def _decode_instant(buf: bytes, off: int) -> tuple[times.Instant | None, int]:
@@ -93,15 +100,6 @@ def _decode_instant(buf: bytes, off: int) -> tuple[times.Instant | None, int]:
         raise _bad(f"Instant ({seconds} s, {nanos} ns): {e}", off) from None
 
 
-def _encode_instant(value: times.Instant | None, out: bytearray) -> None:
-    if value is None:
-        out += _INSTANT_NULL
-        return
-    if type(value) is not times.Instant:
-        value = _coerce(value, times.Instant, times.Instant.from_datetime, dt.datetime)
-    out += _I64_I32.pack(value.seconds, value.nanos)
-
-
 def _decode_local_date(buf: bytes, off: int) -> tuple[times.LocalDate | None, int]:
     year, month, day = _LOCAL_DATE.unpack_from(buf, off)
     if 1 <= month <= 12 and 1 <= day <= _MONTH_DAYS[month] and _YEAR_MIN <= year <= _YEAR_MAX:
@@ -114,15 +112,6 @@ def _decode_local_date(buf: bytes, off: int) -> tuple[times.LocalDate | None, in
         raise _bad(f"LocalDate: {e}", off) from None
 
 
-def _encode_local_date(value: times.LocalDate | None, out: bytearray) -> None:
-    if value is None:
-        out += _LOCAL_DATE_NULL
-        return
-    if type(value) is not times.LocalDate:
-        value = _coerce(value, times.LocalDate, times.LocalDate.from_date, dt.date)
-    out += _LOCAL_DATE.pack(value.year, value.month, value.day)
-
-
 def _decode_local_time(buf: bytes, off: int) -> tuple[times.LocalTime | None, int]:
     hour, minute, second, nano = _LOCAL_TIME.unpack_from(buf, off)
     if 0 <= hour < 24 and 0 <= minute < 60 and 0 <= second < 60 and 0 <= nano < _NANOS:
@@ -130,15 +119,6 @@ def _decode_local_time(buf: bytes, off: int) -> tuple[times.LocalTime | None, in
     if hour == -128:
         return None, off + 7
     raise _bad(f"LocalTime: invalid time {hour}:{minute}:{second}.{nano}", off)
-
-
-def _encode_local_time(value: times.LocalTime | None, out: bytearray) -> None:
-    if value is None:
-        out += _LOCAL_TIME_NULL
-        return
-    if type(value) is not times.LocalTime:
-        value = _coerce(value, times.LocalTime, times.LocalTime.from_time, dt.time)
-    out += _LOCAL_TIME.pack(value.hour, value.minute, value.second, value.nano)
 
 
 def _decode_local_date_time(buf: bytes, off: int) -> tuple[times.LocalDateTime | None, int]:
@@ -156,16 +136,17 @@ def _decode_local_date_time(buf: bytes, off: int) -> tuple[times.LocalDateTime |
         raise _bad(f"LocalDateTime: {e}", off) from None
 
 
-def _encode_local_date_time(value: times.LocalDateTime | None, out: bytearray) -> None:
-    if value is None:
-        out += _LOCAL_DATE_TIME_NULL
-        return
-    if type(value) is not times.LocalDateTime:
-        value = _coerce(value, times.LocalDateTime, times.LocalDateTime.from_datetime, dt.datetime)
-    out += _LOCAL_DATE_TIME.pack(value.year, value.month, value.day, value.hour, value.minute, value.second,
-                                 value.nano)
-
-
+_encode_sql_timestamp = _temporal_encoder(times.SqlTimestamp, times.SqlTimestamp.from_datetime, dt.datetime,
+                                          _I64_I32.pack(LONG_MIN, 0), lambda v: _I64_I32.pack(v.millis, v.nanos))
+_encode_instant = _temporal_encoder(times.Instant, times.Instant.from_datetime, dt.datetime,
+                                    _I64_I32.pack(LONG_MIN, INT_MIN), lambda v: _I64_I32.pack(v.seconds, v.nanos))
+_encode_local_date = _temporal_encoder(times.LocalDate, times.LocalDate.from_date, dt.date, _LOCAL_DATE_NULL,
+                                       lambda v: _LOCAL_DATE.pack(v.year, v.month, v.day))
+_encode_local_time = _temporal_encoder(times.LocalTime, times.LocalTime.from_time, dt.time, _LOCAL_TIME_NULL,
+                                       lambda v: _LOCAL_TIME.pack(v.hour, v.minute, v.second, v.nano))
+_encode_local_date_time = _temporal_encoder(
+    times.LocalDateTime, times.LocalDateTime.from_datetime, dt.datetime, _LOCAL_DATE_NULL + _LOCAL_TIME_NULL,
+    lambda v: _LOCAL_DATE_TIME.pack(v.year, v.month, v.day, v.hour, v.minute, v.second, v.nano))
 _make_instant = times.unchecked_instant
 _make_sql_timestamp = times.unchecked_sql_timestamp
 _make_local_time = times.unchecked_local_time
@@ -173,9 +154,6 @@ _make_local_date = times.unchecked_local_date
 _make_local_date_time = times.unchecked_local_date_time
 _INSTANT_MIN, _INSTANT_MAX = times.INSTANT_MIN_SECONDS, times.INSTANT_MAX_SECONDS
 _YEAR_MIN, _YEAR_MAX = times.YEAR_MIN, times.YEAR_MAX
-_INSTANT_NULL = _I64_I32.pack(LONG_MIN, INT_MIN)
-_SQL_TIMESTAMP_NULL = _I64_I32.pack(LONG_MIN, 0)
-_LOCAL_DATE_TIME_NULL = _LOCAL_DATE_NULL + _LOCAL_TIME_NULL
 #: Days per month (index 1..12) valid in every year; February 29 takes the full (leap year) check.
 _MONTH_DAYS = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
