@@ -152,6 +152,21 @@ def _schema_with_keys(tmp_path: Path, key: str = KEY_TYPE) -> Path:
     return manifest
 
 
+def test_dump_reads_the_keys_with_the_key_type_given() -> None:
+    cli = [sys.executable, "-m", "flinkstate", "dump", str(CHECKPOINT), "--operator", FLAT_MAPS[0], "--state",
+           "state-name"]
+    dumped = subprocess.run([*cli, "--key", KEY_TYPE], capture_output=True, text=True)
+    assert (dumped.returncode, dumped.stderr) == (0, "")
+    assert sorted(dumped.stdout.splitlines()) == [f'{{"key": [{k}], "namespace": null, "value": {k}}}'
+                                                  for k in range(4)]
+    wrong = subprocess.run([*cli, "--key", "Tuple8<Boolean, Boolean, Boolean, Boolean, Boolean, Boolean, Boolean, "
+                                           "Boolean>"], capture_output=True, text=True)
+    assert wrong.returncode == 1 and len(wrong.stderr.splitlines()) == 1 and "belongs to key group" in wrong.stderr
+    recorded = subprocess.run([*cli[:5], "--operator", TIMELY[0], "--state", "state-name", "--key", KEY_TYPE],
+                              capture_output=True, text=True)
+    assert recorded.returncode == 1 and "records its key serializer" in recorded.stderr
+
+
 def test_schema_check_and_identity_migrate_with_the_key_type_given(tmp_path: Path) -> None:
     """schema (the flat maps' key type given) -> check -> identity migrate: the output is canonical, keeps every
     operator, and its entries are the checkpoint's (keys decoded) and those of the canonical savepoints that Flink
@@ -223,7 +238,7 @@ def test_migrate_without_the_key_type_is_refused_in_one_line() -> None:
 
 @pytest.mark.parametrize(("key", "expected"), [
     ("Integer", "change 0 (SET): value decoded to -4 bytes beyond the change"),
-    ("String", "state state-name (keys read as String, the new version's key type: the checkpoint records none)"),
+    ("String", "state state-name (keys read as String, a key type the checkpoint does not record)"),
     # 8 bytes as the Longs, but Boolean hashes are not Long's: the key group Flink logged the key in says so
     ("Tuple8<Boolean, Boolean, Boolean, Boolean, Boolean, Boolean, Boolean, Boolean>",
      "belongs to key group 3: the job's key type is another"),

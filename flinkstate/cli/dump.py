@@ -1,4 +1,4 @@
-"""``flinkstate dump SAVEPOINT --operator UID_OR_HEX_ID --state NAME``: one JSON line per entry,
+"""``flinkstate dump SAVEPOINT --operator UID_OR_HEX_ID --state NAME [--key TYPE]``: one JSON line per entry,
 ``{"key": K, "namespace": N, "value": V}`` (MAP state adds ``"user_key"``, one line per user key; timer states give
 the timestamp as value). Value encoding: see :mod:`flinkstate.jsonify`; VoidNamespace is null.
 
@@ -28,6 +28,7 @@ from flinkstate import (
     source_split,
     to_json,
     track,
+    type_snapshot,
 )
 from flinkstate.cli.verbose import log, phase, savepoint_opened
 
@@ -39,6 +40,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--operator", required=True, metavar="UID_OR_HEX_ID",
                         help="operator uid (hashed like Flink) or 32-hex operator id")
     parser.add_argument("--state", required=True, metavar="NAME", help="keyed or operator state name")
+    parser.add_argument("--key", metavar="TYPE",
+                        help="read the keys as TYPE where the snapshot records no key serializer (a changelog "
+                             "checkpoint never materialized, without timers; keys are bytes otherwise): each must "
+                             "decode to exactly its bytes and hash to its key group")
     parser.set_defaults(handler=_run)
 
 
@@ -47,6 +52,14 @@ def _run(args: argparse.Namespace) -> int:
         savepoint = Savepoint.open(args.savepoint)
     operator = savepoint.operator(args.operator)
     savepoint_opened(savepoint, operator)
+    if args.key is not None:
+        if not savepoint.unrecorded_key(operator):
+            raise FlinkStateError(f"--key: {savepoint.label(operator)} records its key serializer (--key is for "
+                                  f"changelog checkpoints that do not)")
+        try:
+            savepoint.assume_key_serializer(operator, type_snapshot(args.key, "--key"))
+        except FlinkStateError as exc:
+            raise FlinkStateError(f"--key {printable(args.key)}: {exc}") from None
     if args.state in savepoint.operator_state_modes(operator) and not _is_keyed(savepoint, operator, args.state):
         with phase(f"dump {printable(args.state)}"):
             written = _write_operator_state(savepoint.iter_operator_state(operator, args.state), sys.stdout.write,

@@ -305,8 +305,7 @@ class ChangelogStream(KeyedStateStream):
         if not len(wanted):
             return
         assumed = "" if self._key_recorded or header.key_serializer is None else \
-            f" (keys read as {header.key_serializer.type_name()}, the new version's key type: the checkpoint records " \
-            f"none)"
+            f" (keys read as {header.key_serializer.type_name()}, a key type the checkpoint does not record)"
         applier = Applier(state, header, f"{self.context}, state {state_name}{assumed}")
         changes = self._changes_of(state_name, wanted)
         bases = [part.iter_blocks(state_name, wanted) for part in self.materialized
@@ -343,9 +342,9 @@ class ChangelogStream(KeyedStateStream):
                 return
             if want != key_group:
                 raise SavepointFormatError(f"{self.context}, state {state_name}, key group {key_group}: the key "
-                                           f"{printable(to_json(entry[0]))}, read as {key.type_name()} (the new "
-                                           f"version's key type: the checkpoint records none), belongs to key group "
-                                           f"{want}: the job's key type is another", self.source.path)
+                                           f"{printable(to_json(entry[0]))}, read as {key.type_name()} (a key type "
+                                           f"the checkpoint does not record), belongs to key group {want}: the job's "
+                                           f"key type is another", self.source.path)
 
     def canonical_entries(self, key_group: int) -> list[tuple[int, list[tuple[Any, ...]]]]:
         """``(state id, entries)`` of every state of :meth:`header` holding entries in ``key_group``, as the log leaves
