@@ -13,6 +13,7 @@ except the processing-time timers' timestamps.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ import pytest
 from flinkstate.binary import operator_id_from_uid
 from flinkstate.errors import FlinkStateError
 from flinkstate.format.changelog_handles import ChangelogBackendHandle, InMemoryChangelogHandle
-from flinkstate.format.handles import SAVEPOINT_KEY_GROUPS, KeyGroupsStateHandle
+from flinkstate.format.handles import SAVEPOINT_KEY_GROUPS, KeyGroupsStateHandle, RelativeFileStateHandle
 from flinkstate.format.metadata import read_metadata, write_metadata
 from flinkstate.manifest import load_manifest
 from flinkstate.migration.job import MigrationJob
@@ -150,6 +151,48 @@ def _schema_with_keys(tmp_path: Path, key: str = KEY_TYPE) -> Path:
                                   *(arg for uid in FLAT_MAPS for arg in ("--key", f"{uid}={key}"))])
     assert (status, stderr) == (0, ""), stderr
     return manifest
+
+
+def _one_subtask_materialized(tmp_path: Path) -> Path:
+    """The checkpoint with the flat map's subtask 1 given a materialized part: Flink 1.16's savepoint of the same
+    program has the same key-group ranges, so its key groups file of that subtask serves as the HashMap snapshot the
+    log was taken after (its SETs write the same values again). Its header records the key serializer; the other
+    subtasks of the operator still record none (materialization runs per subtask, so such a mix happens)."""
+    target = tmp_path / "checkpoint"
+    shutil.copytree(CHECKPOINT, target)
+    savepoint = read_metadata((SAVEPOINTS[0] / "_metadata").read_bytes())
+    metadata = read_metadata((target / "_metadata").read_bytes())
+    flat_map = operator_id_from_uid(FLAT_MAPS[0])
+    (materialized,) = [op.subtasks[1].managed_keyed_state for op in savepoint.operators
+                       if op.operator_id == flat_map]
+    assert isinstance(materialized, KeyGroupsStateHandle)
+    delegate = materialized.delegate
+    assert isinstance(delegate, RelativeFileStateHandle)
+    shutil.copy(SAVEPOINTS[0] / delegate.relative_path, target / delegate.relative_path)
+    (op,) = [op for op in metadata.operators if op.operator_id == flat_map]
+    handle = op.subtasks[1].managed_keyed_state
+    assert isinstance(handle, ChangelogBackendHandle) and handle.key_group_range == materialized.key_group_range
+    op.subtasks[1].managed_keyed_state = dataclasses.replace(handle, materialized=(materialized,))
+    (target / "_metadata").write_bytes(write_metadata(metadata))
+    return target
+
+
+def test_a_subtask_without_the_key_serializer_reads_its_siblings(tmp_path: Path) -> None:
+    checkpoint = _one_subtask_materialized(tmp_path)
+    sp = Savepoint.open(checkpoint)
+    assert not sp.unrecorded_key(FLAT_MAPS[0])
+    header = sp.keyed_header(FLAT_MAPS[0])
+    assert header is not None and header.key_serializer is not None
+    assert header.key_serializer.type_name() == KEY_TYPE
+    assert sorted(sp.iter_entries(FLAT_MAPS[0], "state-name")) == [((k,), None, k) for k in range(4)]
+    # schema needs no --key for it now (the other flat map still does), and the migration writes the same bytes
+    # as with the key given
+    manifest = tmp_path / "m.yaml"
+    status, _, stderr = _run_cli(["schema", str(checkpoint), "-o", str(manifest), "--key",
+                                  f"{FLAT_MAPS[1]}={KEY_TYPE}"])
+    assert (status, stderr) == (0, ""), stderr
+    key = load_manifest(manifest).operators[operator_id_from_uid(FLAT_MAPS[0])].key
+    assert key is not None and key.type_name() == KEY_TYPE
 
 
 def test_dump_reads_the_keys_with_the_key_type_given() -> None:
