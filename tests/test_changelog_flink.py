@@ -100,7 +100,7 @@ class Written:
 def dstl_cluster(work_dir: Path, root: Path, *, compressed: bool) -> LocalFlinkCluster:
     """A Flink 2.3 cluster whose TaskManager logs state changes to files under <root>/dstl (Snappy-framed or not:
     ``state.changelog.dstl.dfs.compression.enabled`` is the TaskManager's too)."""
-    return LocalFlinkCluster(work_dir, slots=4, options={
+    return LocalFlinkCluster(work_dir, slots=8, options={
         "state.changelog.storage": "filesystem",
         "state.changelog.dstl.dfs.base-path": (root / "dstl").as_uri(),
         "state.changelog.dstl.dfs.compression.enabled": str(compressed).lower(),
@@ -180,9 +180,8 @@ def keys_from_the_log(checkpoint: Path) -> set[str]:
     return {key for key in map(sample_job.key_name, range(KEYS)) if key_group_of(key, max_parallelism) in logged}
 
 
-def _write(cluster: LocalFlinkCluster, root: Path, name: str, backend: str, materialize: bool,
-           compressed: bool) -> Written:
-    client = cluster.client
+def _submit(cluster: LocalFlinkCluster, root: Path, name: str) -> sample_job.SampleJobRun:
+    backend, materialize, _ = VARIANTS[name]
     conf = {
         "state.changelog.enabled": "true",
         "state.changelog.periodic-materialize.enabled": str(materialize).lower(),
@@ -192,43 +191,52 @@ def _write(cluster: LocalFlinkCluster, root: Path, name: str, backend: str, mate
     }
     # Materializing: about one event per key and second, so that the log since the last materialization (about a
     # second) leaves some keys out.
-    run = sample_job.submit(client, "v1", root / name / "audit", keys=KEYS, rate=12 if materialize else 100,
-                            parallelism=2,
-                            state_backend=backend, extra_conf=conf, extra_args=["--checkpoint-interval-ms", "1000"])
-    try:
-        run.wait_for_keys()
-        wanted = "materialized" if materialize else "log"
-        deadline = time.monotonic() + 90
-        while True:
-            stats = client.checkpoints(run.job_id)
-            if stats.latest_completed_id is not None and stats.latest_completed_id >= MIN_CHECKPOINT_ID:
-                assert stats.latest_completed_path is not None
-                checkpoint = Path(stats.latest_completed_path.removeprefix("file:"))
-                # "materialized": some keys only in the materialized part (else the log alone, which SETs whole
-                # values and lists, could make up the state), some changed by the log, on every subtask.
-                if shape(checkpoint) == wanted and (
-                        not materialize or (all(logged_key_groups(checkpoint))
-                                            and 0 < len(keys_from_the_log(checkpoint)) < KEYS)):
-                    checkpoint_id = stats.latest_completed_id
-                    break
-            assert time.monotonic() < deadline, f"{name}: no {wanted} checkpoint in 90 s ({stats})"
-            time.sleep(0.5)
-        savepoint = Path(client.savepoint(run.job_id, str(root / name / "savepoints")).removeprefix("file:"))
-    finally:
-        client.cancel(run.job_id)
+    return sample_job.submit(cluster.client, "v1", root / name / "audit", keys=KEYS, rate=12 if materialize else 100,
+                             parallelism=2, state_backend=backend, extra_conf=conf,
+                             extra_args=["--checkpoint-interval-ms", "1000"])
+
+
+def _take(cluster: LocalFlinkCluster, root: Path, name: str, run: sample_job.SampleJobRun) -> Written:
+    """The first retained checkpoint of the running job that has the variant's shape, and a savepoint right after."""
+    backend, materialize, compressed = VARIANTS[name]
+    client = cluster.client
+    run.wait_for_keys()
+    wanted = "materialized" if materialize else "log"
+    deadline = time.monotonic() + 90
+    while True:
+        stats = client.checkpoints(run.job_id)
+        if stats.latest_completed_id is not None and stats.latest_completed_id >= MIN_CHECKPOINT_ID:
+            assert stats.latest_completed_path is not None
+            checkpoint = Path(stats.latest_completed_path.removeprefix("file:"))
+            # "materialized": some keys only in the materialized part (else the log alone, which SETs whole
+            # values and lists, could make up the state), some changed by the log, on every subtask.
+            if shape(checkpoint) == wanted and (
+                    not materialize or (all(logged_key_groups(checkpoint))
+                                        and 0 < len(keys_from_the_log(checkpoint)) < KEYS)):
+                checkpoint_id = stats.latest_completed_id
+                break
+        assert time.monotonic() < deadline, f"{name}: no {wanted} checkpoint in 90 s ({stats})"
+        time.sleep(0.5)
+    savepoint = Path(client.savepoint(run.job_id, str(root / name / "savepoints")).removeprefix("file:"))
     return Written(checkpoint, checkpoint_id, savepoint, backend, materialize, compressed,
                    root / "dstl" / run.job_id / "dstl")
 
 
 @pytest.fixture(scope="module")
 def changelog_checkpoints(changelog_cluster: tuple[LocalFlinkCluster, Path]) -> dict[str, Written]:
+    """Every variant's job runs at once (compression is the TaskManager's: those on a second cluster); each
+    checkpoint is taken as soon as its job has one of its shape, then every job is cancelled."""
     cluster, root = changelog_cluster
-    written = {name: _write(cluster, root, name, backend, materialize, compressed)
-               for name, (backend, materialize, compressed) in VARIANTS.items() if not compressed}
     with dstl_cluster(root / "cluster-snappy", root, compressed=True) as snappy:
-        written |= {name: _write(snappy, root, name, backend, materialize, compressed)
-                    for name, (backend, materialize, compressed) in VARIANTS.items() if compressed}
-    return written
+        on = {name: snappy if VARIANTS[name][2] else cluster for name in VARIANTS}
+        runs: dict[str, sample_job.SampleJobRun] = {}
+        try:
+            for name in VARIANTS:
+                runs[name] = _submit(on[name], root, name)
+            return {name: _take(on[name], root, name, run) for name, run in runs.items()}
+        finally:
+            for name, run in runs.items():
+                on[name].client.cancel(run.job_id)
 
 
 def open_checkpoint(path: Path) -> Savepoint:
