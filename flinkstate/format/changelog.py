@@ -177,8 +177,8 @@ class ChangelogStream(KeyedStateStream):
             return cached
         try:
             source = StreamSource(self.location, handle, sized=False)
-            if source.size > MAX_LOG_FILE_BYTES:
-                raise SavepointFormatError(f"changelog file of {source.size} bytes, more than the "
+            if max(source.size, handle.size) > MAX_LOG_FILE_BYTES:
+                raise SavepointFormatError(f"changelog file of {max(source.size, handle.size)} bytes, more than the "
                                            f"{MAX_LOG_FILE_BYTES} this reader takes", source.path, 0)
             raw = source.read(0, source.size)
         except StorageError as exc:
@@ -188,10 +188,14 @@ class ChangelogStream(KeyedStateStream):
         if not raw:
             raise SavepointFormatError(f"{self.context}: empty changelog file", source.path, 0)
         if raw[0] == 1:
+            # Decompressed into the recorded size and one byte more, never further: a stream that expands past it
+            # is refused without being held in memory.
+            out = bytearray(handle.size + 1)
             try:
-                data = bytes(cramjam.snappy.decompress(raw[1:]))
+                data = bytes(memoryview(out)[:cramjam.snappy.decompress_into(raw[1:], out)])
             except Exception as exc:  # cramjam raises its own DecompressionError
-                raise SavepointFormatError(f"{self.context}: corrupted snappy changelog ({exc})", source.path,
+                raise SavepointFormatError(f"{self.context}: corrupted snappy changelog, or one longer than the "
+                                           f"{handle.size} bytes the metadata records ({exc})", source.path,
                                            1) from None
         elif raw[0] == 0:
             data = raw[1:]
