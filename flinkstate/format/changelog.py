@@ -64,12 +64,12 @@ MAX_LOG_FILE_BYTES = 1 << 30
 #: What the refusals call the format.
 CHANGELOG = "a changelog checkpoint (the changelog state backend)"
 
-_BACKEND_TYPES = {0: "KEY_VALUE", 3: "PRIORITY_QUEUE"}
+_BACKEND_TYPES = {0: "KEY_VALUE", 3: "PRIORITY_QUEUE"}  # StateMetaInfoSnapshot.BackendStateType codes in the log
 
 #: ``StateMetaInfoSnapshotReadersWriters``' versions the log's registrations carry: 6 (Flink 1.15, 1.16) and 7
 #: (``CURRENT_STATE_META_INFO_SNAPSHOT_VERSION`` since FLINK-30113, Flink 1.17+), read alike by its current reader
 #: (version 7 changed operator state only).
-META_INFO_VERSIONS = (6, 7)  # StateMetaInfoSnapshot.BackendStateType codes in the log
+META_INFO_VERSIONS = (6, 7)
 
 
 class _LogSource:
@@ -353,7 +353,7 @@ class ChangelogStream(KeyedStateStream):
     def canonical_entries(self, key_group: int) -> list[tuple[int, list[tuple[Any, ...]]]]:
         """``(state id, entries)`` of every state of :meth:`header` holding entries in ``key_group``, as the log leaves
         them (what a migration writes canonically). Calls in increasing key-group order read the log once per state;
-        a call for an earlier key group starts over."""
+        a call for the same or an earlier key group starts over."""
         if key_group <= self._cursor_key_group:
             self._cursors = {}
         self._cursor_key_group = key_group
