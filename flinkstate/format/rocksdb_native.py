@@ -12,6 +12,15 @@ The RocksDB instance is rebuilt in a private temporary directory from the handle
 files only, each bounded by its recorded size; containment was checked when the savepoint was opened) and opened
 read-only with ``rocksdict`` (a RocksDB binding). RocksDB iterates keys in byte order, and every key starts with its
 key group (big-endian), so entries come out grouped by key group in key-group order, as canonical blocks do.
+
+List state filled with ``add()`` (and every window's contents) is stored as merge operands, which RocksDB resolves on
+read with the column family's merge operator (Flink's: FRocksDB's ``StringAppendTESTOperator``, delimiter ``,``).
+rocksdict cannot set one, but it loads the column families' options from the snapshot's ``OPTIONS`` file, and
+RocksDB's options loader creates that built-in operator by its name. The database options stay rocksdict's defaults:
+the file's name the writer's own directories (``wal_dir``), which do not exist here. An iterator stops on an error
+(such as an operand without a merge operator) as if the data had ended: every scan checks the iterator's status when
+it stops, so an error is an error, never a shorter read. (The verifier checks this reader against an independent
+walk of the SST files: :mod:`flinkstate.format.sst_walk`.)
 """
 
 from __future__ import annotations
@@ -44,6 +53,10 @@ TAKE_CANONICAL = "take a canonical savepoint (Flink's default savepoint format)"
 _COPY_CHUNK = 1 << 20
 
 
+class _IteratorStopped(Exception):
+    """A RocksDB iterator stopped on an error, not at the end of its data (reported with the state it read)."""
+
+
 class NativeRocksDBStream(KeyedStateStream):
     """One subtask's native RocksDB snapshot, read like a canonical keyed stream: :meth:`header` from the meta state
     file, :meth:`iter_blocks` from the rebuilt RocksDB instance. What only canonical key-group blocks allow (copying
@@ -67,6 +80,7 @@ class NativeRocksDBStream(KeyedStateStream):
         self.heap_format = False
         self._directory: str | None = None
         self._db: Any = None
+        self._options_problem = ""
         # canonical_block's position: one raw iterator per state (by state id), and the key group it read last
         self._cursors: list[Any] | None = None
         self._cursor_group = -2  # never -1: the next call, even for key group 0, seeks
@@ -140,10 +154,13 @@ class NativeRocksDBStream(KeyedStateStream):
             self._copy(handle, os.path.join(directory, local_name))
         from rocksdict import AccessType, Options, Rdict
 
+        # the column families' options as written (merge operator included); without them, plain options, and a
+        # merge operand is then an iterator error, reported by _check_status with why the options are missing
+        loaded, self._options_problem = column_family_options(directory)
         try:
             families = Rdict.list_cf(directory, Options(raw_mode=True))
             self._db = Rdict(directory, options=Options(raw_mode=True),
-                             column_families={name: Options(raw_mode=True) for name in families},
+                             column_families={name: loaded.get(name) or Options(raw_mode=True) for name in families},
                              access_type=AccessType.read_only())
         except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
             raise SavepointFormatError(f"{self.context}: RocksDB cannot open the native snapshot's files: {exc}",
@@ -183,7 +200,38 @@ class NativeRocksDBStream(KeyedStateStream):
             shutil.rmtree(self._directory, ignore_errors=True)
             self._directory = None
 
+    def sst_files(self) -> list[tuple[str, str]]:
+        """``(path of the local copy, the savepoint's file for messages)`` of every SST file of the snapshot, for
+        readers of the files themselves (:mod:`flinkstate.format.sst_walk`)."""
+        self._open_db()
+        assert self._directory is not None
+        found = []
+        for local_name, handle in self._files():
+            if local_name.endswith(".sst"):
+                name = handle.relative_path if isinstance(handle, RelativeFileStateHandle) else \
+                    handle.path if isinstance(handle, FileStateHandle) else "_metadata"
+                found.append((os.path.join(self._directory, local_name),
+                              f"{self.location.describe(name)} ({local_name})"))
+        return found
+
     # -- entries -----------------------------------------------------------------------------------------------------
+
+    def _scan(self, db: Any, state_name: str, start_key: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` of one column family from ``start_key`` on, in key order, until the caller stops or the
+        column family ends; an iterator that stops on an error raises it (``_check_status``)."""
+        cursor = db.get_column_family(state_name).iter()
+        cursor.seek(start_key)
+        while cursor.valid():
+            yield bytes(cursor.key()), bytes(cursor.value())
+            cursor.next()
+        self._check_status(cursor)
+
+    def _check_status(self, cursor: Any) -> None:
+        """Raises the error an invalid iterator stopped on (none when it reached the end of its data)."""
+        try:
+            cursor.status()
+        except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
+            raise _IteratorStopped(f"RocksDB stopped reading on an error: {exc}{self._options_problem}") from None
 
     def iter_blocks(self, state_name: str, key_group_range: KeyGroupRange | None = None
                     ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
@@ -211,7 +259,7 @@ class NativeRocksDBStream(KeyedStateStream):
         entries: list[tuple[Any, ...]] = []
         start_key = wanted.start.to_bytes(prefix, "big")
         try:
-            for key, value in db.get_column_family(state_name).items(from_key=start_key):
+            for key, value in self._scan(db, state_name, start_key):
                 key_group = int.from_bytes(key[:prefix], "big")
                 if key_group > wanted.end:
                     break
@@ -222,13 +270,16 @@ class NativeRocksDBStream(KeyedStateStream):
                         assert current is not None
                         yield current, entries
                     current, entries = key_group, []
-                buf = bytes(key) + bytes(value)
+                buf = key + value
                 entries.append(decode_entry(buf, 0, len(key), len(key), len(buf)))
         except SavepointFormatError as exc:
             where = f", key group {current}" if current is not None else ""
             raise SavepointFormatError(f"{self.context}, state {state_name}{where}: {exc.what}",
                                        self.source.path) from None
-        except Exception as exc:  # RocksDB's status (e.g. an unmerged list operand), or an undecodable entry
+        except _IteratorStopped as exc:
+            where = f", after key group {current}" if current is not None else ""
+            raise SavepointFormatError(f"{self.context}, state {state_name}{where}: {exc}", self.source.path) from None
+        except Exception as exc:  # an undecodable entry
             where = f", key group {current}" if current is not None else ""
             raise SavepointFormatError(f"{self.context}, state {state_name}{where}: cannot read the entry "
                                        f"({type(exc).__name__}: {exc})", self.source.path) from None
@@ -271,15 +322,31 @@ class NativeRocksDBStream(KeyedStateStream):
                         raise SavepointFormatError(f"entry of key group {group} after key group {key_group - 1}")
                     pairs.append((key, bytes(cursor.value())))
                     cursor.next()
+                if not cursor.valid():
+                    self._check_status(cursor)
             except SavepointFormatError as exc:
                 raise SavepointFormatError(f"{self.context}, state {header.states[state_id].name}, key group "
                                            f"{key_group}: {exc.what}", self.source.path) from None
-            except Exception as exc:  # RocksDB's status (e.g. an unmerged list operand)
+            except _IteratorStopped as exc:
+                raise SavepointFormatError(f"{self.context}, state {header.states[state_id].name}, key group "
+                                           f"{key_group}: {exc}", self.source.path) from None
+            except Exception as exc:  # RocksDB's status text
                 raise SavepointFormatError(f"{self.context}, state {header.states[state_id].name}, key group "
                                            f"{key_group}: cannot read the entry ({type(exc).__name__}: {exc})",
                                            self.source.path) from None
             runs.append((state_id, pairs))
         return encode_block(runs)
+
+
+def column_family_options(directory: str) -> tuple[dict[str, Any], str]:
+    """rocksdict options per column family from the snapshot's ``OPTIONS`` file (RocksDB's loader creates the merge
+    operator it names), and ``""``; or no options and why they cannot be loaded (for messages)."""
+    from rocksdict import Options
+
+    try:
+        return Options.load_latest(directory, ignore_unknown_options=True)[1], ""
+    except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
+        return {}, f"; the snapshot's OPTIONS file cannot be loaded: {exc}"
 
 
 def iter_raw(stream: NativeRocksDBStream, state_name: str, key_group_range: KeyGroupRange | None = None
@@ -296,11 +363,14 @@ def iter_raw(stream: NativeRocksDBStream, state_name: str, key_group_range: KeyG
         wanted = wanted.intersection(key_group_range)
         if not len(wanted):
             return
-    for key, value in db.get_column_family(state_name).items(from_key=wanted.start.to_bytes(prefix, "big")):
-        key_group = int.from_bytes(key[:prefix], "big")
-        if key_group > wanted.end:
-            return
-        yield key_group, bytes(key), bytes(value)
+    try:
+        for key, value in stream._scan(db, state_name, wanted.start.to_bytes(prefix, "big")):
+            key_group = int.from_bytes(key[:prefix], "big")
+            if key_group > wanted.end:
+                return
+            yield key_group, key, value
+    except _IteratorStopped as exc:
+        raise SavepointFormatError(f"{stream.context}, state {state_name}: {exc}", stream.source.path) from None
 
 
 def native_handle_files(handle: IncrementalKeyedStateHandle) -> int:
@@ -308,4 +378,5 @@ def native_handle_files(handle: IncrementalKeyedStateHandle) -> int:
     return len(handle.shared) + len(handle.private)
 
 
-__all__ = ["NATIVE_ROCKSDB", "TAKE_CANONICAL", "NativeRocksDBStream", "iter_raw", "native_handle_files"]
+__all__ = ["NATIVE_ROCKSDB", "TAKE_CANONICAL", "NativeRocksDBStream", "column_family_options", "iter_raw",
+           "native_handle_files"]

@@ -7,11 +7,17 @@ As for canonical sources (``verify_entries._exact_source_entries``), every sourc
 the bytes Flink wrote before it is compared: a RocksDB entry to its key and value bytes; a heap element
 (``namespace, key, state``, the state serialized whole) to its bytes in the block. A codec that loses anything (a
 nanosecond, a NaN payload) is caught here, not hidden behind two equally shortened values.
-Memory: one key group's entries.
+
+The RocksDB reader is the migration's own reader, so a blind spot of it (entries it never returns, such as merge
+operands it could not resolve) would be the verifier's too. Its every (key, value) is therefore checked against an
+independent walk of the snapshot's SST files (:mod:`flinkstate.format.sst_walk`, pure Python, no RocksDB), in key
+order: a key either side lacks, or a value that differs, refuses the migration.
+Memory: one key group's entries, and one data block per SST file of the state's column family.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,6 +28,7 @@ from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMeta
 from flinkstate.format.keyed_stream import KeyedStateStream
 from flinkstate.format.metadata import OperatorState
 from flinkstate.format.rocksdb_native import NativeRocksDBStream, iter_raw
+from flinkstate.format.sst_walk import SstTable, column_family_tables, resolved_entries
 from flinkstate.migration.canonical import show
 from flinkstate.migration.plan import OperatorPlan, StateRewrite
 from flinkstate.migration.rewrite import StateCodec
@@ -89,8 +96,11 @@ def native_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
 def _rocksdb_entries(stream: NativeRocksDBStream, op: OperatorState, header: KeyedBackendHeader, state_id: int,
                      key_groups: KeyGroupRange | None) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
     codec = _identity_codec(op, header, state_id, stream.prefix_bytes)
+    name = header.states[state_id].name
+    walked = _walked_entries(stream, name, key_groups)
     current, entries = -1, list[tuple[Any, ...]]()
-    for kg, key, value in iter_raw(stream, header.states[state_id].name, key_groups):
+    for kg, key, value in iter_raw(stream, name, key_groups):
+        _same_as_walked(kg, key, value, walked)
         if kg != current:
             if entries:
                 yield current, entries
@@ -98,8 +108,57 @@ def _rocksdb_entries(stream: NativeRocksDBStream, op: OperatorState, header: Key
         data = key + value
         entries.append(_codec_exact(codec, data, (0, len(key), len(key), len(data)), (key, value), kg, header,
                                     state_id))
+    missed = next(walked, None)
+    if missed is not None:
+        raise _reader_missed(missed)
     if entries:
         yield current, entries
+
+
+#: A native stream's SST files by column family, opened once per stream (the verifier reads a stream per state).
+_TABLES: weakref.WeakKeyDictionary[NativeRocksDBStream, dict[str, list[SstTable]]] = weakref.WeakKeyDictionary()
+
+
+def _walked_entries(stream: NativeRocksDBStream, state_name: str, key_groups: KeyGroupRange | None
+                    ) -> Iterator[tuple[int, bytes, bytes, str]]:
+    """``(key group, key, value, SST file)`` of one state inside the stream's key-group range (and ``key_groups``),
+    in key order, as the walk of the SST files resolves them."""
+    wanted = stream.key_group_range if key_groups is None else stream.key_group_range.intersection(key_groups)
+    if not len(wanted):
+        return
+    if stream not in _TABLES:
+        _TABLES[stream] = column_family_tables(stream.sst_files())
+    prefix = stream.prefix_bytes
+    for key, value, file in resolved_entries(_TABLES[stream].get(state_name, []), wanted.start.to_bytes(prefix, "big")):
+        key_group = int.from_bytes(key[:prefix], "big")
+        if key_group > wanted.end:
+            return
+        yield key_group, key, value, file
+
+
+def _same_as_walked(kg: int, key: bytes, value: bytes, walked: Iterator[tuple[int, bytes, bytes, str]]) -> None:
+    """The reader's next entry is the walk's next one; else the first difference, in one line."""
+    want = next(walked, None)
+    if want is not None and want[1] < key:
+        raise _reader_missed(want)
+    if want is None or want[1] > key:
+        raise NativeVerificationError(f"key group {kg}: the RocksDB reader returned key {_shown(key)}, which the "
+                                      f"snapshot's SST files do not hold (an independent walk of them)")
+    if want[2] != value:
+        raise NativeVerificationError(f"key group {kg}: key {_shown(key)}: the RocksDB reader's value ({len(value)} "
+                                      f"bytes) is not the one the SST file {want[3]} resolves to ({len(want[2])} "
+                                      f"bytes; an independent walk of the files)")
+
+
+def _reader_missed(walked: tuple[int, bytes, bytes, str]) -> NativeVerificationError:
+    kg, key, _, file = walked
+    return NativeVerificationError(f"key group {kg}: the RocksDB reader did not return key {_shown(key)}, which the "
+                                   f"SST file {file} holds (an independent walk of the snapshot's files): entries "
+                                   f"would be lost")
+
+
+def _shown(key: bytes) -> str:
+    return "0x" + key[:24].hex() + ("..." if len(key) > 24 else "")
 
 
 def _canonical_entries(stream: KeyedStateStream, op: OperatorState, header: KeyedBackendHeader, state_id: int,
