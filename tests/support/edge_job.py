@@ -119,16 +119,17 @@ def sql_timestamp(k: int, n: int) -> str:
     return iso_local(seconds(k, n + 2), nanos(k, n, 3)) + "Z"
 
 
-def expected_state(key: str, n: int, version: str = "v1") -> dict[str, Any]:
+def expected_state(key: str, n: int, version: str = "v1", *, shape_by_key: bool = False) -> dict[str, Any]:
     """Every state of the ``edge`` operator for ``key`` after its n-th event (n >= 1), as the job's audit prints it
     and as ``flinkstate dump`` must print it (a decoded Kryo value there is ``{"type", "class", "value"}``, with this
-    value; the opaque Kryo state is ``{"type", "base64"}``)."""
+    value; the opaque Kryo state is ``{"type", "base64"}``). ``shape_by_key``: the job ran with ``--shape-by-key
+    true`` (each key keeps one Shape subclass)."""
     k = key_index(key)
     event: dict[str, Any] = {"key": key, "n": n, "at": instant(k, n + 1)}
     if version == "v2":
         event.update(added=n * 10, boxedAdded=-n)
     shape: dict[str, Any] = {"key": key, "n": n}
-    if (n + k) % 2 == 0:
+    if ((0 if shape_by_key else n) + k) % 2 == 0:
         shape.update({"@class": "edge.Circle", "radius": n / 4.0})
     else:
         shape.update({"@class": "edge.Square", "side": n * n})
@@ -155,7 +156,7 @@ EMPTY: dict[str, Any] = {name: None for name in VALUE_STATES} | {"recent": [], "
 
 
 def check_audit_record(record: dict[str, Any], restored_version: str = "v1", *,
-                       event_added: dict[str, Any] | None = None) -> int:
+                       event_added: dict[str, Any] | None = None, shape_by_key: bool = False) -> int:
     """Asserts that every state the job found for a key at its first event is exactly the state
     ``restored_version`` wrote after the count the sequence number implies; returns that count.
 
@@ -167,7 +168,7 @@ def check_audit_record(record: dict[str, Any], restored_version: str = "v1", *,
     if n == 0:
         assert found == EMPTY, record
         return 0
-    want = expected_state(key, n, restored_version)
+    want = expected_state(key, n, restored_version, shape_by_key=shape_by_key)
     if event_added is not None:
         want["event"] = {**want["event"], **event_added}
     for name in ALL_STATES:
@@ -201,10 +202,10 @@ def submit(client: FlinkRestClient, version: str, audit_dir: Path, *, keys: int 
 
 
 def write_savepoint(cluster: LocalFlinkCluster, root: Path, *, backend: str, keys: int = 20,
-                    parallelism: int = 2) -> Path:
+                    parallelism: int = 2, extra_args: Sequence[str] = ()) -> Path:
     """Runs v1 until every key has seen a few events, stops it with a savepoint and moves that to root/savepoint."""
     run = submit(cluster.client, "v1", root / "audit", keys=keys, rate=400, parallelism=parallelism,
-                 state_backend=backend)
+                 state_backend=backend, extra_args=extra_args)
     run.wait_for_keys()
     time.sleep(1.0)  # several events per key, so that lists and maps hold more than one entry
     location = cluster.client.stop_with_savepoint(run.job_id, str(root))
@@ -214,11 +215,12 @@ def write_savepoint(cluster: LocalFlinkCluster, root: Path, *, backend: str, key
 
 
 def restore_audit(client: FlinkRestClient, version: str, savepoint: str | os.PathLike[str], audit_dir: Path, *,
-                  keys: int, state_backend: str = "hashmap", parallelism: int = 2) -> list[dict[str, Any]]:
+                  keys: int, state_backend: str = "hashmap", parallelism: int = 2,
+                  extra_args: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Starts ``version`` from ``savepoint``, waits until every key has reported the state it found, cancels the
     job and returns those audit records (one per key, sorted by key)."""
     run = submit(client, version, audit_dir, keys=keys, rate=200, parallelism=parallelism,
-                 state_backend=state_backend, savepoint_path=savepoint)
+                 state_backend=state_backend, savepoint_path=savepoint, extra_args=extra_args)
     try:
         records = run.wait_for_keys()
         restored_from = client.checkpoints(run.job_id).restored_from

@@ -50,7 +50,8 @@ import java.util.UUID;
  *
  * <p>Program arguments: {@code --keys N} (default 10), {@code --rate EVENTS_PER_SECOND} (default 100),
  * {@code --audit-dir DIR}, {@code --checkpoint-interval-ms MS} (default 2000), {@code --max-parallelism N},
- * {@code --set key=value} (repeatable: any Flink option for this job, e.g. {@code state.backend.type=rocksdb}).
+ * {@code --set key=value} (repeatable: any Flink option for this job, e.g. {@code state.backend.type=rocksdb}),
+ * {@code --shape-by-key true} (each key keeps one {@link Shape} subclass: see {@link Shape#of}).
  */
 public final class EdgeJob {
 
@@ -80,6 +81,7 @@ public final class EdgeJob {
         double rate = Double.parseDouble(options.getOrDefault("rate", "100"));
         long checkpointInterval = Long.parseLong(options.getOrDefault("checkpoint-interval-ms", "2000"));
         String auditDir = options.get("audit-dir");
+        boolean shapeByKey = Boolean.parseBoolean(options.getOrDefault("shape-by-key", "false"));
 
         StreamExecutionEnvironment env =
                 StreamExecutionEnvironment.getExecutionEnvironment(Configuration.fromMap(flinkConf));
@@ -98,7 +100,7 @@ public final class EdgeJob {
                 .uid(SOURCE_UID)
                 .setParallelism(1)
                 .keyBy(seq -> "key-" + (seq % keys), Types.STRING)
-                .process(new EdgeFunction(keys, auditDir))
+                .process(new EdgeFunction(keys, auditDir, shapeByKey))
                 .uid(OPERATOR_UID)
                 .name("edge")
                 .sinkTo(new DiscardingSink<>())
@@ -114,6 +116,7 @@ public final class EdgeJob {
 
         private final int keys;
         private final String auditDir;
+        private final boolean shapeByKey;
 
         private transient ValueState<Long> count;
         private transient ValueState<Instant> instant;
@@ -129,9 +132,10 @@ public final class EdgeJob {
         private transient Set<String> audited;
         private transient Writer audit;
 
-        EdgeFunction(int keys, String auditDir) {
+        EdgeFunction(int keys, String auditDir, boolean shapeByKey) {
             this.keys = keys;
             this.auditDir = auditDir;
+            this.shapeByKey = shapeByKey;
         }
 
         @Override
@@ -192,7 +196,7 @@ public final class EdgeJob {
             event.update(Event.of(k, key, next));
             stamped.update(Stamped.of(k, key, next));
             opaque.update(Opaque.of(key, next));
-            shape.update(Shape.of(k, key, next));
+            shape.update(Shape.of(k, key, next, shapeByKey));
             List<Instant> kept = new ArrayList<>();
             for (long m = Math.max(1, next - RECENT + 1); m <= next; m++) {
                 kept.add(Values.instant(k, m + 3));

@@ -11,9 +11,15 @@ public class Shape {
 
     public Shape() {}
 
-    static Shape of(int k, String key, long n) {
+    /**
+     * A Circle when {@code n + k} is even, else a Square: every key alternates, so every subtask meets both. With
+     * {@code byKey}, a Circle when {@code k} is even: each key keeps one subclass, so a subtask whose keys are all even
+     * (or all odd) meets only one, and the subtasks' serializer snapshots of the state differ (each PojoSerializer
+     * caches the subclasses it met).
+     */
+    static Shape of(int k, String key, long n, boolean byKey) {
         Shape s;
-        if ((n + k) % 2 == 0) {
+        if (((byKey ? 0 : n) + k) % 2 == 0) {
             Circle c = new Circle();
             c.radius = n / 4.0;
             s = c;
