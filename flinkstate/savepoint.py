@@ -34,6 +34,7 @@ from flinkstate.format_errors import SavepointFormatError, StateNotFound
 from flinkstate.identity import OperatorRef
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.kryo import kryo_version_for_metadata, set_kryo_version
+from flinkstate.serializers.pojo import merge_subtask_snapshots
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.storage.locations import METADATA_FILE, SavepointLocation, StorageError
 from flinkstate.storage.uri import open_location
@@ -168,8 +169,10 @@ class Savepoint:
     def keyed_header(self, operator: str | OperatorState, tolerant: bool = False) -> KeyedBackendHeader | None:
         """The operator's keyed states across all its subtasks. Each subtask's stream has a header of its own,
         listing the states that subtask registered: one that never saw a key may lack a state the others have (a
-        timer state, a state created lazily). The union keeps the first-seen order; a state must have the same
-        serializers wherever it appears, and every subtask the same key serializer."""
+        timer state, a state created lazily). The union keeps the first-seen order. A state's serializer snapshots
+        may differ between subtasks only in the subclasses each POJO serializer had cached, which merge into their
+        union (:func:`~flinkstate.serializers.pojo.merge_subtask_snapshots`); every subtask has the same key
+        serializer. Entries are read with each subtask's own header (:meth:`keyed_streams`)."""
         streams = self.keyed_streams(operator)
         if not streams:
             return None
@@ -179,7 +182,8 @@ class Savepoint:
             return first
         union = KeyedBackendHeader(first.version, first.compressed, first.key_serializer, list(first.states),
                                    first.length)
-        by_name = {state.name: state for state in first.states}
+        position = {state.name: i for i, state in enumerate(first.states)}
+        first_seen = dict.fromkeys(position, streams[0][0])
         key_bytes = snapshot_bytes(first.key_serializer) if first.key_serializer is not None else None
         for index, stream in streams[1:]:
             header = stream.header(tolerant)
@@ -189,13 +193,18 @@ class Savepoint:
                 raise SavepointFormatError(f"{stream.context}: subtask {index} has another key serializer than "
                                            f"subtask {streams[0][0]}", stream.source.path, 0)
             for state in header.states:
-                seen = by_name.get(state.name)
-                if seen is None:
-                    by_name[state.name] = state
+                at = position.get(state.name)
+                if at is None:
+                    position[state.name], first_seen[state.name] = len(union.states), index
                     union.states.append(state)
-                elif state_meta_bytes(seen) != state_meta_bytes(state):
-                    raise SavepointFormatError(f"{stream.context}: state {state.name} of subtask {index} has other "
-                                               f"serializers than in subtask {streams[0][0]}", stream.source.path, 0)
+                    continue
+                merged = _merge_state(union.states[at], state)
+                if isinstance(merged, str):
+                    raise SavepointFormatError(f"{stream.context}: state {state.name}: subtasks "
+                                               f"{first_seen[state.name]} and {index} have other serializers "
+                                               f"({merged}), not only other subclasses cached by a POJO "
+                                               f"serializer", stream.source.path)
+                union.states[at] = merged
         return union
 
     @staticmethod
@@ -355,6 +364,24 @@ class Savepoint:
                 entry["type"] = f"Map<{key.type_name()}, {value_type}>" if key is not None else value_type
                 entry.pop("error", None)
         return list(details.values())
+
+
+def _merge_state(seen: StateMetaInfo, other: StateMetaInfo) -> StateMetaInfo | str:
+    """One state's meta info from two subtasks merged (:func:`merge_subtask_snapshots`), or what differs."""
+    if state_meta_bytes(seen) == state_meta_bytes(other):
+        return seen
+    if (seen.backend_type, seen.options) != (other.backend_type, other.options):
+        return f"{seen.backend_type} {dict(seen.options)} against {other.backend_type} {dict(other.options)}"
+    if [key for key, _ in seen.serializers] != [key for key, _ in other.serializers]:
+        return (f"serializer snapshots {', '.join(key for key, _ in seen.serializers)} against "
+                f"{', '.join(key for key, _ in other.serializers)}")
+    serializers = []
+    for (key, mine), (_, theirs) in zip(seen.serializers, other.serializers, strict=True):
+        merged = merge_subtask_snapshots(mine, theirs)
+        if merged is None:
+            return f"{key} {mine.type_name()} against {theirs.type_name()}"
+        serializers.append((key, merged))
+    return StateMetaInfo(seen.name, seen.backend_type, list(seen.options), serializers)
 
 
 def _file_name(handle: FileStateHandle | RelativeFileStateHandle) -> str:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import copy
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from flinkstate._speedups import block_runs, scan_compiled, state_pairs
 from flinkstate.binary import KeyGroupRange, assign_key_group
 from flinkstate.format.handles import KeyGroupsStateHandle
-from flinkstate.format.keyed_header import END_OF_KEY_GROUP_MARK
+from flinkstate.format.keyed_header import END_OF_KEY_GROUP_MARK, KeyedBackendHeader, StateMetaInfo, state_meta_bytes
 from flinkstate.format.keyed_stream import (
     KeyedStateStream,
     KeyedStreamWriter,
@@ -60,6 +60,34 @@ class SubtaskResult:
     dead_letters: list[dict[str, Any]]
 
 
+def _own_snapshots(plan: OperatorPlan, local: KeyedBackendHeader) -> OperatorPlan:
+    """A subtask's plan with the subtask's own serializer snapshots where they differ from the operator's merged
+    ones (:meth:`Savepoint.keyed_header`: only in the subclasses a POJO serializer had cached). Its entries are
+    decoded with its own, and a state whose serializers the plan leaves as they were keeps its own in the output:
+    what Flink wrote for that subtask and restores it with (given a cache listing a subclass it never met, it
+    would write that subclass with the serializer restored from the cache instead of its current class's)."""
+    assert plan.old_header is not None and plan.new_header is not None
+    assert [s.name for s in local.states] == [s.name for s in plan.old_header.states]
+    old_states, new_states = list(plan.old_header.states), list(plan.new_header.states)
+    differs = False
+    for index, (own, merged) in enumerate(zip(local.states, plan.old_header.states, strict=True)):
+        if own is merged or state_meta_bytes(own) == state_meta_bytes(merged):
+            continue
+        differs = True
+        old_states[index] = own
+        rewrite = plan.rewrites[index]
+        if rewrite is None:
+            continue
+        new = new_states[rewrite.new_id]
+        if state_meta_bytes(replace(new, name=merged.name)) == state_meta_bytes(merged):
+            new_states[rewrite.new_id] = StateMetaInfo(new.name, new.backend_type, list(new.options),
+                                                       list(own.serializers))
+    if not differs:
+        return plan
+    return replace(plan, old_header=replace(plan.old_header, states=old_states),
+                   new_header=replace(plan.new_header, states=new_states))
+
+
 class _Rekeyed(Exception):
     """Internal: an entry's new key group is outside this subtask (rekey mode)."""
 
@@ -76,7 +104,7 @@ class _SubtaskMigrator:
         # Each stream's blocks use its own header's state ids. In place, a subtask keeps its own state list; rekeyed,
         # entries come from every stream, so the output lists every state and each stream's ids are mapped.
         if plan.key_transform is None:
-            plan = localize(plan, self.stream.header())
+            plan = _own_snapshots(localize(plan, self.stream.header()), self.stream.header())
         assert plan.old_header is not None
         union_index = {state.name: i for i, state in enumerate(plan.old_header.states)}
         self.stream_ids = {index: [union_index[state.name] for state in stream.header().states]

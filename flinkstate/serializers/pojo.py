@@ -15,10 +15,15 @@ Record: ``u8 flags`` (1 null, 2 no subclass, 4 subclass + ``UTF className``, 8 t
 "no subclass", per field in snapshot order (Flink sorts them by name with Java ``String.compareTo``):
 ``bool isNull`` [+ value]. Python value: dict field → value in snapshot order; a subclass value also carries
 ``"@class"``.
+
+Each subtask's PojoSerializer caches the non-registered subclasses it met, so the subtasks of one operator may write
+different snapshots of one state: :func:`merge_subtask_snapshots` merges them for the operator-level view.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -372,6 +377,93 @@ def _decode_subclass(buf: bytes, off: int, flags: int, pojo_class: str,
     if isinstance(value, dict):
         value = {"@class": name, **value}
     return value, off
+
+
+# -- one state's snapshots as several subtasks wrote them ------------------------------------------------------------
+
+
+class _Differ(Exception):
+    """Internal: two subtasks' snapshots differ in more than their POJO subclass caches."""
+
+
+def merge_subtask_snapshots(first: TypeSerializerSnapshot, other: TypeSerializerSnapshot
+                            ) -> TypeSerializerSnapshot | None:
+    """One state's serializer snapshot as two subtasks of an operator wrote it, merged; None when they differ in
+    anything but the non-registered subclass caches of their POJO serializers.
+
+    A PojoSerializer caches the serializer of each non-registered subclass it met (``subclassSerializerCache``) and
+    its snapshot lists them, so a subtask that never met a subclass does not list it. Those lists merge into their
+    union (a class both list merged in turn), ordered by class name in Java ``String`` order: Flink's own order is a
+    ``HashMap``'s, which says nothing. The POJO may sit anywhere in the type (a field, a list element, a subclass).
+
+    Judging the merged snapshot judges each subtask's: Flink's rule reads a cache only as "some class listed" (the
+    serializer is reconfigured) and "a listed class no longer loads" (incompatible), both true of the union exactly
+    when true of some subtask's. Each subtask still restores its own: its stream is read, and a state the migration
+    leaves alone is written, with the subtask's own snapshot."""
+    try:
+        return _merge_snapshot(first, other)
+    except _Differ:
+        return None
+
+
+def _merge_snapshot(first: TypeSerializerSnapshot, other: TypeSerializerSnapshot) -> TypeSerializerSnapshot:
+    if first is other or snapshot_bytes(first) == snapshot_bytes(other):
+        return first
+    if type(first) is not type(other) or first.class_name != other.class_name or first.version != other.version:
+        raise _Differ
+    if isinstance(first, PojoSnapshot) and isinstance(other, PojoSnapshot):
+        return _merge_pojo(first, other)
+    # Any other family: the same attributes, merged one by one, where a nested snapshot may hold a POJO.
+    merged = copy.copy(first)
+    theirs = vars(other)
+    for name, value in vars(first).items():
+        if _is_codec(value) or _is_codec(theirs.get(name)):
+            setattr(merged, name, None)  # a codec either side built from its own nested snapshots: rebuilt on use
+        elif name not in theirs:
+            raise _Differ
+        else:
+            setattr(merged, name, _merge_item(value, theirs[name]))
+    return merged
+
+
+def _is_codec(value: Any) -> bool:
+    return callable(value) and not isinstance(value, type)
+
+
+def _merge_item(mine: Any, theirs: Any) -> Any:
+    if isinstance(mine, TypeSerializerSnapshot) and isinstance(theirs, TypeSerializerSnapshot):
+        return _merge_snapshot(mine, theirs)
+    if type(mine) is not type(theirs):
+        raise _Differ
+    if isinstance(mine, (list, tuple)):
+        if len(mine) != len(theirs):
+            raise _Differ
+        items = [_merge_item(a, b) for a, b in zip(mine, theirs, strict=True)]
+        return items if isinstance(mine, list) else tuple(items)
+    if isinstance(mine, dict):
+        if list(mine) != list(theirs):
+            raise _Differ
+        return {key: _merge_item(value, theirs[key]) for key, value in mine.items()}
+    if dataclasses.is_dataclass(mine) and not isinstance(mine, type):
+        return dataclasses.replace(mine, **{f.name: _merge_item(getattr(mine, f.name), getattr(theirs, f.name))
+                                            for f in dataclasses.fields(mine) if f.init})
+    if mine != theirs:
+        raise _Differ
+    return mine
+
+
+def _merge_pojo(first: PojoSnapshot, other: PojoSnapshot) -> PojoSnapshot:
+    if first.pojo_class != other.pojo_class or len(first.fields) != len(other.fields) \
+            or [e.name for e in first.registered_subclasses] != [e.name for e in other.registered_subclasses]:
+        raise _Differ
+    fields = [_merge_item(mine, theirs) for mine, theirs in zip(first.fields, other.fields, strict=True)]
+    registered = [_merge_item(mine, theirs) for mine, theirs in
+                  zip(first.registered_subclasses, other.registered_subclasses, strict=True)]
+    cached = {entry.name: entry for entry in first.nonregistered_subclasses}
+    for entry in other.nonregistered_subclasses:
+        cached[entry.name] = _merge_item(cached[entry.name], entry) if entry.name in cached else entry
+    union = [cached[name] for name in sorted(cached, key=java_string_sort_key)]
+    return PojoSnapshot(first.class_name, first.version, first.pojo_class, fields, registered, union)
 
 
 def _delimits(snapshot: TypeSerializerSnapshot) -> bool:
