@@ -97,10 +97,14 @@ class SstTable:
 
     def _read(self, offset: int, size: int, what: str) -> bytes:
         with open(self.path, "rb") as file:
+            length = os.fstat(file.fileno()).st_size
+            if offset + size > length:  # checked before reading: a corrupted handle may say any size
+                raise SavepointFormatError(f"SST file: the {what} at offset {offset} ({size} bytes) runs past the "
+                                           f"end of the file ({length} bytes)", self.name, offset)
             data = os.pread(file.fileno(), size, offset)
         if len(data) != size:
-            raise SavepointFormatError(f"SST file: the {what} at offset {offset} runs past the end of the file "
-                                       f"({size} bytes wanted, {len(data)} there)", self.name, offset)
+            raise SavepointFormatError(f"SST file: the {what} at offset {offset} could not be read whole", self.name,
+                                       offset)
         return data
 
     def block(self, offset: int, size: int, what: str) -> bytes:
