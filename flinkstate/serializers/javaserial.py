@@ -5,8 +5,9 @@ payload): values written with Java serialization (``InstantiationUtil.serializeO
 Record: one Java serialization stream. It is self-delimiting, so it is parsed (with ``javaobj-py3``) to find its
 end. Python value: :class:`JavaObjectValue`, a JSON-ready view ``{"class": name, "value": view}`` (``dump`` shows it
 as is) that keeps the record's exact bytes. The view is bounded (:data:`MAX_VIEW_NODES` nodes, :data:`MAX_VIEW_DEPTH`
-levels; beyond, ``"<truncated>"``): boxed numbers, strings and enums become their values, arrays and the common
-collections lists and objects, other objects ``{"@class": name, field: view, ...}``.
+levels; beyond, ``"<truncated>"``): boxed numbers, strings and enums become their values, arrays and the JDK's
+collections (every form :mod:`flinkstate.serializers.javacollections` reads, ``List.of`` included) lists and objects,
+other objects ``{"@class": name, field: view, ...}``.
 
 Encoding writes the original bytes back: Java serialization is the class's Java code, so a value cannot be
 rewritten, and a migration that would change one is refused in one line.
@@ -27,6 +28,7 @@ from javaobj.v1.unmarshaller import JavaObjectUnmarshaller
 
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
 from flinkstate.serializers.base import Decoder, Encoder
+from flinkstate.serializers.javacollections import MAP, java_class_name, java_collection, java_fields
 from flinkstate.serializers.namespaces import EmptyPayloadSnapshot
 from flinkstate.serializers.registry import register
 
@@ -77,7 +79,7 @@ class _View:
         if isinstance(obj, JavaClass):
             return {"@class": "java.lang.Class", "name": obj.name}
         if id(obj) in self.path:
-            return {"@ref": _class_name(obj)}  # a back reference to an enclosing object: cut the cycle
+            return {"@ref": java_class_name(obj)}  # a back reference to an enclosing object: cut the cycle
         self.path.add(id(obj))
         try:
             return self._composite(obj, depth + 1)
@@ -85,38 +87,26 @@ class _View:
             self.path.discard(id(obj))
 
     def _composite(self, obj: Any, depth: int) -> Any:
-        if isinstance(obj, dict):  # javaobj's HashMap, LinkedHashMap, TreeMap...
-            pairs = [(self.of(k, depth), self.of(v, depth)) for k, v in obj.items()]
+        try:  # HashMap, ArrayList, List.of, Collections.unmodifiableList... (javacollections' forms)
+            collection = java_collection(obj)
+        except ValueError:
+            collection = None  # not the JDK's form: shown field by field below (the bytes pass through anyway)
+        if collection is not None and collection.kind == MAP:
+            pairs = [(self.of(k, depth), self.of(v, depth)) for k, v in collection.items]
             if all(k is None or isinstance(k, (str, int, float, bool)) for k, _ in pairs):
                 return {("null" if k is None else str(k)): v for k, v in pairs}
             return [{"key": k, "value": v} for k, v in pairs]
-        if isinstance(obj, (list, set, frozenset, JavaArray)):  # arrays, ArrayList, HashSet...
-            return [self.of(item, depth) for item in obj]
-        name = _class_name(obj)
+        if collection is not None or isinstance(obj, JavaArray):
+            return [self.of(item, depth) for item in (collection.items if collection is not None else obj)]
+        name = java_class_name(obj)
         if isinstance(obj, JavaObject) and name in _BOXED:
             return self.of(getattr(obj, "value", None), depth)
         if isinstance(obj, DefaultObjectTransformer.JavaPrimitiveClass):
             return self.of(obj.value, depth)
         view: dict[str, Any] = {"@class": name}
-        for field, value in _fields(obj):
+        for field, value in java_fields(obj).items():
             view[field] = self.of(value, depth)
         return view
-
-
-def _class_name(obj: Any) -> str:
-    desc = getattr(obj, "classdesc", None)
-    return str(getattr(desc, "name", type(obj).__name__))
-
-
-def _fields(obj: Any) -> list[tuple[str, Any]]:
-    """Every serialized field of a parsed object, superclasses first."""
-    descs = []
-    desc = getattr(obj, "classdesc", None)
-    while desc is not None:
-        descs.append(desc)
-        desc = getattr(desc, "superclass", None)
-    names = [name for d in reversed(descs) for name in (getattr(d, "fields_names", None) or [])]
-    return [(str(name), getattr(obj, name, None)) for name in names]
 
 
 def read_java_value(buf: bytes, off: int, type_name: str) -> tuple[JavaObjectValue, int]:
@@ -138,7 +128,7 @@ def read_java_value(buf: bytes, off: int, type_name: str) -> tuple[JavaObjectVal
         raise SavepointFormatError(f"{type_name}: malformed Java-serialized object ({type(exc).__name__}: "
                                    f"{first:.120})", offset=off) from None
     end = stream.tell()
-    view = {"class": _class_name(parsed) if isinstance(parsed, JavaObject) else _python_class(parsed),
+    view = {"class": java_class_name(parsed) if isinstance(parsed, JavaObject) else _python_class(parsed),
             "value": _View().of(parsed)}
     return JavaObjectValue(view, bytes(buf[off:end])), end
 

@@ -6,7 +6,10 @@ The bytes are parsed with ``javaobj-py3`` (a maintained pure-Python reader of th
 builds plain Python objects and runs no code), bounded in size, and kept exactly as read, so a snapshot is written
 back byte for byte. What the codecs need is taken from the parsed object: the type root, nullability, length,
 precision, scale, the children of ARRAY / MULTISET / MAP / ROW / STRUCTURED_TYPE / DISTINCT_TYPE, field names, and
-the class of a RAW type.
+the class of a RAW type. A ROW's fields and a STRUCTURED_TYPE's attributes are a ``java.util.List`` in any of the
+JDK's serial forms (Flink 2.x builds the attributes with ``List.copyOf``: ``java.util.CollSer``), read by
+:mod:`flinkstate.serializers.javacollections`, which also gives the structural identity (``fingerprint``: Java's
+``equals``, a List equal to any List of the same elements).
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from typing import Any
 from javaobj.v1.unmarshaller import JavaObjectUnmarshaller
 
 from flinkstate.binary import Reader
+from flinkstate.serializers.javacollections import fingerprint as fingerprint
+from flinkstate.serializers.javacollections import java_class_name as java_class_name
+from flinkstate.serializers.javacollections import java_fields as java_fields
+from flinkstate.serializers.javacollections import java_list
 
 #: Bound on one Java-serialized LogicalType: Flink's are a few hundred bytes (a wide ROW a few KiB); a larger
 #: object is refused rather than parsed.
@@ -134,67 +141,6 @@ def read_logical_type(reader: Reader, what: str) -> tuple[LogicalType, bytes]:
         raise reader.error(f"{what}: not a LogicalType ({exc})", start) from None
 
 
-def java_fields(obj: Any) -> dict[str, Any]:
-    """Every serialized field of a parsed object, superclasses first."""
-    descs = []
-    desc = getattr(obj, "classdesc", None)
-    while desc is not None:
-        descs.append(desc)
-        desc = desc.superclass
-    values: dict[str, Any] = {}
-    for d in reversed(descs):
-        for name in d.fields_names:
-            values[name] = getattr(obj, name, None)
-    return values
-
-
-def java_class_name(obj: Any) -> str:
-    desc = getattr(obj, "classdesc", None)
-    return str(desc.name) if desc is not None else type(obj).__name__
-
-
-def _items(obj: Any) -> list[Any]:
-    """The elements of a serialized java.util List (ArrayList, Collections$UnmodifiableList, ...)."""
-    if isinstance(obj, list):
-        return list(obj)
-    if java_class_name(obj) == "java.util.ArrayList":
-        # ArrayList.writeObject: the size field, then block data (the capacity), then the elements
-        size = java_fields(obj).get("size")
-        annotations = list(getattr(obj, "annotations", None) or [])
-        if not isinstance(size, int) or not 0 <= size < len(annotations):
-            raise ValueError(f"java.util.ArrayList of size {size!r} with {len(annotations)} annotations")
-        return annotations[len(annotations) - size:]
-    for name in ("list", "c"):
-        inner = getattr(obj, name, None)
-        if inner is not None:
-            return _items(inner)
-    raise ValueError(f"expected a java.util.List, got {java_class_name(obj)}")
-
-
-def fingerprint(obj: Any, depth: int = 0) -> Any:
-    """A hashable structural value of a parsed Java object (class, fields, elements), for ``equals``."""
-    if depth > 64:
-        raise ValueError("object nested too deeply")
-    if obj is None or isinstance(obj, (bool, int, float, str, bytes)):
-        return obj
-    if isinstance(obj, (list, tuple)):
-        return tuple(fingerprint(x, depth + 1) for x in obj)
-    constant = getattr(obj, "constant", None)
-    if constant is not None:  # a Java enum constant
-        return (java_class_name(obj), str(constant))
-    name = java_class_name(obj)
-    if name == "java.lang.Class" or type(obj).__name__ == "JavaClass":
-        return ("class", str(getattr(obj, "name", name)))
-    fields = java_fields(obj)
-    if not fields and isinstance(obj, dict):
-        return (name, tuple(sorted((repr(k), fingerprint(v, depth + 1)) for k, v in obj.items())))
-    # TimestampType / LocalZonedTimestampType / ZonedTimestampType.equals ignore the kind (ROWTIME, PROCTIME)
-    skip = {"kind"} if name.endswith("TimestampType") else set()
-    # objects written by their own writeObject (ArrayList, ...) carry their content in the annotations
-    extra = fingerprint(list(getattr(obj, "annotations", None) or []), depth + 1)
-    return (name, tuple((k, fingerprint(v, depth + 1)) for k, v in fields.items() if k not in skip), extra)
-
-
 def to_logical_type(obj: Any) -> LogicalType:
     name = java_class_name(obj)
     if not name.startswith(_PACKAGE):
@@ -211,7 +157,7 @@ def to_logical_type(obj: Any) -> LogicalType:
     elif root == "MAP":
         children = (to_logical_type(f["keyType"]), to_logical_type(f["valueType"]))
     elif root in ("ROW", "STRUCTURED_TYPE"):
-        members = [java_fields(m) for m in _items(f["fields" if root == "ROW" else "attributes"])]
+        members = [java_fields(m) for m in java_list(f["fields" if root == "ROW" else "attributes"])]
         children = tuple(to_logical_type(m["type"]) for m in members)
         names = tuple(str(m["name"]) for m in members)
         if root == "STRUCTURED_TYPE":

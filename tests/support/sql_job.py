@@ -31,15 +31,32 @@ DEDUP_UID = "14_deduplicate"
 JOIN_UID = "21_join"
 BITMAPS_UID = "26_group-aggregate"
 SOURCE_UID = "1_source"
+LATEST_UID = "30_deduplicate"
+RETRACTING_UID = "33_group-aggregate"
+RECENT_UID = "37_over-aggregate"
 AGG_STATE = "accState"
 DEDUP_STATE = "deduplicate-state"
 JOIN_STATES = ("left-records", "right-records")
+#: retracting's data views, each a keyed state of its own named "agg<i>$<field>" after the i-th aggregate's field:
+#: MAX(id) and MIN(k) keep value -> count; FIRST_VALUE(ts) and LAST_VALUE(amount) value -> [orders] and
+#: order -> [values] (an order is the wall-clock millisecond the value came); the two LISTAGGs their lists.
+MAX_MAP, MIN_MAP = "agg0$map", "agg1$map"
+FIRST_VALUE_ORDERS, FIRST_ORDER_VALUES = "agg2$valueToOrderMap", "agg2$orderToValueMap"
+LAST_VALUE_ORDERS, LAST_ORDER_VALUES = "agg3$valueToOrderMap", "agg3$orderToValueMap"
+LISTAGG_LISTS = ("agg4$list", "agg4$retractList")
+LISTAGG_WS_LISTS = ("agg5$list", "agg5$retractList")
+#: recent's states besides its accumulator (its MAX keeps the window's values in agg0$map): the window's rows under
+#: the processing-time millisecond they came in, how many rows it holds, and the smallest of those milliseconds.
+RECENT_ROWS_STATE, RECENT_COUNT_STATE, RECENT_SMALLEST_STATE = "inputState", "processedCountState", "smallestTSState"
 
 SOURCE_DIR = Path(__file__).resolve().parent / "sql_job"
 BUILD_DIR = SOURCE_DIR / "build"
 ENTRY_CLASS = "sqljob.SqlJob"
 GROUPS = 7
 DEDUP_KEYS = 5
+LATEST_KEYS = 20
+PARITIES = 2
+RECENT_ROWS = 6
 EPOCH_MS = 1_700_000_000_000
 STEP_MS = 1_001
 #: The last id the source emits (its operator state holds every id still to come: keep it small).
@@ -122,6 +139,87 @@ def expected_pairs(n: int) -> dict[str, dict[tuple[Any, ...], dict[tuple[Any, ..
 def expected_bitmaps(n: int) -> dict[tuple[Any, ...], tuple[Any, ...]]:
     """bitmaps' accState after the prefix 0..n-1: per d, BITMAP_BUILD_AGG's accumulator, the bitmap of the ids."""
     return {(d,): (list(range(d, n, DEDUP_KEYS)),) for d in range(min(n, DEDUP_KEYS))}
+
+
+def latest_ids(n: int) -> dict[int, int]:
+    """latest's rows after the prefix 0..n-1: r -> the last id with id % LATEST_KEYS == r."""
+    return {r: n - 1 - (n - 1 - r) % LATEST_KEYS for r in range(min(n, LATEST_KEYS))}
+
+
+def expected_latest(n: int) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """latest's deduplicate-state: per r, the last row (id, k, ts, amount, r, proc); PROCTIME is stored as null."""
+    return {(r,): (i, f"k{i % GROUPS}", local(i), amount(i), r, None) for r, i in latest_ids(n).items()}
+
+
+def current_ids(n: int, p: int) -> list[int]:
+    """The ids retracting's group p holds after the prefix 0..n-1 (the last row of each r with r % 2 == p; r and
+    id have the same parity), oldest first: the order they came in."""
+    return sorted(i for r, i in latest_ids(n).items() if r % PARITIES == p)
+
+
+def _list_after_retractions(n: int, p: int, value: Any) -> list[Any]:
+    """A retracting LISTAGG's list for group p: each row appends its value after its r's previous row (LATEST_KEYS
+    ids before) retracted its own, which removes the first equal value (ListView.remove, i.e. List.remove)."""
+    values: list[Any] = []
+    for i in range(p, n, PARITIES):
+        if i >= LATEST_KEYS:
+            values.remove(value(i - LATEST_KEYS))
+        values.append(value(i))
+    return values
+
+
+def expected_retracting(n: int) -> dict[str, dict[tuple[Any, ...], Any]]:
+    """retracting's states after the prefix 0..n-1, per group key (p,): state name -> key -> value (a MAP state's
+    value: {user key: value}). Two things are not functions of n and are left out: the orders (wall-clock
+    milliseconds) of FIRST_VALUE / LAST_VALUE, which are None in accState here and absent from their views
+    (FIRST_VALUE_ORDERS / LAST_VALUE_ORDERS are checked apart), and ARRAY_AGG's two LinkedLists, which accState holds
+    as RAW bytes: here they are the lists of ids the bytes must decode to.
+
+    accState, per aggregate (a view field holds NullSerializer's one 0 byte: the view lives in its own state):
+    MAX (max, distinct values, view), MIN (min, distinct values, view), FIRST_VALUE (value, order, two views),
+    LAST_VALUE (value, order, two views), LISTAGG (two views), LISTAGG with ';' (two views, the separator),
+    ARRAY_AGG (list, retract list), then the row count."""
+    view = b"\x00"
+    states: dict[str, dict[tuple[Any, ...], Any]] = {
+        AGG_STATE: {}, MAX_MAP: {}, MIN_MAP: {}, FIRST_ORDER_VALUES: {}, LAST_ORDER_VALUES: {},
+        **{name: {} for name in (*LISTAGG_LISTS, *LISTAGG_WS_LISTS)},
+    }
+    for p in range(min(n, PARITIES)):
+        ids = current_ids(n, p)
+        ks = {f"k{i % GROUPS}": 0 for i in ids}
+        for i in ids:
+            ks[f"k{i % GROUPS}"] += 1
+        key = (p,)
+        states[AGG_STATE][key] = (
+            (ids[-1], len(ids), view), (min(ks), len(ks), view), (local(ids[0]), None, view, view),
+            (amount(ids[-1]), None, view, view), (view, view), (view, view, ";"), (ids, []), len(ids))
+        states[MAX_MAP][key] = {i: 1 for i in ids}
+        states[MIN_MAP][key] = ks
+        states[FIRST_ORDER_VALUES][key] = [local(i) for i in ids]
+        states[LAST_ORDER_VALUES][key] = [amount(i) for i in ids]
+        states[LISTAGG_LISTS[0]][key] = _list_after_retractions(n, p, str)
+        states[LISTAGG_WS_LISTS[0]][key] = _list_after_retractions(n, p, lambda i: f"k{i % GROUPS}")
+    return states
+
+
+def recent_ids(n: int, d: int) -> list[int]:
+    """The ids in recent's window of key d after the prefix 0..n-1: the last RECENT_ROWS with id % 5 == d."""
+    return list(range(d, n, DEDUP_KEYS))[-RECENT_ROWS:]
+
+
+def expected_recent(n: int) -> dict[str, dict[tuple[Any, ...], Any]]:
+    """recent's states after the prefix 0..n-1, per d: accState (MAX's (max, distinct values, view), the row count),
+    MAX's view (id -> 1), the row count, and the window's rows (id, d, proc: PROCTIME stored as null) in the order
+    they came (inputState keys them by processing-time millisecond: those are checked apart)."""
+    states: dict[str, dict[tuple[Any, ...], Any]] = {AGG_STATE: {}, MAX_MAP: {}, RECENT_COUNT_STATE: {},
+                                                      RECENT_ROWS_STATE: {}}
+    for d in range(min(n, DEDUP_KEYS)):
+        ids = recent_ids(n, d)
+        states[AGG_STATE][(d,)] = ((ids[-1], len(ids), b"\x00"), len(ids))
+        states[MAX_MAP][(d,)] = {i: 1 for i in ids}
+        states[RECENT_COUNT_STATE][(d,)] = len(ids)
+        states[RECENT_ROWS_STATE][(d,)] = [(i, d, None) for i in ids]
+    return states
 
 
 def variant_doc(id_: int) -> dict[str, Any]:

@@ -30,7 +30,13 @@ import java.util.Map;
  *   <li>{@code dedup}: keep the last row per key (ROW_NUMBER over proctime DESC = 1), which stores whole rows;</li>
  *   <li>{@code pairs}: a regular join of each row with the row before it ({@code a.id = b.id + 1}), which keeps every
  *       row of both sides (no unique key: MapState of row -> count);</li>
- *   <li>{@code bitmaps}: {@code BITMAP_BUILD_AGG} of the ids per d (a BITMAP accumulator).</li>
+ *   <li>{@code bitmaps}: {@code BITMAP_BUILD_AGG} of the ids per d (a BITMAP accumulator);</li>
+ *   <li>{@code retracting}: a GROUP BY over an updating input (the last row per {@code r = id % 20}, grouped by
+ *       {@code p = r % 2}: every row retracts the one before it of its r) with MAX, MIN, FIRST_VALUE, LAST_VALUE,
+ *       LISTAGG (with and without a separator) and ARRAY_AGG, whose retracting accumulators hold MapViews, ListViews
+ *       and LinkedLists (their logical types hold {@code List.of(...)}: ImmutableCollections' serial form);</li>
+ *   <li>{@code recent}: an OVER window with MAX over the last rows per d (retracting: a MapView of value -&gt;
+ *       count).</li>
  * </ul>
  *
  * <p>Stable operator uids: the planner's uids ("&lt;exec node id&gt;_&lt;transformation&gt;") take the node ids from a
@@ -48,6 +54,10 @@ public final class SqlJob {
     /** Groups of the aggregates and of the deduplication: ids are keyed by id % GROUPS and id % DEDUP_KEYS. */
     static final int GROUPS = 7;
     static final int DEDUP_KEYS = 5;
+    /** The updating input of {@code retracting}: the last row per {@code r = id % LATEST_KEYS}. */
+    static final int LATEST_KEYS = 20;
+    /** The OVER window's rows: the current one and those before it. */
+    static final int RECENT_ROWS = 6;
 
     private SqlJob() {}
 
@@ -126,6 +136,12 @@ public final class SqlJob {
         // BITMAP_BUILD_AGG's accumulator (appended last, so the uids of the queries above stay as they were).
         tEnv.executeSql("CREATE TABLE bitmaps_sink (d INT, ids BITMAP) WITH ('connector' = 'blackhole')");
 
+        tEnv.executeSql("CREATE TABLE retracting_sink (p INT, max_id BIGINT, min_k STRING, first_ts TIMESTAMP(3), "
+                + "last_amount DECIMAL(10, 2), ids STRING, ks STRING, id_array ARRAY<BIGINT>) "
+                + "WITH ('connector' = 'blackhole')");
+        tEnv.executeSql("CREATE TABLE recent_sink (d INT, id BIGINT, recent_max BIGINT) "
+                + "WITH ('connector' = 'blackhole')");
+
         String aggregate = "SELECT k, COUNT(*), SUM(id), MAX(id), MIN(id), AVG(id), SUM(a), MAX(a), MAX(ts), MIN(ts), "
                 + "MAX(ts6), MAX(ltz), MAX(ts9) FROM (SELECT k, id, ts, ts6, ltz, ts9, %s AS a FROM events) GROUP BY k";
         StatementSet statements = tEnv.createStatementSet();
@@ -138,6 +154,14 @@ public final class SqlJob {
                 + "ON a.id = b.id + 1");
         statements.addInsertSql("INSERT INTO bitmaps_sink SELECT d, BITMAP_BUILD_AGG(CAST(id AS INT)) FROM events "
                 + "GROUP BY d");
+        // Appended last, like bitmaps: the uids of the queries above stay as they were.
+        statements.addInsertSql("INSERT INTO retracting_sink SELECT MOD(r, 2) AS p, MAX(id), MIN(k), FIRST_VALUE(ts), "
+                + "LAST_VALUE(amount), LISTAGG(CAST(id AS STRING)), LISTAGG(k, ';'), ARRAY_AGG(id) FROM ("
+                + "SELECT id, k, ts, amount, r, ROW_NUMBER() OVER (PARTITION BY r ORDER BY proc DESC) AS rn FROM ("
+                + "SELECT id, proc, k, ts, amount, CAST(MOD(id, " + LATEST_KEYS + ") AS INT) AS r FROM events)) WHERE rn = 1 "
+                + "GROUP BY MOD(r, 2)");
+        statements.addInsertSql("INSERT INTO recent_sink SELECT d, id, MAX(id) OVER (PARTITION BY d ORDER BY proc "
+                + "ROWS BETWEEN " + (RECENT_ROWS - 1) + " PRECEDING AND CURRENT ROW) FROM events");
         statements.compilePlan().writeToFile(compile);
     }
 
