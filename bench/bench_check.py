@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_migrate import SPARK_MASTERS, spark_submit, v2_manifest  # noqa: E402
 from bench.bench_reader import WORK, directory_bytes, timed, write_savepoint  # noqa: E402
+from flinkstate import check  # noqa: E402
 from flinkstate.engine import LocalFlinkCluster  # noqa: E402
-from flinkstate.resolution import check  # noqa: E402
 
 ENTRIES_PER_KEY = 5  # stats, count, recent, one buckets entry, one timer
 

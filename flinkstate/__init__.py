@@ -59,16 +59,16 @@ from flinkstate.migration.code_policy import (
 )
 from flinkstate.migration.dry_run import DryRunUnit, run_dry_run, run_dry_run_unit
 from flinkstate.migration.job import MigrationJob
-from flinkstate.migration.manifest_targets import plan_state_migration
 from flinkstate.migration.plan import CodeRefused, MigrationError, MigrationPlan
 from flinkstate.migration.rewrite import DryRunResult, SubtaskResult, migrate_subtask
 from flinkstate.migration.runner import MigrationReport
 from flinkstate.migration.units import default_unit_count, migrate_in_units, split_units, verify_published
+from flinkstate.migration.verdict import check
 from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.progress import showing as progress_shown
 from flinkstate.progress import track
 from flinkstate.report import Report
-from flinkstate.resolution import BACKENDS, MigrationPlanner, check
+from flinkstate.resolution import BACKENDS
 from flinkstate.savepoint import KeyedStateInfo, Savepoint, open_savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.registry import PLUGIN_GROUP
@@ -142,7 +142,6 @@ __all__ = [
     "MigrationError",
     "MigrationJob",
     "MigrationPlan",
-    "MigrationPlanner",
     "MigrationReport",
     "OperatorState",
     "OperatorStateElement",
@@ -186,7 +185,6 @@ __all__ = [
     "open_output",
     "open_savepoint",
     "parse_manifest",
-    "plan_state_migration",
     "printable",
     "progress_shown",
     "read_file",

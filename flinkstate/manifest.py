@@ -52,7 +52,7 @@ MANIFEST_VERSION = 1
 KINDS = ("VALUE", "LIST", "MAP", "REDUCING", "AGGREGATING", TIMERS)
 _HEX_ID = re.compile(r"^[0-9a-f]{32}$")
 _STATE_KEYS = {"kind", "key", "namespace", "value", "user_key", "migration", "renamed_from"}
-_OPERATOR_KEYS = {"id", "max_parallelism", "key", "states", "renamed_from", "dropped_states"}
+_OPERATOR_KEYS = {"id", "max_parallelism", "key", "states", "renamed_from", "dropped_states", "migration"}
 
 
 class ManifestError(FlinkStateError):
@@ -116,6 +116,8 @@ class OperatorSchema:
     max_parallelism: int | None = None
     renamed_from: str | None = None
     dropped_states: list[str] = field(default_factory=list)
+    #: The operator's own ``migration:`` block: its key conversion (``key``, ``on_error``).
+    migration: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -127,6 +129,8 @@ class OperatorSchema:
             result["renamed_from"] = self.renamed_from
         if self.key is not None:
             result["key"] = to_notation(self.key)
+        if self.migration is not None:
+            result["migration"] = dict(self.migration)
         if self.dropped_states:
             result["dropped_states"] = list(self.dropped_states)
         if self.states:
@@ -365,7 +369,17 @@ class _Parser:
         if not isinstance(dropped, list) or not all(isinstance(d, str) and d for d in dropped):
             raise self.fail(f"{path}.dropped_states", "expected a list of state names")
         op_key = self.type(spec["key"], f"{path}.key") if "key" in spec else None
-        op = OperatorSchema(label, operator_id, uid, op_key, {}, max_parallelism, renamed_from, list(dropped))
+        migration = spec.get("migration")
+        if migration is not None:
+            # Validated here, so that check and migrate accept and refuse the same manifests.
+            from flinkstate.migration.spec import MigrationSpecError, parse_operator_migration
+
+            try:
+                parse_operator_migration(migration, f"{path}.migration", self.file)
+            except MigrationSpecError as exc:
+                raise ManifestError("", "", str(exc)) from None
+        op = OperatorSchema(label, operator_id, uid, op_key, {}, max_parallelism, renamed_from, list(dropped),
+                            migration)
         for name, state in self.mapping(spec.get("states"), f"{path}.states").items():
             op.states[str(name)] = self.state(op, str(name), state, f"{path}.states.{name}")
         for name in dropped:

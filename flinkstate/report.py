@@ -3,12 +3,14 @@ their renderings: JSON for machines (``report_version`` 1) and Markdown for peop
 
 Two verdicts per row:
 
-* ``flink_verdict``: what Flink answers when the new version registers the state;
-* ``verdict``: what an upgrade must act on. It is Flink's, made INCOMPATIBLE where Flink would accept the state
-  but restore wrong values or lose them (findings with ``silent_misread``).
+* ``flink_verdict``: what Flink answers when the new version registers the state, restoring the savepoint as it is;
+* ``verdict``: what the upgrade will do, which is the plan ``flinkstate migrate`` runs
+  (:mod:`flinkstate.migration.verdict`): as is or reconfigured (the state keeps its bytes), after migration (the plan
+  rewrites it, and its output restores as is), or incompatible (migrate refuses it: no plan, or a plan whose output
+  would still not restore, e.g. a silent misread it leaves in place).
 
-Exit status of ``flinkstate check``: 0 restorable as is or reconfigured; 3 migration required and possible (Flink
-migrates, or every blocking finding has a migration this tool can run); 4 incompatible; 1 error; 2 usage.
+Exit status of ``flinkstate check``: 0 restorable as is or reconfigured; 3 migration required and possible
+(``migrate`` runs the plan and its output checks 0); 4 incompatible (``migrate`` refuses); 1 error; 2 usage.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ class StateRow:
 
     @property
     def migration_possible(self) -> bool:
-        """Whether every finding that blocks a direct restore can be migrated (by Flink or this tool)."""
-        return all(f.migratable is True for f in self.findings if f.effective_verdict >= AFTER_MIGRATION)
+        """Whether the state restores, directly or after the planned migration."""
+        return self.verdict < INCOMPATIBLE
 
     def to_json(self) -> dict[str, Any]:
         return {"operator": self.operator, "state": self.state, "status": self.status, "kind": self.kind,
@@ -87,7 +89,7 @@ class Report:
         """``restore`` (as is / reconfigured), ``migrate`` (required and possible) or ``incompatible``."""
         if self.verdict <= Verdict.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER:
             return "restore"
-        outcome = "migrate" if self.migration_possible else "incompatible"
+        outcome = "migrate" if self.verdict is AFTER_MIGRATION else "incompatible"
         if self.dry_run is not None:
             outcome = outcome_after_dry_run(outcome, self.dry_run)
         return outcome
@@ -117,7 +119,7 @@ class Report:
 
     def render_markdown(self) -> str:
         headline = _OUTCOME_TEXT[self.outcome]
-        if self.outcome == "incompatible" and self.verdict < INCOMPATIBLE:
+        if self.outcome == "incompatible" and self.verdict < INCOMPATIBLE and self.dry_run is not None:
             headline += " (the dry run shows the migration would fail)"
         lines = [f"# Compatibility check: {headline}", "",
                  f"- savepoint: `{escape_markdown(self.savepoint)}`", _manifest_line(self.manifest),
@@ -172,13 +174,13 @@ _SHORT = {Verdict.COMPATIBLE_AS_IS: "as is", Verdict.COMPATIBLE_WITH_RECONFIGURE
 
 def _verdict_note(report: Report) -> str:
     """Why the outcome differs from the verdict, so that the two never read as a contradiction."""
-    if report.outcome == "migrate" and report.verdict is INCOMPATIBLE:
-        return (" (what Flink does with the savepoint as it is); the declared migrations make it restorable: "
-                "run them with `flinkstate migrate` first")
+    if report.outcome == "migrate" and report.flink_verdict is INCOMPATIBLE:
+        return (" (Flink's is what it does with the savepoint as it is; the verdict is `flinkstate migrate`'s plan, "
+                "whose output the new version restores as is)")
     if report.outcome == "migrate":
-        return " (this tool's migration writes a savepoint the new version restores as is)"
+        return " (`flinkstate migrate` runs the plan; the new version restores its output as is)"
     if report.outcome == "incompatible" and report.verdict < INCOMPATIBLE:
-        return " (but the migration would not get through: see the findings and the dry run)"
+        return " (but the migration would not get through: see the dry run)"
     return ""
 
 

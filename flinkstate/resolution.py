@@ -1,8 +1,9 @@
-"""What Flink will do with a savepoint's state when the job version a manifest describes restores it, and why.
+"""What Flink will do with a savepoint's state when the job version a manifest describes restores it, and why: one
+row per state with Flink's verdict and the findings behind it (:func:`flink_rows`). The check a user runs
+(:func:`flinkstate.check`, ``flinkstate check``) builds on it in :mod:`flinkstate.migration.verdict`.
 
-    report = check("/savepoints/savepoint-1", "examples/sample-job/manifests/v2.yaml")
-    report.outcome        # "restore" | "migrate" | "incompatible"
-    report.exit_code      # 0 | 3 | 4
+The same rules judge a migration's planned output and its written output (``renames=False``): the check's verdict
+is the plan ``flinkstate migrate`` runs, and "possible" means that output restores as is or reconfigured.
 
 Only the savepoint's metadata and keyed-state headers are read (one header per operator), never the entries, so the
 time does not grow with the amount of state. The one exception: an operator of a changelog checkpoint that records
@@ -25,8 +26,6 @@ Rules beyond the serializer families (Flink's backends and ``Checkpoints.loadAnd
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from typing import Any
 
 from flinkstate.compatibility import (
@@ -42,60 +41,57 @@ from flinkstate.format.changelog import ChangelogStream
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.format.metadata import OperatorState, has_state
 from flinkstate.identity import OperatorRef
-from flinkstate.manifest import Manifest, OperatorSchema, StateSchema, load_manifest
-from flinkstate.report import Report, StateRow
+from flinkstate.manifest import Manifest, OperatorSchema, StateSchema
+from flinkstate.report import StateRow
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.namespaces import VoidNamespaceSnapshot
+from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.row import RowSnapshot
 from flinkstate.serializers.ttl import TtlSnapshot
 
 BACKENDS = ("hashmap", "rocksdb")
 
 
-#: ``planner(old_state, new_state) -> (possible, reason)``: whether the migration declared for ``new_state`` can
-#: turn the savepoint's ``old_state`` into it (the migration engine's answer, e.g.
-#: ``flinkstate.migration.manifest_targets.plan_state_migration``).
-MigrationPlanner = Callable[[StateMetaInfo, StateSchema], tuple[bool, str]]
+def flink_rows(savepoint: Any, manifest: Manifest, *, previous: Manifest | None = None, backend: str | None = None,
+               allow_non_restored_state: bool = False, renames: bool = True) -> list[StateRow]:
+    """Flink's verdict on every state of ``manifest``, one row each, against ``savepoint`` (a :class:`SavepointView`,
+    or a migration's planned output; ``renames=False``: its renames are done).
 
-
-def check(savepoint: Savepoint | str | os.PathLike[str], manifest: Manifest | str | os.PathLike[str], *,
-          previous: Manifest | str | os.PathLike[str] | None = None,
-          migration_planner: MigrationPlanner | None = None, backend: str | None = None,
-          allow_non_restored_state: bool = False) -> Report:
-    """Resolves every state of ``manifest`` against ``savepoint``.
-
-    ``migration_planner`` judges the states that declare a migration (default: flinkstate's migration engine,
-    ``flinkstate.migration.manifest_targets.plan_state_migration``).
     ``previous`` is the manifest of the version that wrote the savepoint, when known: it supplies what the savepoint
     does not store (Row field names), so that fields swapped by name are caught. ``backend`` ("hashmap" or
     "rocksdb") narrows backend-specific rules; by default the worse of the two applies.
     """
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
-    if migration_planner is None:
-        # Declared migrations are judged by flinkstate's own engine unless another planner is given. Imported here:
-        # the migration package builds on this module's manifest types.
-        from flinkstate.migration.manifest_targets import plan_state_migration
+    return _Checker(savepoint, previous, backend, allow_non_restored_state, renames).rows(manifest)
 
-        migration_planner = plan_state_migration
-    sp = savepoint if isinstance(savepoint, Savepoint) else Savepoint.open(savepoint)
-    new = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
-    old_manifest = previous if isinstance(previous, Manifest) or previous is None else load_manifest(previous)
-    checker = _Checker(sp, old_manifest, migration_planner, backend, allow_non_restored_state)
-    report = Report(sp.location.uri, new.path, backend=backend, allow_non_restored_state=allow_non_restored_state)
-    matched: set[str] = set()
-    for op_schema in new.operators.values():
-        old_op, renamed = checker.find_old_operator(op_schema)
-        if old_op is None:
-            report.rows += checker.added_operator(op_schema)
-            continue
-        matched.add(old_op.operator_id)
-        report.rows += checker.operator(old_op, op_schema, renamed)
-    for old_op in sp.operators:
-        if old_op.operator_id not in matched and has_state(old_op):
-            report.rows.append(checker.removed_operator(old_op))
-    return report
+
+class SavepointView:
+    """What the checker reads of a savepoint: its operators, their keyed-state headers, and the keys of a changelog
+    checkpoint that records no key serializer. The planned output of a migration is another view
+    (:class:`flinkstate.migration.verdict.PlannedOutput`)."""
+
+    def __init__(self, savepoint: Savepoint) -> None:
+        self.savepoint = savepoint
+        self._key_findings: dict[tuple[str, bytes], Finding | None] = {}
+
+    @property
+    def operators(self) -> list[OperatorState]:
+        return self.savepoint.operators
+
+    def keyed_header(self, op: OperatorState) -> KeyedBackendHeader | None:
+        return self.savepoint.keyed_header(op)
+
+    def unrecorded_key_finding(self, op: OperatorState, key: TypeSerializerSnapshot) -> Finding | None:
+        """The finding on the keys of an operator whose checkpoint records no key serializer (None: it records
+        one)."""
+        if not self.savepoint.unrecorded_key(op):
+            return None
+        cache_key = (op.operator_id, snapshot_bytes(key))  # the source and its planned output ask alike
+        if cache_key not in self._key_findings:
+            self._key_findings[cache_key] = _unrecorded_key(self.savepoint, op, key)
+        return self._key_findings[cache_key]
 
 
 def _with_declared_value(finding: Finding, migration: Any) -> Finding:
@@ -115,13 +111,31 @@ def operator_label(op: OperatorState) -> str:
 
 
 class _Checker:
-    def __init__(self, savepoint: Savepoint, previous: Manifest | None, planner: MigrationPlanner | None,
-                 backend: str | None, allow_non_restored_state: bool) -> None:
+    """Flink's verdict on every state of a manifest, against a savepoint (or a migration's planned output, whose
+    renames are done: ``renames=False``)."""
+
+    def __init__(self, savepoint: Any, previous: Manifest | None, backend: str | None,
+                 allow_non_restored_state: bool, renames: bool = True) -> None:
         self.savepoint = savepoint
         self.previous = previous
-        self.planner = planner
         self.backend = backend
         self.allow_non_restored = allow_non_restored_state
+        self.renames = renames
+
+    def rows(self, new: Manifest) -> list[StateRow]:
+        rows: list[StateRow] = []
+        matched: set[str] = set()
+        for op_schema in new.operators.values():
+            old_op, renamed = self.find_old_operator(op_schema)
+            if old_op is None:
+                rows += self.added_operator(op_schema)
+                continue
+            matched.add(old_op.operator_id)
+            rows += self.operator(old_op, op_schema, renamed)
+        for old_op in self.savepoint.operators:
+            if old_op.operator_id not in matched and has_state(old_op):
+                rows.append(self.removed_operator(old_op))
+        return rows
 
     # -- operators ---------------------------------------------------------------------------------------------------
 
@@ -129,7 +143,7 @@ class _Checker:
         by_id = {o.operator_id: o for o in self.savepoint.operators}
         if op.operator_id in by_id:
             return by_id[op.operator_id], False
-        if op.renamed_from is not None:
+        if op.renamed_from is not None and self.renames:
             old_id = OperatorRef.parse(op.renamed_from).operator_id
             if old_id in by_id:
                 return by_id[old_id], True
@@ -167,29 +181,32 @@ class _Checker:
             operator_findings.append(Finding(
                 "OPERATOR_RENAMED", "", f"uid {op.renamed_from} -> {label}: Flink cannot map the old state to the "
                 f"renamed operator (the restore fails without allowNonRestoredState and the state is lost with it)",
-                INCOMPATIBLE, operator=label, migratable=None if self.planner is None else False))
+                INCOMPATIBLE, operator=label))
         if op.max_parallelism is not None and op.max_parallelism != old.max_parallelism:
             operator_findings.append(Finding(
                 "MAX_PARALLELISM_CHANGED", "", f"max parallelism {old.max_parallelism} -> {op.max_parallelism}: Flink "
                 f"cannot map the key groups", INCOMPATIBLE, str(old.max_parallelism), str(op.max_parallelism),
                 operator=label))
         key_result = Compatibility.as_is()
-        if header is not None and op.key is not None and header.key_serializer is not None:
+        # A key type the checkpoint does not record is judged by its logged keys, even once a plan assumed it.
+        unrecorded = self.savepoint.unrecorded_key_finding(old, op.key) \
+            if header is not None and op.key is not None else None
+        if unrecorded is not None:
+            key_result = Compatibility.of(unrecorded)
+        elif header is not None and op.key is not None and header.key_serializer is not None:
             key_result = _key_compatibility(op.key, header.key_serializer, label)
-        elif header is not None and op.key is not None and self.savepoint.unrecorded_key(old):
-            key_result = Compatibility.of(_unrecorded_key(self.savepoint, old, op.key))
         rows: list[StateRow] = []
         old_states = {s.name: s for s in header.states} if header is not None else {}
         used: set[str] = set()
         for state in op.states.values():
-            source = state.renamed_from or state.name
+            source = (state.renamed_from if self.renames else None) or state.name
             meta = old_states.get(source)
             if meta is None:
                 rows.append(self._new_state_row(label, state))
                 continue
             used.add(source)
             assert header is not None
-            rows.append(self.state(old, header, meta, label, state, key_result, renamed))
+            rows.append(self.state(old, header, meta, label, state, key_result))
         for name, meta in old_states.items():
             if name not in used:
                 rows.append(self._leftover_state_row(label, meta, header, name in op.dropped_states))
@@ -206,7 +223,7 @@ class _Checker:
     # -- states ------------------------------------------------------------------------------------------------------
 
     def state(self, old_op: OperatorState, header: KeyedBackendHeader, meta: StateMetaInfo, label: str,
-              new: StateSchema, key_result: Compatibility, operator_renamed: bool) -> StateRow:
+              new: StateSchema, key_result: Compatibility) -> StateRow:
         row = StateRow(label, new.name, "renamed" if new.renamed_from else "kept", kind=new.kind,
                        old_kind=meta.kind, old_types=_old_types(meta), new_types=_new_types(new))
         result = Compatibility.as_is()
@@ -217,37 +234,14 @@ class _Checker:
             result.merge(self._namespace(new, meta))
             if new.kind != TIMERS:
                 result.merge(self._values(new, meta, self._previous_state(old_op, meta.name)))
-        if new.renamed_from:
+        if new.renamed_from and self.renames:
             result.add(Finding("STATE_RENAMED", "", f"state {new.renamed_from} -> {new.name}: Flink restores the old "
                                f"state under its old name and starts {new.name} empty", AS_IS, silent_misread=True))
-        declared = new.migration is not None or new.renamed_from is not None or operator_renamed
-        row.findings = [f.at(operator=label, state=new.name) for f in result.findings]
+        row.findings = [_with_declared_value(f.at(operator=label, state=new.name), new.migration)
+                        for f in result.findings]
         row.flink_verdict = result.verdict
-        if declared:
-            row.migration, possible = self._plan(meta, new)
-            row.findings = [_with_declared_value(f.at(migratable=possible), new.migration)
-                            if f.effective_verdict >= AFTER_MIGRATION else f for f in row.findings]
-        else:
-            # Flink migrates values itself; what it cannot do has no declared way through.
-            row.findings = [f.at(migratable=f.effective_verdict <= AFTER_MIGRATION) for f in row.findings]
-            if result.verdict is AFTER_MIGRATION:
-                row.migration = "flink"
-                if self.planner is not None:
-                    # The upgrade pipeline migrates such states with flinkstate, not with Flink: it must be able to
-                    # reproduce exactly what Flink would do (e.g. the Java default of an added field), or say so.
-                    possible, reason = self.planner(meta, new)
-                    if not possible:
-                        row.migration = f"flink; flinkstate cannot reproduce it: {reason}"
-                        row.findings = [f.at(migratable=False) if f.effective_verdict >= AFTER_MIGRATION else f
-                                        for f in row.findings]
         row.verdict = max([result.verdict, *(f.effective_verdict for f in row.findings)])
         return row
-
-    def _plan(self, old: StateMetaInfo, new: StateSchema) -> tuple[str, bool | None]:
-        if self.planner is None:
-            return "declared, not evaluated", None
-        possible, reason = self.planner(old, new)
-        return (f"declared: {reason}" if reason else "declared"), bool(possible)
 
     def _namespace(self, new: StateSchema, meta: StateMetaInfo) -> Compatibility:
         old_ns = meta.namespace_serializer
@@ -386,4 +380,4 @@ def _new_types(state: StateSchema) -> dict[str, str]:
     return types
 
 
-__all__ = ["BACKENDS", "MigrationPlanner", "check", "operator_label"]
+__all__ = ["BACKENDS", "SavepointView", "flink_rows", "operator_label"]

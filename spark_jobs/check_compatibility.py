@@ -38,7 +38,6 @@ from flinkstate import (
     Savepoint,
     add_allow_code_argument,
     check,
-    plan_state_migration,
     run_dry_run,
     run_dry_run_unit,
 )
@@ -110,8 +109,10 @@ def main(argv: list[str]) -> int:
     for name in ("savepoint", "schema", "previous", "verify_against", "verify_old_schema"):
         setattr(args, name, shared(getattr(args, name)))
     policy = CodePolicy.resolve(args.allow_code)
-    report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=plan_state_migration,
-                   backend=args.backend, allow_non_restored_state=args.allow_non_restored_state == "true")
+    # With --verify-against, SAVEPOINT is a migration's output for SCHEMA (its renames are done).
+    report = check(args.savepoint, args.schema, previous=args.previous, backend=args.backend,
+                   allow_non_restored_state=args.allow_non_restored_state == "true",
+                   migrated=args.verify_against is not None)
     verification: list[str] | None = None
     wanted = args.dry_run == "always" or (args.dry_run == "auto" and report.outcome == "migrate")
     section: dict[str, Any] = {"ran": False, "reason": f"the outcome is '{report.outcome}'"}

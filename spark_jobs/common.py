@@ -18,7 +18,6 @@ from flinkstate import (
     MigrationJob,
     Report,
     check,
-    plan_state_migration,
     printable,
     verify_published,
     write_file,
@@ -131,11 +130,13 @@ def unit_count(spark: Any, requested: int | None) -> int:
 
 
 def verify_against(spark: Any, source_path: str, migrated_path: str, schema: str, old_schema: str | None,
-                   allow_code: CodePolicy | None = None, units: int | None = None) -> list[str]:
+                   allow_code: CodePolicy | None = None, units: int | None = None,
+                   now_ms: int | None = None) -> list[str]:
     """The independent verifier on a migrated savepoint and its source (the DAG's re-check), its entries compared
     by Spark tasks per key-group range (the driver checks the metadata level and that every range verified). It
-    re-applies the declared migration, so its functions need the same allowance as the migration."""
-    job = MigrationJob(source_path, schema, output="", old_schema=old_schema, allow_code=allow_code)
+    re-applies the declared migration, so its functions need the same allowance as the migration, and the
+    migration's time (``now_ms``, the last access of values whose TTL it switched on)."""
+    job = MigrationJob(source_path, schema, output="", old_schema=old_schema, allow_code=allow_code, now_ms=now_ms)
     return verify_published(job, migrated_path, spark_map(spark), unit_count(spark, units)).lines()
 
 
@@ -179,15 +180,15 @@ class Recheck:
 
 
 def recheck(spark: Any, migrated: str, schema: str, source: str, old_schema: str | None,
-            allow_code: CodePolicy | None = None, units: int | None = None) -> Recheck:
+            allow_code: CodePolicy | None = None, units: int | None = None, now_ms: int | None = None) -> Recheck:
     """What ``check_compatibility.py MIGRATED --schema SCHEMA --dry-run never --exit-code --verify-against SOURCE
     --verify-old-schema OLD`` does, in a session already up: the header-level check of the migrated savepoint
     against the new manifest, then every entry compared with the source's migration. A refusal by the verifier is
     kept in the report (``verification_error``) instead of raised, so that whoever judges the report can say why."""
-    report = check(migrated, schema, migration_planner=plan_state_migration)
+    report = check(migrated, schema, migrated=True)  # renames done: the output of this manifest's plan
     report.dry_run, report.dry_run_runner = {"ran": False, "reason": "--dry-run never"}, "Spark"
     try:
-        lines = verify_against(spark, source, migrated, schema, old_schema, allow_code, units)
+        lines = verify_against(spark, source, migrated, schema, old_schema, allow_code, units, now_ms)
     except FlinkStateError as exc:
         body, markdown = report_files(report, None, verified_against=source, verification_error=printable(exc))
         return Recheck(body, markdown, printable(exc))

@@ -90,7 +90,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps(report.to_json(), indent=2) if args.json else report.render_text(job.report_path))
         if args.recheck_report_dir:
             assert args.output is not None  # made absolute by shared(), never None: --output is required
-            checked = recheck(spark, args.output, args.schema, args.savepoint, args.old_schema, policy, args.units)
+            checked = recheck(spark, args.output, args.schema, args.savepoint, args.old_schema, policy, args.units,
+                              job.now_ms)
             write_report_files(args.recheck_report_dir, checked.body, checked.markdown)
     finally:
         spark.stop()

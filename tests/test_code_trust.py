@@ -1,5 +1,5 @@
-"""Manifests are data unless code is allowed: a migration function (``function: MODULE:FUNC``) and
-``--migration-planner`` are imported only with ``--allow-code`` (all but the standard library) or a trusted-module list
+"""Manifests are data unless code is allowed: a migration function (``function: MODULE:FUNC``) is imported only
+with ``--allow-code`` (all but the standard library) or a trusted-module list
 (``--allow-code=a,b`` or ``$FLINKSTATE_ALLOW_CODE``). The header-only ``check`` never imports. Every refusal is one
 line, before anything is imported or written.
 
@@ -36,10 +36,6 @@ with open(os.environ["TRUST_MARKER"], "a") as marker:
 
 def keep(value):
     return value
-
-
-def planner(old_state, new_state):
-    return True, "the trusted planner says yes"
 '''
 
 
@@ -122,21 +118,15 @@ def test_check_dry_run_needs_the_allowance(flink_savepoints: dict[str, Path], tm
     assert _imports(code_dir) == 3
 
 
-def test_migration_planner_is_code(flink_savepoints: dict[str, Path], tmp_path: Path, code_dir: Path):
+def test_check_has_no_planner_of_its_own(flink_savepoints: dict[str, Path], tmp_path: Path, code_dir: Path):
+    """check's verdict is migrate's plan: there is no other planner to load (the old --migration-planner was code
+    that could say "possible" where migrate refused), and planning a declared function imports nothing."""
     manifest = _manifest(tmp_path, "trusted_fix:keep")
-    error = _one_line_error(_run(code_dir, "check", flink_savepoints["heap-p2"], "--schema", manifest,
-                                 "--migration-planner", "trusted_fix:planner"))
-    assert error.startswith("flinkstate: error: --migration-planner trusted_fix:planner: it is code, run only when "
-                            "allowed")
-    error = _one_line_error(_run(code_dir, "check", flink_savepoints["heap-p2"], "--schema", manifest,
-                                 "--migration-planner", "os:getcwd", "--allow-code"))
-    assert "module os is a standard-library module, allowed only when listed by name" in error
-    assert _imports(code_dir) == 0
     result = _run(code_dir, "check", flink_savepoints["heap-p2"], "--schema", manifest, "--migration-planner",
                   "trusted_fix:planner", "--allow-code=trusted_fix")
-    assert result.returncode == 3, result.stderr
-    assert "the trusted planner says yes" in result.stdout
-    assert _imports(code_dir) == 1
+    assert result.returncode == 2 and "unrecognized arguments: --migration-planner" in result.stderr
+    assert _run(code_dir, "check", flink_savepoints["heap-p2"], "--schema", manifest).returncode == 3
+    assert _imports(code_dir) == 0
 
 
 # -- migrate ---------------------------------------------------------------------------------------------------------

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from flinkstate import check
 from flinkstate.compatibility import Verdict
 from flinkstate.engine import FlinkJobFailed, FlinkRestError, LocalFlinkCluster
 from flinkstate.report import Report
-from flinkstate.resolution import check
 from tests.support import compat_matrix
 from tests.support.compat_matrix import MatrixRun, restored_count
 

@@ -1,8 +1,8 @@
 """``flinkstate check SAVEPOINT --schema MANIFEST [--format json|markdown]``: what Flink will do with the savepoint's
 state when the version MANIFEST describes restores it, and why.
 
-Exit status: 0 restorable as is or reconfigured; 3 migration required and possible; 4 incompatible; 1 error;
-2 usage.
+Exit status: 0 restorable as is or reconfigured; 3 migration required and possible (the plan ``flinkstate migrate``
+runs, and its output restores as is); 4 incompatible (``migrate`` refuses); 1 error; 2 usage.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from flinkstate import (
     CodeRefused,
     FlinkStateError,
     MigrationJob,
-    MigrationPlanner,
     Report,
     Savepoint,
     add_allow_code_argument,
     check,
-    load_function,
     printable,
     run_dry_run,
     write_file,
@@ -33,9 +31,11 @@ from flinkstate.cli.verbose import log, phase
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("check", help="check a savepoint against the new version's state schema",
                                    description="Resolve every state of the manifest against the savepoint's "
-                                               "serializer snapshots as Flink would, and report the verdicts. "
-                                               "Exit status: 0 restorable (as is or reconfigured), 3 migration "
-                                               "required and possible, 4 incompatible, 1 error, 2 usage.")
+                                               "serializer snapshots as Flink would, plan the migration "
+                                               "'flinkstate migrate' would run, and report both verdicts: the "
+                                               "check's verdict is that plan. Exit status: 0 restorable (as is or "
+                                               "reconfigured), 3 migration required and possible, 4 incompatible "
+                                               "(migrate refuses), 1 error, 2 usage.")
     parser.add_argument("savepoint", metavar="SAVEPOINT", help="savepoint directory or its _metadata file")
     parser.add_argument("--schema", required=True, metavar="MANIFEST", help="the new version's schema manifest")
     parser.add_argument("--previous", metavar="MANIFEST",
@@ -54,27 +54,18 @@ def register(subparsers: Any) -> None:
                         help="with --dry-run: entries a dead-letter policy may skip before the migration counts "
                              "as failing (default 0)")
     parser.add_argument("--examples", type=int, default=5, metavar="N", help="failing entries kept as examples")
-    parser.add_argument("--migration-planner", metavar="MODULE:FUNCTION",
-                        help="callable(old_state, new_state) -> (possible, reason) judging declared migrations "
-                             "(code: needs --allow-code)")
-    add_allow_code_argument(parser, "the code --dry-run and --migration-planner may import: --allow-code MODULES "
-                                    "(comma-separated) or --allow-code=all (any but the standard library); default "
-                                    "$FLINKSTATE_ALLOW_CODE, else none. Without --dry-run or --migration-planner, "
-                                    "check imports nothing")
+    add_allow_code_argument(parser, "the code --dry-run may import (the manifest's migration functions): "
+                                    "--allow-code MODULES (comma-separated) or --allow-code=all (any but the "
+                                    "standard library); default $FLINKSTATE_ALLOW_CODE, else none. Without "
+                                    "--dry-run, check imports nothing")
     parser.set_defaults(handler=_run)
-
-
-def load_planner(spec: str, policy: CodePolicy | None = None) -> MigrationPlanner:
-    """The ``--migration-planner`` callable: code, so imported only when ``policy`` allows its module."""
-    return load_function(spec, policy, what="--migration-planner")  # type: ignore[return-value]
 
 
 def _run(args: argparse.Namespace) -> int:
     policy = CodePolicy.resolve(args.allow_code)
-    planner = load_planner(args.migration_planner, policy) if args.migration_planner else None
     with phase(f"check {args.savepoint} against {args.schema}"):
-        report = check(args.savepoint, args.schema, previous=args.previous, migration_planner=planner,
-                       backend=args.backend, allow_non_restored_state=args.allow_non_restored_state)
+        report = check(args.savepoint, args.schema, previous=args.previous, backend=args.backend,
+                       allow_non_restored_state=args.allow_non_restored_state)
     for row in report.rows:
         log.info("  %s/%s: %s, Flink %s, verdict %s%s", row.operator, row.state or "-", row.status,
                  row.flink_verdict.name, row.verdict.name, f", migration {row.migration}" if row.migration else "")

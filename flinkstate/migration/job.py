@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,9 +15,10 @@ from typing import TYPE_CHECKING
 from flinkstate.errors import FlinkStateError
 from flinkstate.manifest import Manifest, load_manifest
 from flinkstate.migration.code_policy import CodePolicy
-from flinkstate.migration.manifest_targets import check_against_manifest, targets_from_manifest
+from flinkstate.migration.manifest_targets import targets_from_manifest
 from flinkstate.migration.plan import MigrationError, MigrationPlan, OperatorTarget, plan_migration
 from flinkstate.migration.runner import MigrationReport, UnitRunner, migrate_savepoint, run_units_locally
+from flinkstate.migration.verdict import blocking_finding, check, check_against_manifest
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.uri import open_output, write_file
 
@@ -37,10 +40,17 @@ class MigrationJob:
     #: Which migration functions may be imported. None: ``$FLINKSTATE_ALLOW_CODE`` when the job is built (resolved
     #: then, so that Spark tasks, which get the job pickled, follow the driver's policy, not their own environment).
     allow_code: CodePolicy | None = None
+    #: The new job runs with allowNonRestoredState: an operator the manifest lacks is no refusal (it is copied).
+    allow_non_restored_state: bool = False
+    #: The migration's time (epoch milliseconds): the last access of values whose TTL is switched on, unless the
+    #: manifest gives one. None: now, taken once when the job is built (Spark tasks get the driver's).
+    now_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.allow_code is None:
             object.__setattr__(self, "allow_code", CodePolicy.resolve(None))
+        if self.now_ms is None:
+            object.__setattr__(self, "now_ms", int(time.time() * 1000))
 
     def manifests(self) -> tuple[Manifest, Manifest | None]:
         return load_manifest(self.schema), load_manifest(self.old_schema) if self.old_schema else None
@@ -51,7 +61,26 @@ class MigrationJob:
 
     def plan(self, source: Savepoint) -> MigrationPlan:
         """The plan every worker rebuilds: the same as :meth:`run` makes for the same inputs."""
-        return plan_migration(source, self.targets(source), compressed=self.compression, code=self.allow_code)
+        return plan_migration(source, self.targets(source), compressed=self.compression, code=self.allow_code,
+                              now_ms=self.now_ms)
+
+    def gate(self, source: Savepoint) -> None:
+        """The check, before anything is written: ``migrate`` refuses what ``flinkstate check`` calls incompatible
+        for the same inputs (its verdict is this job's plan, built by the same code), in one line naming the
+        operator, the state and why."""
+        manifest, old_manifest = self.manifests()
+        report = check(source, manifest, previous=old_manifest,
+                       allow_non_restored_state=self.allow_non_restored_state)
+        blocked = blocking_finding(report)
+        if blocked is None:
+            return
+        row, finding = blocked
+        if finding is not None and finding.code == "MIGRATION_REFUSED":
+            raise MigrationError(finding.message, row.operator, row.state)
+        what = f"{finding.code}: {finding.message}" if finding is not None else row.verdict.name
+        raise MigrationError(f"{source.location.uri}: operator {row.operator}"
+                             f"{f', state {row.state}' if row.state else ''}: the new version could not restore the "
+                             f"migrated state ({what}); flinkstate check says INCOMPATIBLE", row.operator, row.state)
 
     @property
     def report_path(self) -> str:
@@ -82,11 +111,13 @@ class MigrationJob:
         """Migrates, verifies (the new savepoint against the manifest), publishes, and writes the report."""
         self.check_locations()
         manifest, _ = self.manifests()
+        source = Savepoint.open(self.savepoint)
+        self.gate(source)
         report = migrate_savepoint(
-            self.savepoint, self.targets(Savepoint.open(self.savepoint)), open_output(self.output),
+            self.savepoint, self.targets(source), open_output(self.output),
             metadata_version=self.metadata_version, compressed=self.compression,
-            extra_check=lambda staged: check_against_manifest(staged, manifest), run_units=run_units,
-            max_dead_letters=self.max_dead_letters, code=self.allow_code)
+            extra_check=self._output_check(manifest), run_units=run_units,
+            max_dead_letters=self.max_dead_letters, code=self.allow_code, now_ms=self.now_ms)
         self._write_report(report)
         return report
 
@@ -99,12 +130,17 @@ class MigrationJob:
 
         self.check_locations()
         manifest, _ = self.manifests()
+        self.gate(Savepoint.open(self.savepoint))
         report, _ = migrate_in_units(self, self.output, map_units or map_locally,
                                      units if units is not None else default_unit_count(1),
                                      metadata_version=self.metadata_version, max_dead_letters=self.max_dead_letters,
-                                     extra_check=lambda staged: check_against_manifest(staged, manifest))
+                                     extra_check=self._output_check(manifest))
         self._write_report(report)
         return report
+
+    def _output_check(self, manifest: Manifest) -> Callable[[Savepoint], list[str]]:
+        """The check of the staged output against the manifest: as is or reconfigured, or nothing is published."""
+        return lambda staged: check_against_manifest(staged, manifest, self.allow_non_restored_state)
 
     def _write_report(self, report: MigrationReport) -> None:
         try:

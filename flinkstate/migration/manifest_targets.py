@@ -1,16 +1,15 @@
-"""From schema manifests to migration targets, the planner the compatibility check calls, and the check of a
-migrated savepoint against the new manifest."""
+"""From schema manifests to migration targets (the one input of the plan that ``check`` judges and ``migrate`` runs),
+and the check of a migrated savepoint against the new manifest."""
 
 from __future__ import annotations
 
-from flinkstate.format.keyed_header import TIMERS, StateMetaInfo
+from flinkstate.format.keyed_header import TIMERS
 from flinkstate.manifest import Manifest, OperatorSchema, StateSchema
-from flinkstate.migration.plan import MigrationError, OperatorTarget, StateTarget, plan_value_migration
-from flinkstate.migration.spec import parse_migration
+from flinkstate.migration.plan import MigrationError, OperatorTarget, StateTarget
+from flinkstate.migration.spec import parse_migration, parse_operator_migration
 from flinkstate.migration.transforms import RowNames
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
-from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.row import RowSnapshot
 
 
@@ -60,7 +59,9 @@ def targets_from_manifest(source: Savepoint, manifest: Manifest, old_manifest: M
             continue
         header = source.keyed_header(source_op)
         existing = {s.name for s in header.states} if header is not None else set()
-        target = OperatorTarget(op.uid or op.operator_id, op.renamed_from, [], list(op.dropped_states))
+        target = OperatorTarget(op.uid or op.operator_id, op.renamed_from, [], list(op.dropped_states), op.key,
+                                parse_operator_migration(op.migration, f"operators.{label}.migration", file),
+                                op.max_parallelism)
         for name, state in op.states.items():
             old_name = state.renamed_from or name
             if old_name not in existing:
@@ -78,59 +79,3 @@ def targets_from_manifest(source: Savepoint, manifest: Manifest, old_manifest: M
         raise MigrationError(f"{file}: no operator of the manifest ({', '.join(sorted(manifest.operators)[:5])}) is "
                              f"in the savepoint (by uid or operator id): is it the manifest of another job?")
     return targets
-
-
-def plan_state_migration(old_state_info: StateMetaInfo, new_state_schema: StateSchema) -> tuple[bool, str]:
-    """The planner the compatibility check calls for a state Flink cannot restore as it is: whether the state's
-    ``migration:`` block (with the built-in rules) turns the savepoint's values into the new type, and why."""
-    if new_state_schema.kind == TIMERS:
-        return True, "timers are rewritten with the operator's key"
-    old_value = old_state_info.value_serializer
-    if old_value is None or new_state_schema.value is None:
-        return False, "the state has no value serializer"
-    try:
-        migration = parse_migration(new_state_schema.migration, f"states.{new_state_schema.name}.migration")
-    except Exception as exc:
-        return False, str(exc)
-    return plan_value_migration(old_value, new_state_schema.value, migration)
-
-
-def check_against_manifest(staged: Savepoint, manifest: Manifest) -> list[str]:
-    """Every keyed state of the migrated savepoint that the manifest declares carries exactly the serializer
-    snapshots the new job registers (what makes Flink restore it as-is). Raises MigrationError otherwise, naming
-    the staged state file and the first byte where the snapshots differ (two snapshots can differ in bytes Flink
-    ignores, an outer snapshot version say, and still print alike)."""
-    checked = []
-    for label, op in manifest.operators.items():
-        try:
-            written = staged.operator(op.operator_id)
-        except Exception:
-            continue
-        header = staged.keyed_header(written)
-        if header is None:
-            continue
-        where = staged.keyed_streams(written)[0][1].source.path
-        if op.key is not None and header.key_serializer is not None and \
-                snapshot_bytes(op.key) != snapshot_bytes(header.key_serializer):
-            raise MigrationError(f"{where}: check: operator {label}: the written key serializer "
-                                 f"{_difference(snapshot_bytes(header.key_serializer), snapshot_bytes(op.key))}"
-                                 f" ({header.key_serializer.type_name()}, the manifest's {op.key.type_name()})")
-        for meta in header.states:
-            schema = op.states.get(meta.name)
-            if schema is None:
-                continue
-            want = snapshot_bytes(schema.state_serializer())
-            got = meta.serializer("VALUE_SERIALIZER")
-            if got is None or snapshot_bytes(got) != want:
-                difference = _difference(snapshot_bytes(got), want) if got is not None else "is missing"
-                raise MigrationError(f"{where}: check: operator {label}, state {meta.name}: the written snapshot "
-                                     f"{difference} ({got.type_name() if got else '?'}, the manifest's "
-                                     f"{schema.state_serializer().type_name()}): not COMPATIBLE_AS_IS")
-            checked.append(f"{label}/{meta.name}: COMPATIBLE_AS_IS (snapshot identical to the manifest's)")
-    return checked
-
-
-def _difference(got: bytes, want: bytes) -> str:
-    """Where two snapshots' bytes first differ, in words."""
-    at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
-    return f"differs from the manifest's at byte {at} of {len(got)} (the manifest's has {len(want)})"

@@ -13,7 +13,9 @@ the parallel units (one per operator subtask, :mod:`flinkstate.migration.rewrite
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from flinkstate.binary import KeyGroupRange
 from flinkstate.errors import FlinkStateError
@@ -24,7 +26,7 @@ from flinkstate.migration.code_policy import CodeNotAllowed, CodePolicy, load_fu
 from flinkstate.migration.conversions import MigrationPlanError, Transform, conversion
 from flinkstate.migration.native import is_native
 from flinkstate.migration.spec import NO_MIGRATION, StateMigration
-from flinkstate.migration.transforms import RowNames, build_transform, chain
+from flinkstate.migration.transforms import RowNames, build_transform, chain, restored_unaided
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.registry import snapshot_bytes
@@ -34,7 +36,13 @@ DROP = object()
 
 
 class MigrationError(FlinkStateError):
-    """A migration run failed (bad plan, or an entry failed under the ``fail`` policy)."""
+    """A migration run failed (bad plan, or an entry failed under the ``fail`` policy). ``operator`` (the target's
+    uid or id) and ``state`` say what a planning error is about, for the check's report."""
+
+    def __init__(self, message: str, operator: str | None = None, state: str | None = None) -> None:
+        super().__init__(message)
+        self.operator = operator
+        self.state = state
 
 
 class CodeRefused(MigrationError):
@@ -70,6 +78,12 @@ class OperatorTarget:
     renamed_from: str | None = None  # the old uid (or 32-hex operator id)
     states: list[StateTarget] = field(default_factory=list)
     dropped_states: list[str] = field(default_factory=list)
+    #: The operator's key type in the new version (None: the states' ``key``, else the old one) and its conversion,
+    #: declared once per operator (``migration: {key: {convert: ...}}`` of the operator in a manifest).
+    key: TypeSerializerSnapshot | None = None
+    key_migration: StateMigration = NO_MIGRATION
+    #: The new version's max parallelism (None: not declared, the savepoint's is kept).
+    max_parallelism: int | None = None
 
     @property
     def ref(self) -> OperatorRef:
@@ -161,32 +175,64 @@ def _new_meta(meta: StateMetaInfo, name: str, value: TypeSerializerSnapshot | No
 
 
 def plan_migration(source: Savepoint, targets: list[OperatorTarget], *, compressed: bool | None = None,
-                   reencode: bool = False, code: CodePolicy | None = None) -> MigrationPlan:
+                   reencode: bool = False, code: CodePolicy | None = None, now_ms: int | None = None
+                   ) -> MigrationPlan:
     """Compiles the targets against the source savepoint. ``reencode`` decodes and re-encodes every entry of every
     targeted operator even where nothing changes (the identity rewrite). ``code`` says which migration functions
-    may be imported (default: ``$FLINKSTATE_ALLOW_CODE``, else none): a manifest is data, its functions are code."""
+    may be imported (default: ``$FLINKSTATE_ALLOW_CODE``, else none): a manifest is data, its functions are code.
+    ``now_ms`` is the migration's time (epoch milliseconds), the last access of values whose TTL is switched on
+    unless the manifest gives one. Raises the first planning error (:func:`plan_operators` collects them all)."""
+    plans, errors = plan_operators(source, targets, reencode=reencode, code=code, now_ms=now_ms)
+    if errors:
+        raise errors[0]
+    return MigrationPlan(plans, compressed)
+
+
+def plan_operators(source: Savepoint, targets: list[OperatorTarget], *, reencode: bool = False,
+                   code: CodePolicy | None = None, now_ms: int | None = None, load_code: bool = True
+                   ) -> tuple[dict[str, OperatorPlan], list[MigrationError]]:
+    """The plan of every operator, by source operator id, and the planning error of each operator that cannot be
+    planned (what ``migrate`` refuses with, and what ``check`` reports). ``load_code=False`` plans a declared
+    function without importing it (``check`` runs no code): its transform stands in for it and is never called."""
     code = CodePolicy.resolve(None) if code is None else code
     plans: dict[str, OperatorPlan] = {}
+    errors: list[MigrationError] = []
     for target in targets:
         old_ref = target.renamed_from or target.uid
-        op = source.operator(old_ref)
-        if op.operator_id in plans:
-            raise MigrationError(f"operator {old_ref} is the target of two entries")
-        plans[op.operator_id] = _plan_operator(source, op, target, reencode, code)
+        try:
+            op = source.operator(old_ref)
+            if op.operator_id in plans:
+                raise MigrationError(f"operator {old_ref} is the target of two entries", target.uid)
+            plans[op.operator_id] = _plan_operator(source, op, target, reencode, code, now_ms, load_code)
+        except MigrationError as exc:
+            if exc.operator is None:
+                exc.operator = target.uid
+            errors.append(exc)
     for op in source.operators:
         # An operator no target names is copied as it is, except native keyed state: a canonical savepoint cannot
         # point at RocksDB's files, so it is planned as an identity migration (its entries' bytes kept).
         if op.operator_id not in plans and any(is_native(stream) for _, stream in source.keyed_streams(op)):
-            plans[op.operator_id] = _plan_operator(source, op, OperatorTarget(op.operator_id), False, code)
-    return MigrationPlan(plans, compressed)
+            plans[op.operator_id] = _plan_operator(source, op, OperatorTarget(op.operator_id), False, code, now_ms,
+                                                   load_code)
+    return plans, errors
 
 
 def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget, reencode: bool,
-                   code: CodePolicy) -> OperatorPlan:
+                   code: CodePolicy, now_ms: int | None, load_code: bool) -> OperatorPlan:
     label = f"operator {target.uid}"
     streams = source.keyed_streams(op)
     # Where the savepoint's serializer snapshots were read: a plan that cannot be made names that file.
     where = f"{streams[0][1].source.path}: " if streams else ""
+
+    def refuse(what: str, state: str | None = None) -> MigrationError:
+        return MigrationError(f"{where}{label}{f', state {state}' if state else ''}: {what}", target.uid, state)
+
+    if target.max_parallelism is not None and target.max_parallelism != op.max_parallelism:
+        # Every key would move to the key group its hash gives under the new max parallelism; Flink refuses the
+        # change (FLINK-5052) and this tool does not rewrite it either: publishing the old value would be wrong.
+        raise refuse(f"the max parallelism changes from {op.max_parallelism} to {target.max_parallelism}: Flink "
+                     f"cannot restore key groups of another max parallelism, and flinkstate does not re-distribute "
+                     f"them; keep the job's max parallelism at {op.max_parallelism} (setMaxParallelism)")
     if source.unrecorded_key(op):
         _assume_target_key(source, op, target, f"{where}{label}")
     header = source.keyed_header(op)
@@ -199,30 +245,28 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
         new_uid = new_ref.uid if (op.uid is not None or target.renamed_from) else op.uid
     if header is None:
         if target.states or target.dropped_states:
-            raise MigrationError(f"{label}: the savepoint holds no keyed state for it")
+            raise refuse("the savepoint holds no keyed state for it")
         return OperatorPlan(op, new_id, new_uid, None, None, [])
     native = any(is_native(stream) for _, stream in streams)  # reads every subtask's header
     by_old_name = {(t.renamed_from or t.name): t for t in target.states}
     known = {s.name for s in header.states}
     for name in [*by_old_name, *target.dropped_states]:
         if name not in known:
-            raise MigrationError(f"{label}: no state {name!r} in the savepoint (states: {', '.join(sorted(known))})")
-    keys = {snapshot_bytes(t.key): t for t in target.states if t.key is not None}
-    if len(keys) > 1:
-        raise MigrationError(f"{label}: states declare different new key types")
-    key_target = next(iter(keys.values()), None)
-    new_key = key_target.key if key_target is not None else None
+            raise refuse(f"no state {name!r} in the savepoint (states: {', '.join(sorted(known))})")
+    new_key = _target_key(target, refuse)
     key_transform: Transform | None = None
     if new_key is not None and header.key_serializer is not None:
-        assert key_target is not None
         try:
-            if key_target.migration.key is not None:
-                key_transform = conversion(key_target.migration.key, header.key_serializer, new_key)
-            elif snapshot_bytes(new_key) != snapshot_bytes(header.key_serializer):
+            if target.key_migration.key is not None:
+                key_transform = conversion(target.key_migration.key, header.key_serializer, new_key)
+            elif not restored_unaided(header.key_serializer, new_key):
                 raise MigrationPlanError(f"the key type changed from {header.key_serializer.type_name()} to "
-                                         f"{new_key.type_name()}: declare key: {{convert: ...}}")
+                                         f"{new_key.type_name()}: declare the conversion once for the operator "
+                                         f"(migration: {{key: {{convert: ...}}}})")
+            else:
+                new_key = None  # keys keep their bytes, and the operator its key serializer (reconfigured by Flink)
         except MigrationPlanError as exc:
-            raise MigrationError(f"{where}{label}: key: {exc}") from None
+            raise refuse(f"key: {exc}") from None
     rewrites: list[StateRewrite | None] = []
     new_states: list[StateMetaInfo] = []
     for meta in header.states:
@@ -232,22 +276,35 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
         t = by_old_name.get(meta.name)
         new_name = t.name if t is not None else meta.name
         value_t = user_key_t = None
+        new_value = new_user_key = None
         if t is not None and meta.kind != TIMERS:
             try:
-                value_t, user_key_t = _state_transforms(meta, t, code)
+                value_t, user_key_t = _state_transforms(meta, t, code, now_ms, load_code)
             except CodeNotAllowed as exc:
-                raise CodeRefused(f"{label}, state {meta.name}: {exc}") from None
+                raise CodeRefused(f"{label}, state {meta.name}: {exc}", target.uid, t.name) from None
             except MigrationPlanError as exc:
-                raise MigrationError(f"{where}{label}, state {meta.name}: {exc}") from None
+                raise refuse(str(exc), t.name) from None
+            # Values that keep their bytes keep the snapshot they were written with (Flink reconfigures its
+            # serializer from it); rewritten ones get the new version's.
+            new_value = t.value if value_t is not None else None
+            new_user_key = t.user_key if user_key_t is not None else None
         rewrites.append(StateRewrite(meta.name, new_name, len(new_states), meta.kind, value_t, user_key_t,
                                      bool(t and t.migration.dead_letter), reencode))
-        new_states.append(_new_meta(meta, new_name, t.value if t else None, t.user_key if t else None, new_key))
+        new_states.append(_new_meta(meta, new_name, new_value, new_user_key, new_key))
     names = [s.name for s in new_states]
     if len(set(names)) != len(names):
-        raise MigrationError(f"{label}: two states would be named alike after renaming: {names}")
+        raise refuse(f"two states would be named alike after renaming: {names}")
     new_header = KeyedBackendHeader(header.version, header.compressed, new_key or header.key_serializer, new_states)
     return OperatorPlan(op, new_id, new_uid, header, new_header, rewrites, key_transform,
-                        bool(key_target and key_target.migration.dead_letter), native)
+                        target.key_migration.dead_letter, native)
+
+
+def _target_key(target: OperatorTarget, refuse: Callable[[str], MigrationError]) -> TypeSerializerSnapshot | None:
+    """The operator's new key type: the target's, or the one its states agree on."""
+    keys = {snapshot_bytes(k): k for k in [target.key, *(t.key for t in target.states)] if k is not None}
+    if len(keys) > 1:
+        raise refuse("the operator and its states declare different new key types")
+    return next(iter(keys.values()), None)
 
 
 def _assume_target_key(source: Savepoint, op: OperatorState, target: OperatorTarget, label: str) -> None:
@@ -255,62 +312,72 @@ def _assume_target_key(source: Savepoint, op: OperatorState, target: OperatorTar
     without timers): its keys are read with the new version's key type, as Flink restores such a log with the new
     job's key serializer unchecked. The migration then decodes every key with it and refuses any that does not decode
     to exactly its bytes; a key conversion has no old type to convert from."""
-    keys = {snapshot_bytes(t.key): t for t in target.states if t.key is not None}
-    if not keys:
-        raise MigrationError(f"{label}: the checkpoint does not record the key serializer (a changelog checkpoint "
-                             f"that was never materialized and holds no timers): declare the job's key type in the "
-                             f"manifest (key:)")
-    if len(keys) > 1:
-        raise MigrationError(f"{label}: states declare different new key types")
-    key_target = next(iter(keys.values()))
-    if key_target.migration.key is not None:
-        raise MigrationError(f"{label}: key: the checkpoint does not record the old key type, so a key conversion "
-                             f"cannot be planned")
-    assert key_target.key is not None
-    source.assume_key_serializer(op, key_target.key)
+
+    def refuse(what: str) -> MigrationError:
+        return MigrationError(f"{label}: {what}", target.uid)
+
+    key = _target_key(target, refuse)
+    if key is None:
+        raise refuse("the checkpoint does not record the key serializer (a changelog checkpoint that was never "
+                     "materialized and holds no timers): declare the job's key type in the manifest (key:)")
+    if target.key_migration.key is not None:
+        raise refuse("key: the checkpoint does not record the old key type, so a key conversion cannot be planned")
+    source.assume_key_serializer(op, key)
 
 
-def _state_transforms(meta: StateMetaInfo, target: StateTarget,
-                      code: CodePolicy) -> tuple[Transform | None, Transform | None]:
+class DeclaredFunction:
+    """A manifest's migration function as ``check`` plans it: named, never imported (a manifest is data; ``migrate``
+    and the dry run import it under the code policy). Calling it is a bug: a check runs no entry through a plan."""
+
+    def __init__(self, reference: str) -> None:
+        self.reference = reference
+
+    def __call__(self, value: Any) -> Any:
+        raise AssertionError(f"the function {self.reference} was planned by a check, which imports no code")
+
+
+def _state_transforms(meta: StateMetaInfo, target: StateTarget, code: CodePolicy, now_ms: int | None,
+                      load_code: bool) -> tuple[Transform | None, Transform | None]:
+    """The value and user-key transforms of one state. A declared function maps old values to new ones after the
+    rules; where the rules cannot make the new type, the function alone does (it is given the decoded old value).
+    Values that are transformed are decoded with the old serializer and encoded with the new one: both codecs must
+    exist."""
     old_value = meta.value_serializer
     assert old_value is not None
+    new_value = target.value or old_value
     spec = target.migration
-    value_t = build_transform(old_value, target.value or old_value, rules=spec.fields, convert=spec.value,
-                              row_names=target.row_names)
+    last_access = spec.ttl_last_access if spec.ttl_last_access is not None else now_ms
+    try:
+        value_t = build_transform(old_value, new_value, rules=spec.fields, convert=spec.value,
+                                  row_names=target.row_names, ttl_last_access=last_access)
+    except MigrationPlanError:
+        if spec.function is None:
+            raise
+        value_t = None
     if spec.function is not None:
-        value_t = chain(value_t, load_function(spec.function, code))
+        function = load_function(spec.function, code) if load_code else DeclaredFunction(spec.function)
+        value_t = chain(value_t, function) or function
+    if value_t is not None:
+        _need_codecs(old_value, new_value)
     user_key_t = None
     if meta.kind == "MAP":
         old_uk = meta.user_key_serializer
         assert old_uk is not None
         user_key_t = build_transform(old_uk, target.user_key or old_uk, convert=spec.user_key)
+        if user_key_t is not None:
+            _need_codecs(old_uk, target.user_key or old_uk)
     elif spec.user_key is not None:
         raise MigrationPlanError("user_key applies to MapState only")
     return value_t, user_key_t
 
 
-def plan_value_migration(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, migration: StateMigration,
-                         row_names: RowNames | None = None) -> tuple[bool, str]:
-    """Whether ``migration`` turns stored values of ``old`` into ``new``, and why (not). A migration function is
-    not imported here (the check runs no user code): it is judged at ``migrate`` time and by the dry run."""
-    try:
-        transform = build_transform(old, new, rules=migration.fields, convert=migration.value, row_names=row_names)
-    except MigrationPlanError as exc:
-        if migration.function is not None and "cannot load" not in str(exc):
-            return True, f"the function {migration.function} maps old values to new ones"
-        return False, str(exc)
-    if transform is None and migration.function is None:
-        return True, "no change"
-    # Values are decoded with the old serializer and encoded with the new one: both codecs must exist.
+def _need_codecs(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -> None:
     try:
         old.decoder()
         new.encoder()
     except (NotImplementedError, FlinkStateError) as exc:
-        return False, f"the values must be decoded and re-encoded, which this tool cannot do: {exc}"
-    if migration.function is not None:
-        return True, (f"the function {migration.function} maps old values to new ones (it is code: imported only "
-                      f"by migrate or a dry run given --allow-code)")
-    return True, "migrated by flinkstate migrate"
+        raise MigrationPlanError(f"the values must be decoded and re-encoded, which this tool cannot do: "
+                                 f"{exc}") from None
 
 
 def localize(plan: OperatorPlan, local: KeyedBackendHeader) -> OperatorPlan:
@@ -346,5 +413,6 @@ def split_key_groups(key_group_range: KeyGroupRange, pieces: int) -> list[KeyGro
     return [KeyGroupRange(bounds[i], bounds[i + 1] - 1) for i in range(pieces) if bounds[i + 1] > bounds[i]]
 
 
-__all__ = ["DROP", "CodeRefused", "MigrationError", "MigrationPlan", "OperatorPlan", "OperatorTarget", "StateRewrite",
-           "StateTarget", "localize", "plan_migration", "plan_value_migration", "split_key_groups"]
+__all__ = ["DROP", "CodeRefused", "DeclaredFunction", "MigrationError", "MigrationPlan", "OperatorPlan",
+           "OperatorTarget", "StateRewrite", "StateTarget", "localize", "plan_migration", "plan_operators",
+           "split_key_groups"]

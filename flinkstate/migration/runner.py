@@ -120,7 +120,8 @@ def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: S
                       metadata_version: int | None = None, compressed: bool | None = None, reencode: bool = False,
                       extra_check: Callable[[Savepoint], list[str]] | None = None,
                       run_units: UnitRunner = run_units_locally, max_dead_letters: int = 0,
-                      code: CodePolicy | None = None, allow_external_handles: bool | None = None) -> MigrationReport:
+                      code: CodePolicy | None = None, allow_external_handles: bool | None = None,
+                      now_ms: int | None = None) -> MigrationReport:
     """The whole migration: plan, rewrite every (operator, subtask) stream through ``run_units``, assemble
     ``_metadata``, verify, publish. The output is published only after verification and removed on any failure.
     The result does not depend on how the units are run: file names and contents derive from the input only.
@@ -133,7 +134,7 @@ def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: S
     try:
         source = Savepoint.open(source_path, allow_external_handles)
         check_metadata_version(source, metadata_version)
-        plan = plan_migration(source, targets, compressed=compressed, reencode=reencode, code=code)
+        plan = plan_migration(source, targets, compressed=compressed, reencode=reencode, code=code, now_ms=now_ms)
         results = run_units(source, plan, plan.units(), output)
         dead_lettered = sum(c.dead_lettered for r in results for c in r.counts.values())
         if dead_lettered > max_dead_letters:

@@ -7,9 +7,17 @@
         title: {from: name}                # field rename (may be combined with convert)
       value: {convert: widen}              # a conversion of the whole value (e.g. ValueState<Integer> -> <Long>)
       user_key: {convert: to-string}       # MapState user keys
-      key: {convert: to-number}            # the operator's key: entries move to the key group Flink hashes them to
       function: mypkg.fixes:upgrade        # module:function, old value -> new value, after the rules above
+      ttl_last_access: 1700000000000       # TTL switched on: the values' last access (default: the migration's time)
       on_error: dead-letter                # or fail (the default)
+
+The operator's key is converted once for the whole operator, by the operator's own ``migration:`` block, which takes
+``key`` and ``on_error`` only::
+
+    operators:
+      stats:
+        key: Long
+        migration: {key: {convert: to-long}}   # entries move to the key group Flink hashes the new key to
 
 Errors are one line naming the manifest file and the path of the offending item.
 """
@@ -25,7 +33,8 @@ from flinkstate.errors import FlinkStateError
 CONVERSIONS = ("widen", "to-string", "to-number", "to-int", "to-long", "to-double", "to-float", "to-boolean")
 ON_ERROR = ("fail", "dead-letter")
 _FIELD_KEYS = {"convert", "default", "from"}
-_TOP_KEYS = {"fields", "value", "user_key", "key", "function", "on_error"}
+_TOP_KEYS = {"fields", "value", "user_key", "function", "ttl_last_access", "on_error"}
+_OPERATOR_KEYS = {"key", "on_error"}
 
 
 class MigrationSpecError(FlinkStateError):
@@ -50,6 +59,8 @@ class StateMigration:
     key: str | None = None
     function: str | None = None  # "module:function"
     on_error: str = "fail"
+    #: TTL switched on: the last-access time (epoch milliseconds) the values get; None: the migration's time.
+    ttl_last_access: int | None = None
 
     @property
     def dead_letter(self) -> bool:
@@ -70,6 +81,9 @@ def parse_migration(raw: Any, where: str = "migration", source: str = "<manifest
         return NO_MIGRATION
     if not isinstance(raw, dict):
         raise fail(where, f"must be a mapping, got {type(raw).__name__}")
+    if "key" in raw:
+        raise fail(f"{where}.key", "the key is converted once for the whole operator: move it to the operator's "
+                                   "migration block (operators.<uid>.migration.key)")
     unknown = sorted(set(map(str, raw)) - _TOP_KEYS)
     if unknown:
         raise fail(f"{where}.{unknown[0]}", f"unknown key (expected one of: {', '.join(sorted(_TOP_KEYS))})")
@@ -89,9 +103,33 @@ def parse_migration(raw: Any, where: str = "migration", source: str = "<manifest
     if function is not None:
         if not isinstance(function, str) or function.count(":") != 1 or not all(function.split(":")):
             raise fail(f"{where}.function", f"must be 'module:function', got {function!r}")
+    last_access = raw.get("ttl_last_access")
+    if last_access is not None and (type(last_access) is not int or not -(1 << 63) <= last_access < 1 << 63):
+        raise fail(f"{where}.ttl_last_access", f"must be epoch milliseconds (a Java long), got {last_access!r}")
     return StateMigration(fields, _convert_of(raw.get("value"), f"{where}.value", fail),
-                          _convert_of(raw.get("user_key"), f"{where}.user_key", fail),
-                          _convert_of(raw.get("key"), f"{where}.key", fail), function, on_error)
+                          _convert_of(raw.get("user_key"), f"{where}.user_key", fail), None, function, on_error,
+                          last_access)
+
+
+def parse_operator_migration(raw: Any, where: str = "migration", source: str = "<manifest>") -> StateMigration:
+    """An operator's ``migration:`` block: the key conversion (``key: {convert: NAME}``) and its ``on_error``."""
+
+    def fail(path: str, what: str) -> MigrationSpecError:
+        return MigrationSpecError(f"{source}: {path}: {what}")
+
+    if raw is None:
+        return NO_MIGRATION
+    if not isinstance(raw, dict):
+        raise fail(where, f"must be a mapping, got {type(raw).__name__}")
+    unknown = sorted(set(map(str, raw)) - _OPERATOR_KEYS)
+    if unknown:
+        raise fail(f"{where}.{unknown[0]}", f"unknown key (an operator's migration takes "
+                                            f"{', '.join(sorted(_OPERATOR_KEYS))}; value migrations belong to its "
+                                            f"states)")
+    on_error = raw.get("on_error", "fail")
+    if on_error not in ON_ERROR:
+        raise fail(f"{where}.on_error", f"must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+    return StateMigration(key=_convert_of(raw.get("key"), f"{where}.key", fail), on_error=on_error)
 
 
 def _convert_name(value: Any, path: str, fail: Any) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flinkstate.compatibility import RECONFIGURED
 from flinkstate.errors import printable
 from flinkstate.migration.conversions import (
     PRIMITIVE_NAMES,
@@ -28,6 +29,7 @@ from flinkstate.serializers.pojo import PojoSnapshot
 from flinkstate.serializers.primitives import SimpleSnapshot
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.row import KindedRow, RowSnapshot
+from flinkstate.serializers.ttl import TtlSnapshot, TtlValue
 
 #: Row field names by field path ("" = the value itself): (old names, new names). Row snapshots store no names, so
 #: they come from the manifests.
@@ -68,19 +70,34 @@ def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
+def restored_unaided(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -> bool:
+    """Whether Flink reads ``old``'s bytes with ``new``'s serializer exactly, without migrating: compatible as is or
+    after reconfiguration (an enum constant added or reordered, Kryo registrations changed, ...), and no silent
+    misread. Such values keep their bytes; a state whose values keep their bytes keeps its old snapshot, as Flink's
+    restored (reconfigured) serializer does."""
+    if _same(old, new) or _same_pojo_values(old, new):
+        return True
+    result = new.resolve_compatibility(old, "value")
+    return result.verdict <= RECONFIGURED and not any(f.silent_misread for f in result.findings)
+
+
 def build_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, *,
                     rules: dict[str, FieldRule] | None = None, convert: str | None = None,
-                    row_names: RowNames | None = None, path: str = "") -> Transform | None:
-    """The transform of one stored value; see the module docstring."""
+                    row_names: RowNames | None = None, path: str = "",
+                    ttl_last_access: int | None = None) -> Transform | None:
+    """The transform of one stored value; see the module docstring. ``ttl_last_access`` is the last-access time
+    (epoch milliseconds) a value gets when TTL is switched on (Flink 2.x: the restore's current time)."""
     rules = rules or {}
     row_names = row_names or {}
     where = f" (field {path})" if path else ""
+    if isinstance(old, TtlSnapshot) != isinstance(new, TtlSnapshot):
+        return _ttl_transform(old, new, rules, convert, row_names, path, ttl_last_access)
     if convert is not None:
         try:
             return conversion(convert, old, new)
         except MigrationPlanError as exc:
             raise MigrationPlanError(f"{exc}{where}") from None
-    if not rules and (_same(old, new) or _same_pojo_values(old, new)):
+    if not rules and restored_unaided(old, new):
         return None
     for snapshot, side in ((old, "savepoint's"), (new, "manifest's")):
         if isinstance(snapshot, UnknownSnapshot):
@@ -97,15 +114,44 @@ def build_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, *,
     if isinstance(new, AvroSnapshot) and isinstance(old, AvroSnapshot):
         return avro_transform(old.schema, new.schema, rules, path)
     if rules:
-        raise MigrationPlanError(f"field rules {', '.join(sorted(rules))} given for {new.type_name()}, which has "
-                                 f"no named fields{where}")
+        # Field rules match old and new fields by name: both sides must be records of one family.
+        side = (f"the old type {old.type_name()}" if isinstance(new, (PojoSnapshot, RowSnapshot, AvroSnapshot))
+                else f"the new type {new.type_name()}")
+        raise MigrationPlanError(f"field rules {', '.join(sorted(rules))} are given, but {side} has no fields of "
+                                 f"the same kind to match them to{where}: declare a function for the "
+                                 f"{old.type_name()} -> {new.type_name()} change")
     if type(old) is type(new) and old.nested and len(old.nested) == len(new.nested) and \
             not isinstance(new, SimpleSnapshot):
         parts = [build_transform(o, n, row_names=row_names, path=_join(path, f"[{i}]"))
                  for i, (o, n) in enumerate(zip(old.nested, new.nested, strict=True))]
         return _positional_transform(new, parts)
+    if old.type_name() == new.type_name():
+        # Same name, other serializer configuration (an enum constant removed, ...): say what differs.
+        reason = "; ".join(f.message for f in new.resolve_compatibility(old, path or "value").findings)
+        raise MigrationPlanError(f"{new.type_name()} changed in a way Flink cannot restore"
+                                 f"{': ' + reason if reason else ''}{where}: declare a function")
     raise MigrationPlanError(f"the type changed from {old.type_name()} to {new.type_name()}{where}: declare a "
                              f"conversion (convert: ...) or a function")
+
+
+def _ttl_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, rules: dict[str, FieldRule],
+                   convert: str | None, row_names: RowNames, path: str, last_access: int | None) -> Transform:
+    """TTL switched on (the value wrapped with a last-access time) or off (unwrapped), the user value migrated by
+    the same rules: what Flink 2.x's ``TtlAwareSerializer.migrateValueFromPriorSerializer`` does on restore."""
+    if isinstance(new, TtlSnapshot):
+        if last_access is None:
+            raise MigrationPlanError("TTL is switched on: the values need a last-access time (migration: "
+                                     "{ttl_last_access: EPOCH_MILLIS}, or the migration's time)")
+        wrap = build_transform(old, new.user, rules=rules, convert=convert, row_names=row_names, path=path)
+        stamp = last_access
+        if wrap is None:
+            return lambda value: TtlValue(value, stamp)
+        return lambda value: TtlValue(wrap(value), stamp)
+    assert isinstance(old, TtlSnapshot)
+    unwrap = build_transform(old.user, new, rules=rules, convert=convert, row_names=row_names, path=path)
+    if unwrap is None:
+        return lambda value: value.value
+    return lambda value: unwrap(value.value)
 
 
 def _positional_transform(new: TypeSerializerSnapshot, parts: list[Transform | None]) -> Transform:
@@ -380,4 +426,4 @@ def chain(first: Transform | None, second: Transform | None) -> Transform | None
     return lambda value: second(first(value))
 
 
-__all__ = ["RowNames", "avro_transform", "build_transform", "chain"]
+__all__ = ["RowNames", "avro_transform", "build_transform", "chain", "restored_unaided"]
