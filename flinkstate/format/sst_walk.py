@@ -138,16 +138,18 @@ class SstTable:
             for key, value, at, _ in _entries(data, self.name, offset, data_block=True):
                 if len(key) < 8:
                     raise SavepointFormatError(f"SST file: an internal key of {len(key)} bytes (at least 8: user "
-                                               f"key, sequence and type)", self.name, offset + at)
+                                               f"key, sequence and type; byte {at} of the data block)", self.name,
+                                               offset)
                 tag = _U64.unpack_from(key, len(key) - 8)[0]
                 user_key, sequence, kind = key[:-8], tag >> 8, tag & 0xFF
                 if kind not in (PUT, MERGE, DELETE, SINGLE_DELETE):
                     raise UnsupportedFormat(f"SST file: an entry of value type {kind} (this walk reads Put, Merge, "
-                                            f"Delete and SingleDelete only)", self.name, offset + at)
+                                            f"Delete and SingleDelete only; byte {at} of the data block)", self.name,
+                                            offset)
                 order = (user_key, -sequence)
                 if previous is not None and order <= previous:
-                    raise SavepointFormatError("SST file: entries out of order (a data block's key is not after "
-                                               "the one before)", self.name, offset + at)
+                    raise SavepointFormatError(f"SST file: entries out of order (the key at byte {at} of the data "
+                                               f"block is not after the one before)", self.name, offset)
                 previous = order
                 yield Version(user_key, sequence, kind, value, self.name)
 
@@ -187,15 +189,15 @@ def open_table(path: str, name: str) -> SstTable:
     for key, value, at, shared in _entries(index, name, index_offset, delta_values=delta):
         if delta and shared:  # RocksDB writes a size delta exactly when the separator shares bytes
             if last is None:
-                raise SavepointFormatError("SST file: the index's first entry is delta-encoded", name,
-                                           index_offset + at)
+                raise SavepointFormatError("SST file: the index's first entry is delta-encoded", name, index_offset)
             raw, _ = _varint(value, 0, name, "index entry")
             size_delta = (raw >> 1) ^ -(raw & 1)  # zigzag: RocksDB's PutVarsignedint64
             last = (last[0] + last[1] + BLOCK_TRAILER, last[1] + size_delta)
         else:
             last = _handle(value, name, "index entry")
         if not user_keys and len(key) < 8:
-            raise SavepointFormatError("SST file: an index key shorter than an internal key", name, index_offset + at)
+            raise SavepointFormatError(f"SST file: an index key shorter than an internal key (byte {at} of the "
+                                       f"index block)", name, index_offset)
         table.blocks.append((key if user_keys else key[:-8], *last))
     return table
 
@@ -221,12 +223,14 @@ def _refuse_unread(table: SstTable, meta: dict[str, bytes]) -> None:
 
 
 def _varint(data: bytes, at: int, name: str, what: str) -> tuple[int, int]:
+    """RocksDB's varint (LEB128) at byte ``at`` of ``data`` (a block, the footer, a property): ``(value, end)``."""
     try:
         value, end = decode_leb128(data, at)
     except IndexError:
-        raise SavepointFormatError(f"SST file: a varint of the {what} runs past its end", name, at) from None
+        raise SavepointFormatError(f"SST file: the varint at byte {at} of the {what} runs past its end", name) \
+            from None
     if end - at > 10:
-        raise SavepointFormatError(f"SST file: a varint of the {what} is longer than 10 bytes", name, at)
+        raise SavepointFormatError(f"SST file: the varint at byte {at} of the {what} is longer than 10 bytes", name)
     return value, end
 
 
@@ -267,25 +271,30 @@ def _entries(block: bytes, name: str, base: int, *, data_block: bool = False, de
         if start in restarts:
             seen += 1
             if shared:
-                raise SavepointFormatError("SST file: a block entry at a restart point shares key bytes", name,
-                                           base + start)
+                raise SavepointFormatError(f"SST file: the entry at byte {start} of a block, a restart point, "
+                                           f"shares key bytes", name, base)
         if shared > len(key) or at + non_shared > restarts_at:
-            raise SavepointFormatError("SST file: a block entry's key runs past its block", name, base + start)
+            raise SavepointFormatError(f"SST file: the key of the entry at byte {start} of a block runs past the "
+                                       f"block", name, base)
         key = key[:shared] + block[at:at + non_shared]
         at += non_shared
         if value_length < 0:  # a delta-encoded index value: whole handle (shares nothing) or one signed varint
             end = at
             for _ in range(1 if shared else 2):
                 _, end = _varint(block, end, name, "index entry")
+            if end > restarts_at:
+                raise SavepointFormatError(f"SST file: the value of the entry at byte {start} of a block runs past "
+                                           f"the block", name, base)
             value, at = block[at:end], end
         else:
             if at + value_length > restarts_at:
-                raise SavepointFormatError("SST file: a block entry's value runs past its block", name, base + start)
+                raise SavepointFormatError(f"SST file: the value of the entry at byte {start} of a block runs past "
+                                           f"the block", name, base)
             value, at = block[at:at + value_length], at + value_length
         yield key, value, start, shared
     if seen != len(restarts) and restarts_at:  # an empty block has the one restart point 0 and no entry
         raise SavepointFormatError(f"SST file: {len(restarts) - seen} restart points do not start an entry", name,
-                                   base + restarts_at)
+                                   base)
 
 
 def resolved_entries(tables: Sequence[SstTable], start: bytes = b"") -> Iterator[tuple[bytes, bytes, str]]:
