@@ -7,6 +7,12 @@ migration) → the job runs and every key continues from its exact restored coun
 restore, with the error quoted below. Row fields swapped by name are the silent case: Flink restores "as is" and the
 values land in the wrong fields, which only the tool reports.
 
+One verdict: for every variant and for declared changes edited into the manifests (a uid or state renamed, a max
+parallelism or namespace changed, declared functions and conversions, TTL with a declared time, an enum reordered
+while another state is rewritten), ``check``'s exit status is what ``migrate`` does (4: refused in one line, nothing
+published; 0 or 3: published, and the output checks 0 against the same manifest; 0: every header kept), and real
+Flink restores what ``migrate`` wrote for TTL switched on and off and for a declared function, every key checked.
+
 Test ids read as the matrix: ``variant-FLINK_VERDICT-backend``.
 """
 
@@ -17,13 +23,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from flinkstate import check
 from flinkstate.compatibility import Verdict
 from flinkstate.engine import FlinkJobFailed, FlinkRestError, LocalFlinkCluster
+from flinkstate.format.keyed_header import StateMetaInfo, state_meta_bytes
+from flinkstate.migration.code_policy import CodePolicy
+from flinkstate.migration.job import MigrationJob
+from flinkstate.migration.plan import MigrationError
+from flinkstate.migration.verdict import blocking_finding
 from flinkstate.report import Report
+from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.ttl import TtlValue
 from tests.support import compat_matrix
 from tests.support.compat_matrix import MatrixRun, restored_count
 
@@ -42,7 +57,17 @@ class Case:
     flink_verdict: Verdict  # what the tool says Flink will answer
     code: str | None  # the finding that explains it
     errors: dict[str, str] | None = None  # backend -> text of Flink's failure (incompatible cases)
-    silent: bool = False  # Flink restores, but the values are wrong: the tool's verdict is INCOMPATIBLE
+    silent: bool = False  # Flink restores, but the values are wrong (unless the plan migrates them)
+    #: check's exit status: the plan migrate runs (0 restore, 3 migrate, 4 refused); None: from the verdict alone
+    exit: int | None = None
+
+    @property
+    def expected_exit(self) -> int:
+        if self.exit is not None:
+            return self.exit
+        if not self.flink_verdict.restorable or self.silent:
+            return 4
+        return 3 if self.flink_verdict is AFTER_MIGRATION else 0
 
 
 _NEW_STATE_INCOMPATIBLE = "must not be incompatible with the old state serializer"
@@ -53,11 +78,14 @@ CASES = [
     Case("pojo-field-type-changed", INCOMPATIBLE, "POJO_FIELD_TYPE_CHANGED",
          {"hashmap": "Can not set int field matrix.Item.count to java.lang.Long",
           "rocksdb": _NEW_STATE_INCOMPATIBLE}),
+    # Flink refuses; the plan maps the fields by name into the renamed class (exit 3)
     Case("pojo-class-renamed", INCOMPATIBLE, "POJO_CLASS_CHANGED",
-         {"hashmap": "matrix.Item", "rocksdb": "matrix.Item"}),
+         {"hashmap": "matrix.Item", "rocksdb": "matrix.Item"}, exit=3),
+    # Flink refuses; with the old manifest's names the plan adds the field (null) and keeps the others by name
     Case("row-field-added", INCOMPATIBLE, "ROW_FIELD_ADDED",
-         {"hashmap": _NEW_STATE_INCOMPATIBLE, "rocksdb": _NEW_STATE_INCOMPATIBLE}),
-    Case("row-fields-swapped", AS_IS, "ROW_FIELDS_REORDERED", silent=True),
+         {"hashmap": _NEW_STATE_INCOMPATIBLE, "rocksdb": _NEW_STATE_INCOMPATIBLE}, exit=3),
+    # Silent for Flink; with the old manifest's names (previous) the plan moves each value to its field by name.
+    Case("row-fields-swapped", AS_IS, "ROW_FIELDS_REORDERED", silent=True, exit=3),
     Case("tuple-arity-changed", INCOMPATIBLE, "TUPLE_ARITY_CHANGED",
          {"hashmap": _NEW_STATE_INCOMPATIBLE, "rocksdb": _NEW_STATE_INCOMPATIBLE}),
     Case("enum-constant-appended", RECONFIGURED, "ENUM_CONSTANT_ADDED"),
@@ -72,7 +100,11 @@ CASES = [
     Case("operator-removed", INCOMPATIBLE, "OPERATOR_REMOVED",
          {"hashmap": "Cannot map checkpoint/savepoint state for operator",
           "rocksdb": "Cannot map checkpoint/savepoint state for operator"}),
-    Case("state-dropped", AS_IS, "STATE_DROPPED"),
+    Case("state-dropped", AS_IS, "STATE_DROPPED", exit=3),  # Flink keeps it; the plan removes it
+    # Flink 2.x migrates TTL switched on itself (TtlAwareSerializer); so does the plan (exit 3).
+    Case("ttl-enabled", AFTER_MIGRATION, "TTL_ENABLED"),
+    # Flink's reconfigured EnumSerializer reads the old ordinals: the bytes and the snapshot are kept (exit 0).
+    Case("enum-constant-inserted", RECONFIGURED, "ENUM_CONSTANTS_REORDERED"),
 ]
 
 
@@ -134,8 +166,7 @@ def test_the_verdict_given_beforehand_is_what_flink_does(
     if case.code is not None:
         assert case.code in codes, report.render_markdown()
     restorable = case.flink_verdict.restorable
-    expected_exit = 4 if (not restorable or case.silent) else 3 if case.flink_verdict is AFTER_MIGRATION else 0
-    assert report.exit_code == expected_exit, report.render_markdown()
+    assert report.exit_code == case.expected_exit, report.render_markdown()
 
     with _restore(flink_cluster, case.variant, backend, savepoint, tmp_path / "audit") as (run, error):
         if not restorable:
@@ -181,3 +212,168 @@ def test_a_removed_operator_restores_with_allow_non_restored_state(
                   allow_non_restored_state=True) as (run, error):
         assert run is not None, error
         assert all(r["count"] == restored_count(r) > 0 for r in run.wait_for_keys())
+
+
+# -- one verdict: check's exit status is what migrate does, and Flink restores what migrate writes --------------------
+
+FUNCTIONS = "tests.support.compat_matrix"
+
+
+def _edited(variant: str, tmp_path: Path, edit: Any) -> Path:
+    """A copy of a variant's manifest with ``edit(document)`` applied."""
+    document = yaml.safe_load(compat_matrix.manifest(variant).read_text())
+    edit(document)
+    path = tmp_path / f"{variant}-edited.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def _matrix(document: dict[str, Any]) -> dict[str, Any]:
+    return document["operators"]["matrix"]
+
+
+def _rename_operator(document: dict[str, Any]) -> None:
+    document["operators"]["matrix-v2"] = {**document["operators"].pop("matrix"), "renamed_from": "matrix"}
+
+
+def _rename_state(document: dict[str, Any]) -> None:
+    states = _matrix(document)["states"]
+    states["events"] = {**states.pop("count"), "renamed_from": "count"}
+
+
+#: name -> (variant whose manifest is edited, edit, check's exit status, the finding that must explain it)
+DECLARED: dict[str, tuple[str, Any, int, str | None]] = {
+    "max-parallelism-changed": ("base", lambda d: _matrix(d).update(max_parallelism=256), 4, "MIGRATION_REFUSED"),
+    "uid-renamed": ("base", _rename_operator, 3, "OPERATOR_RENAMED"),
+    "state-renamed": ("base", _rename_state, 3, "STATE_RENAMED"),
+    "namespace-changed": ("base", lambda d: _matrix(d)["states"]["color"].update(namespace="TimeWindow"), 4,
+                          "NAMESPACE_CHANGED"),
+    "tuple-arity-changed-function": ("tuple-arity-changed", lambda d: _matrix(d)["states"]["tuple"].update(
+        migration={"function": f"{FUNCTIONS}:tuple3_of_tuple2"}), 3, "TUPLE_ARITY_CHANGED"),
+    "enum-constant-removed-function": ("enum-constant-removed", lambda d: _matrix(d)["states"]["color"].update(
+        migration={"function": f"{FUNCTIONS}:color_without_blue"}), 3, "ENUM_CONSTANT_REMOVED"),
+    "pojo-field-type-changed-convert": ("pojo-field-type-changed", lambda d: _matrix(d)["states"]["pojo"].update(
+        migration={"fields": {"count": {"convert": "to-int"}}}), 3, "POJO_FIELD_TYPE_CHANGED"),
+    "state-kind-changed": ("state-kind-changed", lambda d: None, 4, "STATE_KIND_CHANGED"),
+    "ttl-enabled-at": ("ttl-enabled", lambda d: _matrix(d)["states"]["count"].update(
+        migration={"ttl_last_access": 1_700_000_000_000}), 3, "TTL_ENABLED"),
+    # the enum keeps its bytes and its snapshot while another state of the operator is rewritten
+    "enum-inserted-and-pojo-field-added": ("enum-constant-inserted", lambda d: _matrix(d)["states"]["pojo"][
+        "value"]["fields"].update(tag="String"), 3, "ENUM_CONSTANTS_REORDERED"),
+}
+
+
+def assert_one_verdict(savepoint: Path, manifest: Path, output: Path, *, previous: Path | None = None,
+                       allow_code: str | None = None) -> Report:
+    """check's verdict is migrate's plan: exit 4 -> migrate refuses (one line, same operator, nothing published);
+    exit 0 or 3 -> migrate publishes and its output checks 0 against the same manifest, and exit 0 keeps every
+    state's header as it was."""
+    report = check(savepoint, manifest, previous=previous)
+    job = MigrationJob(str(savepoint), str(manifest), str(output), old_schema=str(previous) if previous else None,
+                       allow_code=CodePolicy.resolve(allow_code))
+    if report.exit_code == 4:
+        blocked = blocking_finding(report)
+        assert blocked is not None, report.render_markdown()
+        with pytest.raises(MigrationError) as refused:
+            job.run()
+        assert len(str(refused.value).splitlines()) == 1 and blocked[0].operator in str(refused.value), refused.value
+        assert not output.exists()
+        return report
+    job.run()
+    written = check(output, manifest, migrated=True)
+    assert written.exit_code == 0, written.render_markdown()
+    if report.exit_code == 0:
+        source, migrated = Savepoint.open(savepoint), Savepoint.open(output)
+        for op in source.operators:
+            before, after = source.keyed_header(op), migrated.keyed_header(op.operator_id)
+            assert (before is None) == (after is None)
+            if before is not None and after is not None:
+                assert [state_meta_bytes(s) for s in before.states] == [state_meta_bytes(s) for s in after.states]
+    return report
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_check_is_the_plan_migrate_runs_for_every_variant(base_savepoints: dict[str, Path], tmp_path: Path,
+                                                          case: Case, backend: str):
+    report = assert_one_verdict(base_savepoints[backend], compat_matrix.manifest(case.variant), tmp_path / "out",
+                                previous=compat_matrix.manifest("base"))
+    assert report.exit_code == case.expected_exit, report.render_markdown()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(DECLARED))
+def test_check_is_the_plan_migrate_runs_for_declared_changes(base_savepoints: dict[str, Path], tmp_path: Path,
+                                                             name: str, backend: str):
+    variant, edit, expected, code = DECLARED[name]
+    manifest = _edited(variant, tmp_path, edit)
+    report = assert_one_verdict(base_savepoints[backend], manifest, tmp_path / "out",
+                                previous=compat_matrix.manifest("base"), allow_code=FUNCTIONS)
+    assert report.exit_code == expected, report.render_markdown()
+    assert code is None or code in {f.code for f in report.findings}, report.render_markdown()
+    if name == "enum-inserted-and-pojo-field-added":
+        # the enum state's entries keep their bytes (old ordinals, old snapshot) although the stream is rewritten
+        source, output = Savepoint.open(base_savepoints[backend]), Savepoint.open(tmp_path / "out")
+        assert list(source.iter_entries("matrix", "color")) == list(output.iter_entries("matrix", "color"))
+        assert state_meta_bytes(_state(output, "color")) == state_meta_bytes(_state(source, "color"))
+        assert state_meta_bytes(_state(output, "pojo")) != state_meta_bytes(_state(source, "pojo"))
+    if name == "ttl-enabled-at":
+        values = [value for _, _, value in Savepoint.open(tmp_path / "out").iter_entries("matrix", "count")]
+        assert values and all(v.last_access == 1_700_000_000_000 for v in values), values
+
+
+def _state(savepoint: Savepoint, name: str) -> StateMetaInfo:
+    header = savepoint.keyed_header("matrix")
+    index = header.state_index(name) if header is not None else None
+    assert header is not None and index is not None
+    return header.states[index]
+
+
+def _restore_and_check(cluster: LocalFlinkCluster, variant: str, backend: str, savepoint: Path, audit: Path,
+                       check_record: Any) -> None:
+    with _restore(cluster, variant, backend, savepoint, audit) as (run, error):
+        assert run is not None, error
+        for record in run.wait_for_keys():
+            n = restored_count(record)
+            assert n > 0 and record["count"] == n, record
+            check_record(record, n)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flink_restores_what_migrate_wrote_for_ttl_on_and_off_and_a_function(
+    flink_cluster: LocalFlinkCluster, base_savepoints: dict[str, Path], tmp_path: Path, backend: str
+):
+    """The plans check calls possible, run by migrate and restored by real Flink with every key's values checked:
+    TTL switched on (then off again, from a savepoint Flink wrote with TTL), and a declared function (Tuple2 ->
+    Tuple3)."""
+    base = compat_matrix.manifest("base")
+    on = tmp_path / "ttl-on"
+    assert assert_one_verdict(base_savepoints[backend], compat_matrix.manifest("ttl-enabled"), on,
+                              previous=base).exit_code == 3
+    assert all(isinstance(value, TtlValue) for _, _, value in Savepoint.open(on).iter_entries("matrix", "count"))
+    with _restore(flink_cluster, "ttl-enabled", backend, on, tmp_path / "audit-on") as (run, error):
+        assert run is not None, error
+        for record in run.wait_for_keys():
+            assert record["count"] == restored_count(record) > 0, record
+            _check_values("ttl-enabled", record, restored_count(record))
+        with_ttl = Path(flink_cluster.client.stop_with_savepoint(run.job_id, str(tmp_path / "raw"))
+                        .removeprefix("file:"))
+    # TTL switched off: Flink's own verdict (it restores and unwraps), and migrate's plan, restored by Flink
+    report = check(with_ttl, base)
+    assert report.flink_verdict is AFTER_MIGRATION and "TTL_DISABLED" in {f.code for f in report.findings}
+    off = tmp_path / "ttl-off"
+    assert assert_one_verdict(with_ttl, base, off).exit_code == 3
+    _restore_and_check(flink_cluster, "base", backend, off, tmp_path / "audit-off",
+                       lambda record, n: _check_values("base", record, n))
+    _restore_and_check(flink_cluster, "base", backend, with_ttl, tmp_path / "audit-flink-off",
+                       lambda record, n: _check_values("base", record, n))
+    # a declared function where Flink refuses (Tuple2 -> Tuple3)
+    variant, edit, _, _ = DECLARED["tuple-arity-changed-function"]
+    function = tmp_path / "function"
+    assert assert_one_verdict(base_savepoints[backend], _edited(variant, tmp_path, edit), function, previous=base,
+                              allow_code=FUNCTIONS).exit_code == 3
+
+    def tuple3(record: dict[str, Any], n: int) -> None:
+        assert record["tuple"] == [n, record["key"], n], record
+
+    _restore_and_check(flink_cluster, "tuple-arity-changed", backend, function, tmp_path / "audit-function", tuple3)

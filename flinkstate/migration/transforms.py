@@ -81,6 +81,14 @@ def restored_unaided(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -
     return result.verdict <= RECONFIGURED and not any(f.silent_misread for f in result.findings)
 
 
+def _rows_reordered(row_names: RowNames, path: str) -> bool:
+    """Whether a Row at or below ``path`` has other field names (or order) in the new version: Row snapshots store
+    no names, so equal bytes do not mean equal values there."""
+    prefix = f"{path}." if path else ""
+    return any(old_names != new_names for where, (old_names, new_names) in row_names.items()
+               if where == path or where.startswith(prefix))
+
+
 def build_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, *,
                     rules: dict[str, FieldRule] | None = None, convert: str | None = None,
                     row_names: RowNames | None = None, path: str = "",
@@ -97,7 +105,7 @@ def build_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, *,
             return conversion(convert, old, new)
         except MigrationPlanError as exc:
             raise MigrationPlanError(f"{exc}{where}") from None
-    if not rules and restored_unaided(old, new):
+    if not rules and restored_unaided(old, new) and not _rows_reordered(row_names, path):
         return None
     for snapshot, side in ((old, "savepoint's"), (new, "manifest's")):
         if isinstance(snapshot, UnknownSnapshot):

@@ -67,3 +67,17 @@ def submit(client: FlinkRestClient, variant: str, audit_dir: Path, *, backend: s
                                savepoint_path=os.fspath(savepoint_path) if savepoint_path else None,
                                allow_non_restored_state=allow_non_restored_state)
     return MatrixRun(client, job_id, Path(audit_dir), keys)
+
+
+# -- migration functions the tests declare in manifests (imported only with --allow-code=tests.support.compat_matrix) --
+
+
+def tuple3_of_tuple2(value: tuple[int, str]) -> tuple[int, str, int]:
+    """Tuple2<Long, String> -> Tuple3<Long, String, Integer>: what the tuple-arity-changed version writes for n."""
+    n, key = value
+    return n, key, n
+
+
+def color_without_blue(value: str) -> str:
+    """The enum-constant-removed version has no BLUE: such values become RED."""
+    return "RED" if value == "BLUE" else value
