@@ -32,15 +32,12 @@ from flinkstate import check
 from flinkstate.compatibility import Verdict
 from flinkstate.engine import FlinkJobFailed, FlinkRestError, LocalFlinkCluster
 from flinkstate.format.keyed_header import StateMetaInfo, state_meta_bytes
-from flinkstate.migration.code_policy import CodePolicy
-from flinkstate.migration.job import MigrationJob
-from flinkstate.migration.plan import MigrationError
-from flinkstate.migration.verdict import blocking_finding
 from flinkstate.report import Report
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.ttl import TtlValue
 from tests.support import compat_matrix
 from tests.support.compat_matrix import MatrixRun, restored_count
+from tests.support.one_verdict import assert_one_verdict
 
 pytestmark = pytest.mark.flink
 
@@ -261,35 +258,6 @@ DECLARED: dict[str, tuple[str, Any, int, str | None]] = {
     "enum-inserted-and-pojo-field-added": ("enum-constant-inserted", lambda d: _matrix(d)["states"]["pojo"][
         "value"]["fields"].update(tag="String"), 3, "ENUM_CONSTANTS_REORDERED"),
 }
-
-
-def assert_one_verdict(savepoint: Path, manifest: Path, output: Path, *, previous: Path | None = None,
-                       allow_code: str | None = None) -> Report:
-    """check's verdict is migrate's plan: exit 4 -> migrate refuses (one line, same operator, nothing published);
-    exit 0 or 3 -> migrate publishes and its output checks 0 against the same manifest, and exit 0 keeps every
-    state's header as it was."""
-    report = check(savepoint, manifest, previous=previous)
-    job = MigrationJob(str(savepoint), str(manifest), str(output), old_schema=str(previous) if previous else None,
-                       allow_code=CodePolicy.resolve(allow_code))
-    if report.exit_code == 4:
-        blocked = blocking_finding(report)
-        assert blocked is not None, report.render_markdown()
-        with pytest.raises(MigrationError) as refused:
-            job.run()
-        assert len(str(refused.value).splitlines()) == 1 and blocked[0].operator in str(refused.value), refused.value
-        assert not output.exists()
-        return report
-    job.run()
-    written = check(output, manifest, migrated=True)
-    assert written.exit_code == 0, written.render_markdown()
-    if report.exit_code == 0:
-        source, migrated = Savepoint.open(savepoint), Savepoint.open(output)
-        for op in source.operators:
-            before, after = source.keyed_header(op), migrated.keyed_header(op.operator_id)
-            assert (before is None) == (after is None)
-            if before is not None and after is not None:
-                assert [state_meta_bytes(s) for s in before.states] == [state_meta_bytes(s) for s in after.states]
-    return report
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -1,0 +1,189 @@
+"""One verdict (issue 23), without a cluster: on Flink's own savepoints (canonical HashMap and RocksDB, a RocksDB
+native savepoint, a broadcast job with Long keys), every upgrade case a manifest can declare (one change at a time,
+with the exit status each must get, and derandomized combinations of up to three) holds the property of
+:mod:`tests.support.one_verdict`: ``check`` exit 4 -> ``migrate`` refuses in one line and publishes nothing;
+exit 0 or 3 -> ``migrate`` publishes and its output checks 0 against the same manifest.
+
+The checks that can fail are shown to fail: a plan whose output would not restore is refused by migrate before it
+writes (``test_the_gate_refuses_what_check_refuses``), and a staged output that differs from the plan is refused by
+the output check before it is published (``test_the_output_check_refuses_a_wrong_written_snapshot``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flinkstate.cli import main
+from flinkstate.manifest import load_manifest, manifest_from_savepoint
+from flinkstate.migration.job import MigrationJob
+from flinkstate.migration.plan import MigrationError
+from flinkstate.migration.verdict import check_against_manifest
+from flinkstate.savepoint import Savepoint
+from tests.support.one_verdict import assert_one_verdict
+
+CORPUS = Path(__file__).parent / "corpus" / "savepoints" / "flink-tests" / "src" / "test" / "resources"
+UDF = "new-stateful-udf-migration-itcase-flink2.3-"
+SAVEPOINTS = [UDF + "hashmap-savepoint", UDF + "rocksdb-savepoint", UDF + "rocksdb-savepoint-native"]
+BROADCAST = "new-stateful-broadcast-udf-migration-itcase-flink2.3-hashmap-savepoint"
+FLAT_MAP = "CheckpointingKeyedStateFlatMap1"
+TIMELY = "CheckpointingTimelyStatefulOperator1"
+FUNCTIONS = "tests.test_one_verdict"
+
+Document = dict[str, Any]
+
+
+def describe_count(value: int) -> str:
+    """A declared migration function (imported only with --allow-code=tests.test_one_verdict)."""
+    return f"n={value}"
+
+
+def _schema(savepoint: Path) -> Document:
+    document: Document = yaml.safe_load(manifest_from_savepoint(Savepoint.open(savepoint)).dump())
+    return document
+
+
+def _state(document: Document, operator: str = FLAT_MAP, name: str = "state-name") -> Document:
+    state: Document = document["operators"][operator]["states"][name]
+    return state
+
+
+def _rename_operator(document: Document) -> None:
+    document["operators"][f"{FLAT_MAP}-v2"] = {**document["operators"].pop(FLAT_MAP), "renamed_from": FLAT_MAP}
+
+
+def _rename_state(document: Document) -> None:
+    states = document["operators"][FLAT_MAP]["states"]
+    states["renamed"] = {**states.pop("state-name"), "renamed_from": "state-name"}
+
+
+def _drop_state(document: Document) -> None:
+    operator = document["operators"][TIMELY]
+    operator["states"].pop("state-name")
+    operator["dropped_states"] = ["state-name"]
+
+
+#: name -> (edit of the savepoint's own manifest, check's exit status)
+MUTATIONS: dict[str, tuple[Callable[[Document], None], int]] = {
+    "identity": (lambda d: None, 0),
+    "state-renamed": (_rename_state, 3),
+    "state-dropped": (_drop_state, 3),
+    "value-type-changed": (lambda d: _state(d).update(value="String"), 4),
+    "value-converted": (lambda d: _state(d).update(value="String", migration={"value": {"convert": "to-string"}}), 3),
+    "value-function": (lambda d: _state(d).update(value="String",
+                                                 migration={"function": f"{FUNCTIONS}:describe_count"}), 3),
+    "ttl-enabled": (lambda d: _state(d).update(value="TTL<Long>"), 3),
+    "ttl-enabled-at": (lambda d: _state(d).update(value="TTL<Long>", migration={"ttl_last_access": 1234}), 3),
+    "namespace-changed": (lambda d: _state(d).update(namespace="TimeWindow"), 4),
+    "timer-namespace-changed": (lambda d: _state(d, TIMELY, "_timer_state/event_timer").update(
+        namespace="TimeWindow"), 4),
+    "kind-changed": (lambda d: _state(d).update(kind="LIST"), 4),
+    "operator-renamed": (_rename_operator, 3),
+    "operator-removed": (lambda d: d["operators"].pop(TIMELY), 4),
+    "max-parallelism-changed": (lambda d: d["operators"][FLAT_MAP].update(max_parallelism=256), 4),
+    "key-type-changed": (lambda d: d["operators"][FLAT_MAP].update(key="Tuple1<Integer>"), 4),
+    "key-converted-unsupported": (lambda d: d["operators"][FLAT_MAP].update(
+        key="String", migration={"key": {"convert": "to-string"}}), 4),
+}
+
+
+def _write(document: Document, path: Path) -> Path:
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("savepoint", SAVEPOINTS)
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_each_declared_change_gets_the_verdict_migrate_acts_on(tmp_path: Path, savepoint: str, mutation: str):
+    edit, expected = MUTATIONS[mutation]
+    document = _schema(CORPUS / savepoint)
+    edit(document)
+    manifest = _write(document, tmp_path / "manifest.yaml")
+    report = assert_one_verdict(CORPUS / savepoint, manifest, tmp_path / "out", allow_code=FUNCTIONS)
+    assert report.exit_code == expected, report.render_markdown()
+    # The command line says the same as the API, and migrate's exit status follows it.
+    assert main(["check", str(CORPUS / savepoint), "--schema", str(manifest)]) == expected
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(sorted(set(MUTATIONS) - {"identity"})), min_size=2, max_size=3, unique=True),
+       st.sampled_from(SAVEPOINTS))
+def test_combined_changes_hold_the_property(tmp_path_factory: pytest.TempPathFactory, mutations: list[str],
+                                           savepoint: str):
+    document = _schema(CORPUS / savepoint)
+    applied = []
+    for name in mutations:
+        try:
+            MUTATIONS[name][0](document)
+            applied.append(name)
+        except KeyError:  # an earlier change took what this one edits (a renamed or removed operator)
+            continue
+    work = tmp_path_factory.mktemp("combined")
+    report = assert_one_verdict(CORPUS / savepoint, _write(document, work / "manifest.yaml"), work / "out",
+                                allow_code=FUNCTIONS)
+    if set(applied) & BEYOND_REPAIR:
+        assert report.exit_code == 4, (applied, report.render_markdown())
+
+
+#: Changes that no other change of the list undoes: the manifest stays one that migrate refuses.
+BEYOND_REPAIR = {"kind-changed", "max-parallelism-changed", "operator-removed", "namespace-changed",
+                 "timer-namespace-changed", "key-type-changed", "key-converted-unsupported"}
+
+
+def test_a_key_conversion_is_declared_once_per_operator_and_moves_keys(tmp_path: Path):
+    """Long keys converted to String on the operator (not per state): entries move to the key groups Flink hashes
+    the String keys to, timers included, and the output checks 0."""
+    savepoint = CORPUS / BROADCAST
+    document = _schema(savepoint)
+    keyed = [label for label, op in document["operators"].items() if op.get("key") == "Long"]
+    assert keyed
+    for label in keyed:
+        document["operators"][label].update(key="String", migration={"key": {"convert": "to-string"}})
+    manifest = _write(document, tmp_path / "manifest.yaml")
+    report = assert_one_verdict(savepoint, manifest, tmp_path / "out")
+    assert report.exit_code == 3, report.render_markdown()
+    source, output = Savepoint.open(savepoint), Savepoint.open(tmp_path / "out")
+    for label in keyed:
+        for state in source.keyed_states(label):
+            before = sorted((str(e[0]), *map(repr, e[1:])) for e in source.iter_entries(label, state.name))
+            after = sorted((e[0], *map(repr, e[1:])) for e in output.iter_entries(label, state.name))
+            assert before == after and all(isinstance(e[0], str) for e in output.iter_entries(label, state.name))
+    # a key conversion written on a state is refused, naming where it belongs
+    state = next(iter(document["operators"][keyed[0]]["states"].values()))
+    state["migration"] = {"key": {"convert": "to-string"}}
+    assert main(["check", str(savepoint), "--schema", str(_write(document, tmp_path / "bad.yaml"))]) == 1
+
+
+def test_the_gate_refuses_what_check_refuses(tmp_path: Path):
+    """Before this rule, a changed window namespace was "COMPATIBLE_AS_IS (snapshot identical to the manifest's)" for
+    migrate's check, which compared value serializers only, and the savepoint was published; now migrate refuses
+    before writing, with check's finding."""
+    document = _schema(CORPUS / SAVEPOINTS[0])
+    MUTATIONS["namespace-changed"][0](document)
+    manifest = _write(document, tmp_path / "manifest.yaml")
+    job = MigrationJob(str(CORPUS / SAVEPOINTS[0]), str(manifest), str(tmp_path / "out"))
+    with pytest.raises(MigrationError, match=f"operator {FLAT_MAP}, state state-name: .*NAMESPACE_CHANGED"):
+        job.run()
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_output_check_refuses_a_wrong_written_snapshot(tmp_path: Path):
+    """The check of what migrate wrote can fail: an output whose written namespace serializer is not the manifest's
+    (as if the writer had kept the old one) is refused, naming the staged state file, the operator and the state."""
+    source = CORPUS / SAVEPOINTS[0]
+    assert main(["migrate", str(source), "--schema", str(_write(_schema(source), tmp_path / "own.yaml")),
+                 "--output", str(tmp_path / "out")]) == 0
+    document = _schema(source)
+    MUTATIONS["namespace-changed"][0](document)
+    manifest = load_manifest(_write(document, tmp_path / "wrong.yaml"))
+    with pytest.raises(MigrationError) as refused:
+        check_against_manifest(Savepoint.open(tmp_path / "out"), manifest)
+    message = str(refused.value)
+    assert f"operator {FLAT_MAP}, state state-name: " in message and "NAMESPACE_CHANGED" in message, message
+    assert str(tmp_path / "out") in message and len(message.splitlines()) == 1
