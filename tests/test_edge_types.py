@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.jsonify import to_json
@@ -34,11 +35,13 @@ from tests.support.edge_job import (
     expected_state,
     raw_values,
 )
+from tests.support.one_verdict import assert_one_verdict
 
 pytestmark = pytest.mark.flink
 
 KEYS = 20
 BACKENDS = ("hashmap", "rocksdb")
+V1_MANIFEST = edge_job.JOB_DIR / "manifests" / "v1.yaml"
 V2_MANIFEST = edge_job.JOB_DIR / "manifests" / "v2.yaml"
 #: What Flink's own POJO migration leaves in the fields v2 adds to edge.Event: Java's defaults.
 JAVA_DEFAULTS = {"added": 0, "boxedAdded": None}
@@ -317,3 +320,22 @@ def test_a_pojo_migrated_beside_kryo_states(flink_cluster: LocalFlinkCluster, ed
                                      state_backend=backend)
     ns = counts(source)
     assert restored(records, "v2", event_added={"added": 42, "boxedAdded": 43}) == [ns[r["key"]] for r in records]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("manifest", ["v1", "v2", "v2-kind-changed", "v2-event-to-string"])
+def test_check_is_the_plan_migrate_runs(edge_savepoints: dict[str, Path], tmp_path: Path, backend: str,
+                                        manifest: str):
+    """One verdict on the edge job's upgrade cases (issue 23): check's exit status is what migrate does, on both
+    backends: v1 (0: every header kept), v2 (3: published, the output checks 0), and two changes migrate refuses
+    (4: the state's kind, and the POJO made a String without a conversion)."""
+    document = yaml.safe_load((V1_MANIFEST if manifest == "v1" else V2_MANIFEST).read_text())
+    states = next(op for op in document["operators"].values() if "event" in op.get("states", {}))["states"]
+    if manifest == "v2-kind-changed":
+        states["count"]["kind"] = "LIST"
+    elif manifest == "v2-event-to-string":
+        states["event"]["value"] = "String"
+    path = tmp_path / f"{manifest}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    report = assert_one_verdict(edge_savepoints[backend], path, tmp_path / "out")
+    assert report.exit_code == {"v1": 0, "v2": 3}.get(manifest, 4), report.render_markdown()
