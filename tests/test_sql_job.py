@@ -61,7 +61,7 @@ from tests.support.sql_job import (
 )
 
 BACKENDS = ("hashmap", "rocksdb")
-#: Seconds each job runs before its savepoint (400 rows/s): enough for every key to hold many rows.
+#: Seconds each job runs before its savepoint (200 rows/s): enough for every key to hold many rows.
 RUN_SECONDS = 3.0
 MIN_ROWS = 100
 

@@ -61,8 +61,9 @@ EPOCH_MS = 1_700_000_000_000
 STEP_MS = 1_001
 #: The last id the source emits (its operator state holds every id still to come: keep it small).
 DEFAULT_END = 29_999
-#: Rows per second the source emits (compiled into the plan, like DEFAULT_END).
-RATE = 400
+#: Rows per second the source emits (compiled into the plan, like DEFAULT_END). The sequence lasts 150 s: the upgrade
+#: DAG's run (checks, savepoints, restore) must end before it does, or the restored job finishes at once.
+RATE = 200
 
 
 # -- the values ------------------------------------------------------------------------------------------------------
