@@ -25,13 +25,13 @@ from typing import Any
 import pytest
 import yaml
 
+from flinkstate import check
 from flinkstate.cli import main
 from flinkstate.compatibility import INCOMPATIBLE
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.jsonify import to_json
 from flinkstate.migration.plan import OperatorTarget
 from flinkstate.migration.runner import migrate_savepoint
-from flinkstate.resolution import check
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.uri import open_output
 from tests.support import sql_job
