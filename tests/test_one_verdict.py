@@ -10,6 +10,7 @@ the output check before it is published (``test_the_output_check_refuses_a_wrong
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,9 @@ from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.plan import MigrationError
 from flinkstate.migration.verdict import check_against_manifest
 from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.registry import snapshot_bytes
+from flinkstate.serializers.rowdata import RowDataSnapshot
+from flinkstate.serializers.ttl import TtlValue
 from tests.support.one_verdict import assert_one_verdict
 
 CORPUS = Path(__file__).parent / "corpus" / "savepoints" / "flink-tests" / "src" / "test" / "resources"
@@ -187,3 +191,43 @@ def test_the_output_check_refuses_a_wrong_written_snapshot(tmp_path: Path):
     message = str(refused.value)
     assert f"operator {FLAT_MAP}, state state-name: " in message and "NAMESPACE_CHANGED" in message, message
     assert str(tmp_path / "out") in message and len(message.splitlines()) == 1
+
+
+SQL_AGGREGATE = (Path(__file__).parent / "corpus" / "savepoints" / "flink-table" / "flink-table-planner" / "src" /
+                 "test" / "resources" / "restore-tests" / "stream-exec-group-aggregate_1" / "agg-with-state-ttl-hint" /
+                 "savepoint")
+SQL_AGGREGATE_OPERATOR = "20066aaa5f4902f5627b7c13fb0ab2a5"
+
+
+@pytest.mark.parametrize("rules", [None, {"f4": {"default": 0}}, {"f4": {"from": "f0"}}])
+def test_a_sql_accumulator_gaining_a_field_is_migrated_by_field_name(tmp_path: Path, rules: dict[str, Any] | None):
+    """Flink's GROUP BY accumulator (TTL<ROW<f0 BIGINT, f1 BIGINT, f2 BIGINT, f3 STRING>>, from Flink's restore
+    tests) gains a BIGINT (a query gaining SUM): the new field is named as describe shows it (f4). Without a rule
+    the plan cannot know which field is new (the snapshot stores no names): refused by both (4); with one, migrated
+    (3), every accumulator keeping its values and its TTL last access."""
+    source = Savepoint.open(SQL_AGGREGATE)
+    header = source.keyed_header(SQL_AGGREGATE_OPERATOR)
+    assert header is not None and header.states[0].name == "accState"
+    ttl = header.states[0].value_serializer
+    accumulator = ttl.nested[1]  # type: ignore[union-attr]
+    assert isinstance(accumulator, RowDataSnapshot)
+    grown = RowDataSnapshot(accumulator.class_name, accumulator.version, [*accumulator.types, accumulator.types[0]],
+                            [*accumulator.raw_types, accumulator.raw_types[0]],
+                            [*accumulator.nested, accumulator.nested[0]], None)
+    document = _schema(SQL_AGGREGATE)
+    state = document["operators"][SQL_AGGREGATE_OPERATOR]["states"]["accState"]
+    state["value"] = {"ttl": {"table": grown.type_name(),
+                              "snapshot": base64.b64encode(snapshot_bytes(grown)).decode("ascii")}}
+    if rules is not None:
+        state["migration"] = {"fields": rules}
+    report = assert_one_verdict(SQL_AGGREGATE, _write(document, tmp_path / "manifest.yaml"), tmp_path / "out")
+    assert report.exit_code == (4 if rules is None else 3), report.render_markdown()
+    if rules is None:
+        assert "fN" in next(f.message for f in report.findings if f.code == "MIGRATION_REFUSED")
+        return
+    before = {e[0]: e[2] for e in source.iter_entries(SQL_AGGREGATE_OPERATOR, "accState")}
+    after = {e[0]: e[2] for e in Savepoint.open(tmp_path / "out").iter_entries(SQL_AGGREGATE_OPERATOR, "accState")}
+    assert before.keys() == after.keys() and before
+    for key, old in before.items():
+        added = 0 if "f4" in rules and "default" in rules["f4"] else old.value[0]
+        assert after[key] == TtlValue((*old.value, added), old.last_access), (old, after[key])

@@ -25,10 +25,12 @@ from flinkstate.migration.conversions import (
 from flinkstate.migration.spec import FieldRule
 from flinkstate.serializers.avro import AvroSnapshot
 from flinkstate.serializers.base import TypeSerializerSnapshot, UnknownSnapshot
+from flinkstate.serializers.binaryrow import RowDataValue
 from flinkstate.serializers.pojo import PojoSnapshot
 from flinkstate.serializers.primitives import SimpleSnapshot
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.row import KindedRow, RowSnapshot
+from flinkstate.serializers.rowdata import RowDataSnapshot
 from flinkstate.serializers.ttl import TtlSnapshot, TtlValue
 
 #: Row field names by field path ("" = the value itself): (old names, new names). Row snapshots store no names, so
@@ -100,6 +102,13 @@ def build_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, *,
     where = f" (field {path})" if path else ""
     if isinstance(old, TtlSnapshot) != isinstance(new, TtlSnapshot):
         return _ttl_transform(old, new, rules, convert, row_names, path, ttl_last_access)
+    if isinstance(old, TtlSnapshot) and isinstance(new, TtlSnapshot) and (rules or convert or not restored_unaided(
+            old, new) or _rows_reordered(row_names, path)):
+        # TTL on both sides: the user value migrates by the rules, its last access is kept (TtlAwareSerializer)
+        user = build_transform(old.user, new.user, rules=rules, convert=convert, row_names=row_names, path=path)
+        if user is None:
+            return identity
+        return lambda value: TtlValue(user(value.value), value.last_access)
     if convert is not None:
         try:
             return conversion(convert, old, new)
@@ -119,6 +128,8 @@ def build_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, *,
                                  implicit=[f.java_default() for f in new.fields])
     if isinstance(new, RowSnapshot) and isinstance(old, RowSnapshot):
         return _row_transform(old, new, rules, row_names, path)
+    if isinstance(new, RowDataSnapshot) and isinstance(old, RowDataSnapshot):
+        return _rowdata_transform(old, new, rules, row_names, path)
     if isinstance(new, AvroSnapshot) and isinstance(old, AvroSnapshot):
         return avro_transform(old.schema, new.schema, rules, path)
     if rules:
@@ -269,6 +280,37 @@ def _row_transform(old: RowSnapshot, new: RowSnapshot, rules: dict[str, FieldRul
         raise MigrationPlanError(f"Row{' ' + path if path else ''}: field names do not match the arity")
     return _record_transform(old_names, list(old.nested), new_names, list(new.nested), rules, row_names, path,
                              as_dict=False)
+
+
+def _rowdata_transform(old: RowDataSnapshot, new: RowDataSnapshot, rules: dict[str, FieldRule],
+                       row_names: RowNames, path: str) -> Transform:
+    """A Table runtime RowData (a SQL operator's accumulator or row) by field name: the names the snapshot stores
+    (version 4), else the planner's positional ``f0``, ``f1``, ... that ``describe`` shows, so an accumulator that
+    gains a field (a SQL aggregate gaining ``SUM``) is migrated with ``fields: {f7: {default: 0}}``. Without stored
+    names a change of arity needs rules: positions alone would say nothing about which field is new."""
+    if (old.field_names is None or new.field_names is None) and len(old.nested) != len(new.nested) and not rules:
+        raise MigrationPlanError(f"{new.type_name()}{' at ' + path if path else ''}: the RowData's fields changed "
+                                 f"from {old.type_name()}, and the snapshot stores no field names: name the new "
+                                 f"fields in the migration (fields: {{fN: {{default: ...}}}} or {{from: fM}}), or "
+                                 f"declare a function")
+    old_names, new_names = old.names(), new.names()
+    record = _record_transform(old_names, list(old.nested), new_names, list(new.nested), rules, row_names, path,
+                               as_dict=False)
+    new_index = {name: i for i, name in enumerate(new_names)}
+    moved = {i: new_index[name] for i, name in enumerate(old_names)
+             if name in new_index and (rules.get(name) or FieldRule()).source is None}
+
+    def rowdata(value: Any) -> Any:
+        if value is None:
+            return None
+        out = record(value)
+        reserved = getattr(value, "reserved", ())
+        kind = getattr(value, "kind", 0)
+        if reserved:  # var-part space Flink reserved for null wide fields stays with its field
+            return RowDataValue(list(out), kind, tuple(sorted(moved[i] for i in reserved if i in moved)))
+        return out
+
+    return rowdata
 
 
 # --------------------------------------------------------------------------------------------------------------------
