@@ -30,6 +30,7 @@ from flinkstate.engine.rest import FlinkRestClient
 from flinkstate.errors import FlinkStateError
 from flinkstate.storage.s3 import s3_client, split_s3_uri
 from flinkstate.storage.uri import exists, read_file, write_file
+from flinkstate.upgrades.ownership import Liveness, RunProbe, owner_liveness, process_start
 
 REGISTRY_FILE = "deployments.json"
 JOURNAL_DIR = "journal"
@@ -73,6 +74,11 @@ class UpgradeError(FlinkStateError):
 class JournalConflict(UpgradeError):
     """Another process wrote the journal since this one read it (a watchdog took the run over, or the run came back
     while a watchdog acted): this process must not act on what it read."""
+
+
+class RunTakenOver(JournalConflict):
+    """The fence before an irreversible step found the run no longer this one's (another actor took it over, or
+    closed it, or a newer run replaced its journal): the step is not made, and nothing more is written."""
 
 
 @dataclass(frozen=True)
@@ -257,22 +263,23 @@ def journal_uri(savepoint_base: str, deployment: str) -> str:
     return f"{savepoint_base.rstrip('/')}/{JOURNAL_DIR}/{safe_name(deployment)}.json"
 
 
-def _process_start(pid: int) -> str | None:
-    """The start time of a process (Linux: /proc/<pid>/stat field 22), so that a reused pid is not taken for ours."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+_process_start = process_start
 
 
-def this_owner(actor: str) -> dict[str, Any]:
-    """Who writes the journal now: the host, the process (and its start time) and what it does."""
+def this_owner(actor: str, run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Who writes the journal now: the host, the process (and its start time) and what it does; ``run``: the
+    orchestrator's run it works for (dag_id, run_id, task_id), which owns the upgrade across its processes (see
+    :mod:`flinkstate.upgrades.ownership`)."""
     return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start(os.getpid()),
-            "actor": actor}
+            "actor": actor, "run": run}
 
 
 class UpgradeJournal:
     """The journal of one deployment's last upgrade (a JSON document, rewritten whole at each step)."""
+
+    #: The orchestrator's run this process writes for (set by :meth:`start` and :meth:`claim`): recorded as the
+    #: owner's ``run`` with each write. None: the process itself owns what it writes (a watchdog, the CLI).
+    owner_run: dict[str, Any] | None = None
 
     def __init__(self, uri: str, data: dict[str, Any], token: str | None = None) -> None:
         #: ``token``: the version this process read (or last wrote); every save compares it with the stored one.
@@ -281,8 +288,9 @@ class UpgradeJournal:
     # ------------------------------------------------------------------ files
 
     @classmethod
-    def start(cls, plan: dict[str, Any], actor: str) -> UpgradeJournal:
-        """A fresh journal for a planned run (phase PLANNED: nothing changed yet); replaces a finished one."""
+    def start(cls, plan: dict[str, Any], actor: str, run: dict[str, Any] | None = None) -> UpgradeJournal:
+        """A fresh journal for a planned run (phase PLANNED: nothing changed yet); replaces a finished one. ``run``:
+        the orchestrator's run that owns it (see :meth:`claim`)."""
         uri = journal_uri(plan["savepoint_base"], plan["job_name"])
         data = {"journal_version": JOURNAL_VERSION, "deployment": plan["job_name"], "run_id": plan["run_id"],
                 "run_dir": plan["run_dir"], "savepoint_base": plan["savepoint_base"], "old": plan["old"],
@@ -296,7 +304,36 @@ class UpgradeJournal:
         if previous:
             with contextlib.suppress(ValueError, AttributeError):
                 data["revision"] = int(json.loads(previous[0]).get("revision", 0))
+        journal.owner_run = run
         journal.advance(Phase.PLANNED, actor)
+        return journal
+
+    @classmethod
+    def claim(cls, uri: str, run: dict[str, Any], actor: str, *, open_only: bool = True) -> UpgradeJournal:
+        """The fence before each step of an orchestrated run (``run``: dag_id, run_id, task_id): re-reads the
+        journal and claims it with a compare-and-swap write, only while it is still this run's journal, last
+        owned by this run, and (``open_only``) not closed. Otherwise raises :class:`RunTakenOver`, in one line
+        naming who holds it: the caller must not stop, submit, cancel, publish or record anything."""
+        try:
+            journal = cls.load(uri)
+        except UpgradeError as exc:
+            raise RunTakenOver(f"{exc}: run {run.get('run_id')} no longer owns it") from None
+        data, owner = journal.data, journal.data.get("owner") or {}
+        if data["run_id"] != run.get("run_id"):
+            raise RunTakenOver(f"{uri}: now the journal of run {data['run_id']}, not of run {run.get('run_id')}")
+        holder = owner.get("run")
+        if not holder or holder.get("dag_id") != run.get("dag_id") or holder.get("run_id") != run.get("run_id"):
+            closed = f", and closed it ({data.get('outcome')})" if journal.finished else ""
+            raise RunTakenOver(f"{uri}: run {run.get('run_id')} was taken over by {owner.get('actor')} (pid "
+                               f"{owner.get('pid')} on {owner.get('host')}) in phase {data['phase']}{closed}")
+        if open_only and journal.finished:
+            raise RunTakenOver(f"{uri}: run {run.get('run_id')} is already closed ({data.get('outcome')}, by "
+                               f"{owner.get('actor')})")
+        journal.owner_run = run
+        try:
+            journal.touch(actor)
+        except JournalConflict:
+            raise RunTakenOver(f"{uri}: written by another actor while run {run.get('run_id')} claimed it") from None
         return journal
 
     @classmethod
@@ -364,14 +401,14 @@ class UpgradeJournal:
         """Records a phase (and its details: job ids, savepoint paths) durably, before the caller goes on."""
         self.data.update({k: v for k, v in details.items() if k in self.data})
         self.data["phase"] = phase
-        self.data["owner"] = this_owner(actor)
+        self.data["owner"] = this_owner(actor, self.owner_run)
         self.data["history"].append({"phase": phase, "at": _now(), "epoch": time.time(), "actor": actor,
                                      **{k: v for k, v in details.items() if v is not None}})
         self.save()
 
     def touch(self, actor: str) -> None:
         """The process now working on the run (each task claims it when it starts)."""
-        self.data["owner"] = this_owner(actor)
+        self.data["owner"] = this_owner(actor, self.owner_run)
         self.save()
 
     def note_failure(self, what: str) -> None:
@@ -384,17 +421,15 @@ class UpgradeJournal:
         self.data["running"] = running
         self.advance(Phase.DONE, actor, **details)
 
-    def owner_alive(self, *, stale_after: float) -> bool:
-        """Whether the process that last wrote the journal may still be working on it. On this host: the process
-        (same pid and start time) exists. Elsewhere it cannot be asked, so the last write must be recent."""
-        owner = self.data.get("owner") or {}
-        age = time.time() - float(self.data.get("updated_epoch") or 0)
-        if owner.get("host") == socket.gethostname() and owner.get("pid"):
-            start = _process_start(int(owner["pid"]))
-            if start is None:
-                return os.path.exists(f"/proc/{owner['pid']}") if os.path.isdir("/proc") else age < stale_after
-            return owner.get("pid_start") in (None, start)
-        return age < stale_after
+    def owner_alive(self, *, stale_after: float, probe: RunProbe | None = None) -> bool:
+        """Whether the run's owner may still be working on it (see :meth:`liveness`)."""
+        return self.liveness(stale_after=stale_after, probe=probe).alive
+
+    def liveness(self, *, stale_after: float, probe: RunProbe | None = None) -> Liveness:
+        """Whether the run's owner may still be working on it, and why: an orchestrated run as its orchestrator
+        (``probe``) says, else by the journal's age; a process owner by its process (this host) or the journal's
+        age (another host). See :mod:`flinkstate.upgrades.ownership`."""
+        return owner_liveness(self.data, stale_after=stale_after, probe=probe)
 
     def durations(self) -> dict[str, float]:
         """Seconds per step, from the phases' times: stop, migrate (with its re-check), submit, gate, rollback, and

@@ -27,6 +27,7 @@ from flinkstate.upgrades.journal import (
     local_path,
     same_path,
 )
+from flinkstate.upgrades.ownership import RunProbe
 
 
 @dataclass
@@ -248,15 +249,16 @@ DEFAULT_GRACE = 60.0
 
 
 def dead_runs(savepoint_base: str, *, grace: float = DEFAULT_GRACE, stale_after: float = 2 * 3600,
-              deployment: str | None = None) -> list[UpgradeJournal]:
-    """Unfinished journals whose run is gone: the owner process is dead (same host) or silent for ``stale_after``
-    (another host), and nothing was written for ``grace`` seconds."""
+              deployment: str | None = None, probe: RunProbe | None = None) -> list[UpgradeJournal]:
+    """Unfinished journals whose run is gone, and nothing was written for ``grace`` seconds: the orchestrator
+    (``probe``) says its run is gone, or, without one, the owner is silent for ``stale_after``; a process owner is
+    dead (same host) or silent for ``stale_after`` (another host). See :mod:`flinkstate.upgrades.ownership`."""
     found = []
     for journal in UpgradeJournal.all(savepoint_base):
         if journal.finished or (deployment and journal.data["deployment"] != deployment):
             continue
         quiet = time.time() - float(journal.data.get("updated_epoch") or 0)
-        if quiet >= grace and not journal.owner_alive(stale_after=stale_after):
+        if quiet >= grace and not journal.owner_alive(stale_after=stale_after, probe=probe):
             found.append(journal)
     return found
 
@@ -277,7 +279,7 @@ def recovery_alert(journal: UpgradeJournal, died_in: str, result: Recovery, acto
 
 def sweep(savepoint_base: str, client: FlinkRestClient, actor: str, *, grace: float = DEFAULT_GRACE,
           stale_after: float = 2 * 3600, deployment: str | None = None, force: bool = False,
-          timeout: float = 300) -> list[tuple[UpgradeJournal, Recovery, str]]:
+          timeout: float = 300, probe: RunProbe | None = None) -> list[tuple[UpgradeJournal, Recovery, str]]:
     """Recovers every dead run's journal under ``savepoint_base`` (``force``: every unfinished one, alive owner or
     not: for a person who knows the run is gone). Returns (journal, what was done, the alert) per run."""
     if force:  # also the runs that ended with production DOWN: the alert's command retries their rollback
@@ -285,7 +287,7 @@ def sweep(savepoint_base: str, client: FlinkRestClient, actor: str, *, grace: fl
                     if (not j.finished or j.data.get("outcome") == Outcome.DOWN)
                     and (not deployment or j.data["deployment"] == deployment)]
     else:
-        journals = dead_runs(savepoint_base, grace=grace, stale_after=stale_after, deployment=deployment)
+        journals = dead_runs(savepoint_base, grace=grace, stale_after=stale_after, deployment=deployment, probe=probe)
     done = []
     for journal in journals:
         died_in = journal.phase
