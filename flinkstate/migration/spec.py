@@ -24,6 +24,7 @@ Errors are one line naming the manifest file and the path of the offending item.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,9 +75,7 @@ def parse_migration(raw: Any, where: str = "migration", source: str = "<manifest
     """Validates one raw ``migration:`` mapping. ``where`` is its path in the manifest (for messages), ``source``
     the file name."""
 
-    def fail(path: str, what: str) -> MigrationSpecError:
-        return MigrationSpecError(f"{source}: {path}: {what}")
-
+    fail = _failer(source)
     if raw is None:
         return NO_MIGRATION
     if not isinstance(raw, dict):
@@ -96,9 +95,7 @@ def parse_migration(raw: Any, where: str = "migration", source: str = "<manifest
         if not isinstance(name, str) or not name or any(not part for part in name.split(".")):
             raise fail(path, "field names must be non-empty strings (dots separate nested fields)")
         fields[name] = _field_rule(rule, path, fail)
-    on_error = raw.get("on_error", "fail")
-    if on_error not in ON_ERROR:
-        raise fail(f"{where}.on_error", f"must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+    on_error = _on_error(raw, where, fail)
     function = raw.get("function")
     if function is not None:
         if not isinstance(function, str) or function.count(":") != 1 or not all(function.split(":")):
@@ -114,9 +111,7 @@ def parse_migration(raw: Any, where: str = "migration", source: str = "<manifest
 def parse_operator_migration(raw: Any, where: str = "migration", source: str = "<manifest>") -> StateMigration:
     """An operator's ``migration:`` block: the key conversion (``key: {convert: NAME}``) and its ``on_error``."""
 
-    def fail(path: str, what: str) -> MigrationSpecError:
-        return MigrationSpecError(f"{source}: {path}: {what}")
-
+    fail = _failer(source)
     if raw is None:
         return NO_MIGRATION
     if not isinstance(raw, dict):
@@ -126,10 +121,19 @@ def parse_operator_migration(raw: Any, where: str = "migration", source: str = "
         raise fail(f"{where}.{unknown[0]}", f"unknown key (an operator's migration takes "
                                             f"{', '.join(sorted(_OPERATOR_KEYS))}; value migrations belong to its "
                                             f"states)")
+    return StateMigration(key=_convert_of(raw.get("key"), f"{where}.key", fail), on_error=_on_error(raw, where, fail))
+
+
+def _failer(source: str) -> Callable[[str, str], MigrationSpecError]:
+    """The error of one manifest file: ``file: path: what``."""
+    return lambda path, what: MigrationSpecError(f"{source}: {path}: {what}")
+
+
+def _on_error(raw: dict[str, Any], where: str, fail: Callable[[str, str], MigrationSpecError]) -> str:
     on_error = raw.get("on_error", "fail")
     if on_error not in ON_ERROR:
         raise fail(f"{where}.on_error", f"must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
-    return StateMigration(key=_convert_of(raw.get("key"), f"{where}.key", fail), on_error=on_error)
+    return str(on_error)
 
 
 def _convert_name(value: Any, path: str, fail: Any) -> str:

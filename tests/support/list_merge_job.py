@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flinkstate.binary import Reader
-from flinkstate.engine.local import find_flink_home
 from flinkstate.engine.rest import FlinkRestClient
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.namespaces import TimeWindow
+from tests.support.java_build import build_jar
 
 SOURCE_DIR = Path(__file__).resolve().parent / "list_merge_job"
 BUILD_DIR = SOURCE_DIR / "build"
@@ -36,23 +33,8 @@ NO_FIRING_LAG_MS = 10**12
 
 
 def build(flink_home: Path | None = None, out_dir: Path = BUILD_DIR) -> Path:
-    """Compiles the job with javac against the Flink distribution's lib/ (as tests/support/sql_job.py does); the
-    jar is rebuilt only when the source is newer than it."""
-    home = find_flink_home(flink_home)
-    jar = out_dir / "list-merge-job.jar"
-    sources = sorted(SOURCE_DIR.rglob("*.java"))
-    if jar.exists() and all(s.stat().st_mtime <= jar.stat().st_mtime for s in sources):
-        return jar
-    out_dir.mkdir(parents=True, exist_ok=True)
-    classes = Path(tempfile.mkdtemp(prefix="classes-", dir=out_dir))  # private: parallel test runs may build too
-    subprocess.run(["javac", "-nowarn", "--release", "17", "-encoding", "UTF-8", "-cp", f"{home / 'lib'}/*",
-                    "-d", str(classes), *map(str, sources)], check=True)
-    staged = classes.with_suffix(".jar")
-    subprocess.run(["jar", "--create", "--file", str(staged), "--main-class", ENTRY_CLASS, "-C", str(classes), "."],
-                   check=True)
-    os.replace(staged, jar)
-    shutil.rmtree(classes)
-    return jar
+    """The job's jar, compiled with javac against the Flink distribution's lib/ when a source is newer than it."""
+    return build_jar(SOURCE_DIR, out_dir / "list-merge-job.jar", ENTRY_CLASS, flink_home)
 
 
 @dataclass(frozen=True)

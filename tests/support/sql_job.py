@@ -12,16 +12,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from flinkstate.engine import LocalFlinkCluster
-from flinkstate.engine.local import find_flink_home
 from flinkstate.engine.rest import FlinkRestClient
 from flinkstate.serializers.times import Instant, LocalDate, LocalDateTime, LocalTime
+from tests.support.java_build import build_jar
 
 #: The operators' uids (table.exec.uid.generation = ALWAYS: "<exec node id>_<transformation>"; the ids are fixed by
 #: the job's plan) and their keyed states.
@@ -229,28 +228,15 @@ def variant_doc(id_: int) -> dict[str, Any]:
 
 
 def build(flink_home: Path | None = None, out_dir: Path = BUILD_DIR) -> Path:
-    """Compiles the job with javac against the Flink distribution's lib/ (as examples/*/build.sh do); the jar is
-    rebuilt only when a source is newer than it."""
-    home = find_flink_home(flink_home)
-    jar = out_dir / "sql-job.jar"
-    sources = sorted(SOURCE_DIR.rglob("*.java"))
-    if jar.exists() and all(s.stat().st_mtime <= jar.stat().st_mtime for s in sources):
-        return jar
-    out_dir.mkdir(parents=True, exist_ok=True)
-    classes = Path(tempfile.mkdtemp(prefix="classes-", dir=out_dir))  # private: parallel test runs may build too
-    classpath = f"{home / 'lib'}/*"
-    subprocess.run(["javac", "-nowarn", "--release", "17", "-encoding", "UTF-8", "-cp", classpath,
-                    "-d", str(classes), *map(str, sources)], check=True)
-    # The plan, compiled in a fresh JVM (node ids, hence uids, from 1), goes into the jar (see SqlJob.java).
-    subprocess.run(["java", "-cp", f"{classes}{os.pathsep}{classpath}", ENTRY_CLASS, "--compile",
-                    str(classes / "sqljob" / "plan.json"), "--rate", str(RATE), "--end", str(DEFAULT_END)],
-                   check=True, capture_output=True)
-    staged = classes.with_suffix(".jar")
-    subprocess.run(["jar", "--create", "--file", str(staged), "--main-class", ENTRY_CLASS, "-C", str(classes), "."],
-                   check=True)
-    os.replace(staged, jar)
-    shutil.rmtree(classes)
-    return jar
+    """The job's jar, compiled with javac against the Flink distribution's lib/ when a source is newer than it."""
+
+    def compile_plan(classes: Path, classpath: str) -> None:
+        # The plan, compiled in a fresh JVM (node ids, hence uids, from 1), goes into the jar (see SqlJob.java).
+        subprocess.run(["java", "-cp", f"{classes}{os.pathsep}{classpath}", ENTRY_CLASS, "--compile",
+                        str(classes / "sqljob" / "plan.json"), "--rate", str(RATE), "--end", str(DEFAULT_END)],
+                       check=True, capture_output=True)
+
+    return build_jar(SOURCE_DIR, out_dir / "sql-job.jar", ENTRY_CLASS, flink_home, compile_plan)
 
 
 def submit(client: FlinkRestClient, jar: Path, *, state_backend: str = "hashmap",
