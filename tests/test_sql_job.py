@@ -15,6 +15,7 @@ its own schema with every entry decoded and re-encoded, is restored by Flink, wh
 
 from __future__ import annotations
 
+import base64
 import copy
 import shutil
 import struct
@@ -33,8 +34,11 @@ from flinkstate.jsonify import to_json
 from flinkstate.migration.plan import OperatorTarget
 from flinkstate.migration.runner import migrate_savepoint
 from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.registry import snapshot_bytes
+from flinkstate.serializers.rowdata import RowDataSnapshot
 from flinkstate.storage.uri import open_output
 from tests.support import sql_job
+from tests.support.one_verdict import assert_one_verdict
 from tests.support.sql_job import (
     AGG_SCALED_UID,
     AGG_STATE,
@@ -479,3 +483,33 @@ def test_a_variant_column_reads_and_reencodes_to_flinks_bytes(flink_cluster: Loc
     assert report.counts[op.uid or op.operator_id][DEDUP_STATE].written == sql_job.DEDUP_KEYS
     uid = op.uid or op.operator_id
     assert _raw(migrated, uid, DEDUP_STATE) == _raw(savepoint, uid, DEDUP_STATE)
+
+
+@pytest.mark.parametrize("change", ["none", "accumulator-type", "grouping-key", "accumulator-field-added"])
+def test_check_is_the_plan_migrate_runs(savepoints: dict[str, Path], tmp_path: Path, change: str) -> None:
+    """One verdict on the SQL job's upgrade cases (issue 23): its own manifest (0, every header kept), a changed
+    accumulator type and a changed grouping key (4: migrate refuses them too), and an accumulator gaining a field
+    named as describe shows it, with its value declared (3: published, its output checks 0)."""
+    savepoint = savepoints["rocksdb"]
+    data = _manifest(savepoint, tmp_path / "v1.yaml")
+    if change == "accumulator-type":
+        data["operators"][AGG_UID]["states"][AGG_STATE]["value"] = copy.deepcopy(
+            data["operators"][AGG_SCALED_UID]["states"][AGG_STATE]["value"])
+    elif change == "grouping-key":
+        data["operators"][AGG_UID]["key"] = copy.deepcopy(data["operators"][DEDUP_UID]["key"])
+    elif change == "accumulator-field-added":
+        state = data["operators"][AGG_UID]["states"][AGG_STATE]
+        accumulator = Savepoint.open(savepoint).keyed_header(AGG_UID)
+        assert accumulator is not None
+        old = next(s for s in accumulator.states if s.name == AGG_STATE).value_serializer
+        assert isinstance(old, RowDataSnapshot)
+        grown = RowDataSnapshot(old.class_name, old.version, [*old.types, old.types[0]],
+                                [*old.raw_types, old.raw_types[0]], [*old.nested, old.nested[0]], None)
+        name = f"f{len(old.types)}"
+        state["value"] = {"table": grown.type_name(), "snapshot": base64.b64encode(snapshot_bytes(grown)).decode()}
+        state["migration"] = {"fields": {name: {"default": 0}}}
+    manifest = tmp_path / f"{change}.yaml"
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    report = assert_one_verdict(savepoint, manifest, tmp_path / "out")
+    expected = {"none": 0, "accumulator-field-added": 3}.get(change, 4)
+    assert report.exit_code == expected, report.render_markdown()
