@@ -180,12 +180,14 @@ class Recheck:
 
 
 def recheck(spark: Any, migrated: str, schema: str, source: str, old_schema: str | None,
-            allow_code: CodePolicy | None = None, units: int | None = None, now_ms: int | None = None) -> Recheck:
+            allow_code: CodePolicy | None = None, units: int | None = None, now_ms: int | None = None,
+            allow_non_restored_state: bool = False) -> Recheck:
     """What ``check_compatibility.py MIGRATED --schema SCHEMA --dry-run never --exit-code --verify-against SOURCE
     --verify-old-schema OLD`` does, in a session already up: the header-level check of the migrated savepoint
     against the new manifest, then every entry compared with the source's migration. A refusal by the verifier is
     kept in the report (``verification_error``) instead of raised, so that whoever judges the report can say why."""
-    report = check(migrated, schema, migrated=True)  # renames done: the output of this manifest's plan
+    # renames done: the output of this manifest's plan
+    report = check(migrated, schema, migrated=True, allow_non_restored_state=allow_non_restored_state)
     report.dry_run, report.dry_run_runner = {"ran": False, "reason": "--dry-run never"}, "Spark"
     try:
         lines = verify_against(spark, source, migrated, schema, old_schema, allow_code, units, now_ms)

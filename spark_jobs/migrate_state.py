@@ -60,6 +60,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-dead-letters", type=int, default=0,
                         help="entries a dead-letter policy may skip before the migration fails (default 0)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--allow-non-restored-state", nargs="?", const="true", default="false",
+                        choices=("true", "false"),
+                        help="the new job runs with allowNonRestoredState: an operator the manifest lacks is copied, "
+                             "not refused (as check_compatibility.py decides with the same flag)")
     parser.add_argument("--units", type=int, help="Spark tasks to split the work into (default: three per core)")
     add_allow_code_argument(parser, ALLOW_CODE_HELP + " (the tasks follow the driver's policy)")
     parser.add_argument("--recheck-report-dir", metavar="DIR",
@@ -82,7 +86,8 @@ def main(argv: list[str]) -> int:
     job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
                        metadata_version=args.metadata_version,
                        compression=None if args.compression is None else args.compression == "on",
-                       report_dir=args.report, max_dead_letters=args.max_dead_letters, allow_code=policy)
+                       report_dir=args.report, max_dead_letters=args.max_dead_letters, allow_code=policy,
+                       allow_non_restored_state=args.allow_non_restored_state == "true")
     checked: Recheck | None = None
     spark = spark_session("flinkstate-migrate-state")
     try:
@@ -91,7 +96,7 @@ def main(argv: list[str]) -> int:
         if args.recheck_report_dir:
             assert args.output is not None  # made absolute by shared(), never None: --output is required
             checked = recheck(spark, args.output, args.schema, args.savepoint, args.old_schema, policy, args.units,
-                              job.now_ms)
+                              job.now_ms, job.allow_non_restored_state)
             write_report_files(args.recheck_report_dir, checked.body, checked.markdown)
     finally:
         spark.stop()

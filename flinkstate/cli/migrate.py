@@ -43,6 +43,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--max-dead-letters", type=int, default=0, metavar="N",
                         help="entries a state with on_error: dead-letter may skip before the migration fails "
                              "(default 0: any failing entry fails the migration and nothing is published)")
+    parser.add_argument("--allow-non-restored-state", action="store_true",
+                        help="the new job will run with allowNonRestoredState: an operator the manifest lacks is "
+                             "copied as it is instead of refused (as check decides with the same flag)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     add_allow_code_argument(parser)
     parser.set_defaults(handler=_run)
@@ -53,7 +56,8 @@ def _run(args: argparse.Namespace) -> int:
                        metadata_version=args.metadata_version,
                        compression=None if args.compression is None else args.compression == "on",
                        report_dir=args.report, max_dead_letters=args.max_dead_letters,
-                       allow_code=CodePolicy.resolve(args.allow_code))
+                       allow_code=CodePolicy.resolve(args.allow_code),
+                       allow_non_restored_state=args.allow_non_restored_state)
     with phase(f"migrate {args.savepoint} to {args.output}"):
         report = job.run(_logged_units) if log.isEnabledFor(logging.INFO) else job.run()
     for step, seconds in report.seconds.items():
