@@ -231,3 +231,20 @@ def test_a_sql_accumulator_gaining_a_field_is_migrated_by_field_name(tmp_path: P
     for key, old in before.items():
         added = 0 if "f4" in rules and "default" in rules["f4"] else old.value[0]
         assert after[key] == TtlValue((*old.value, added), old.last_access), (old, after[key])
+
+
+def test_a_removed_operator_with_allow_non_restored_state(tmp_path: Path):
+    """With allowNonRestoredState, an operator the new version lacks is no refusal for check (0) and migrate copies
+    it (the same flag for both); without the flag both refuse."""
+    source = CORPUS / SAVEPOINTS[0]
+    document = _schema(source)
+    MUTATIONS["operator-removed"][0](document)
+    manifest = _write(document, tmp_path / "manifest.yaml")
+    assert check(source, manifest).exit_code == 4
+    assert check(source, manifest, allow_non_restored_state=True).exit_code == 0
+    assert main(["migrate", str(source), "--schema", str(manifest), "--output", str(tmp_path / "refused")]) == 1
+    assert not (tmp_path / "refused").exists()
+    assert main(["migrate", str(source), "--schema", str(manifest), "--output", str(tmp_path / "out"),
+                 "--allow-non-restored-state"]) == 0
+    assert check(tmp_path / "out", manifest, migrated=True, allow_non_restored_state=True).exit_code == 0
+    assert Savepoint.open(tmp_path / "out").operator(TIMELY) is not None
