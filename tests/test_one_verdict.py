@@ -20,6 +20,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flinkstate import check
 from flinkstate.cli import main
 from flinkstate.manifest import load_manifest, manifest_from_savepoint
 from flinkstate.migration.job import MigrationJob
