@@ -199,9 +199,7 @@ def manifest_from_savepoint(savepoint: Savepoint, job: str | None = None,
                     snapshot_bytes(given) != snapshot_bytes(header.key_serializer):
                 raise FlinkStateError(f"{savepoint.location.uri}: {savepoint.label(op)}: the key type given, "
                                       f"{to_notation(given)}, is not the recorded {header.key_serializer.type_name()}")
-            schema.key = header.key_serializer
-            for meta in header.states:
-                schema.states[meta.name] = _state_schema(meta, header)
+            add_keyed_states(schema, header)
             _check_notations(savepoint, op, schema)
         operators[label] = schema
     return Manifest(operators, job, savepoint.location.uri)
@@ -224,6 +222,14 @@ def _check_notations(savepoint: Savepoint, op: OperatorState, schema: OperatorSc
         except TypeNotationError as exc:
             where = next(s.source.path for s in streams if s.header().state_index(name) is not None)
             raise FlinkStateError(f"{where}: operator {schema.label}, state {name}: {exc}") from None
+
+
+def add_keyed_states(schema: OperatorSchema, header: KeyedBackendHeader) -> None:
+    """Sets the operator's key type and keyed states from its keyed backend's header (a savepoint's, or one taken of
+    the operator opened from a jar: :mod:`flinkstate.engine.jar_schema`)."""
+    schema.key = header.key_serializer
+    for meta in header.states:
+        schema.states[meta.name] = _state_schema(meta, header)
 
 
 def _state_schema(meta: StateMetaInfo, header: KeyedBackendHeader) -> StateSchema:
