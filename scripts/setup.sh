@@ -4,6 +4,7 @@
 #   .venv-flink  Flink 2.3 from PyPI (apache-flink): the local cluster's distribution
 #   .flink-dists/<version>  older Flink distributions for the version matrix (FLINK_MATRIX_VERSIONS)
 #   examples/sample-job/build/sample-job-v{1,2,3}.jar, and build/flink-<version>/ for each matrix version
+#   inspector/build/flink-<version>/flinkstate-inspector.jar  the jar inspector ('schema --jar'), per Flink version
 # Checks for Java 17+ first. Environment: PYTHON (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -127,7 +128,9 @@ flink_home=$(ls -d .venv-flink/lib/python*/site-packages/pyflink 2>/dev/null | h
 examples/sample-job/build.sh "$flink_home"
 examples/compat-matrix/build.sh "$flink_home"
 examples/edge-job/build.sh "$flink_home"
+inspector/build.sh "$flink_home"  # the jar inspector ('schema --jar'), one build per Flink version
 for version in $FLINK_MATRIX_VERSIONS; do
   examples/sample-job/build.sh ".flink-dists/$version/pyflink" "examples/sample-job/build/flink-$version"
+  inspector/build.sh ".flink-dists/$version/pyflink"
 done
 say "ready (Java $major, $(.venv/bin/python --version), Flink $(ls "$flink_home"/lib/flink-dist-*.jar | sed 's/.*flink-dist-\(.*\)\.jar/\1/'))"

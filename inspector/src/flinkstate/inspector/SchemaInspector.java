@@ -147,7 +147,7 @@ public final class SchemaInspector {
         StreamGraph streamGraph = (StreamGraph) pipeline;
 
         Thread.currentThread().setContextClassLoader(userClassLoader);
-        JobGraph jobGraph = streamGraph.getJobGraph(userClassLoader);
+        JobGraph jobGraph = streamGraph.getJobGraph(userClassLoader, null);  // (ClassLoader, JobID): 1.20 and 2.x
         ExecutionConfig executionConfig = jobGraph.getSerializedExecutionConfig().deserializeValue(userClassLoader);
 
         List<OperatorProbe.Result> results = new ArrayList<>();
