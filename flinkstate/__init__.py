@@ -43,7 +43,7 @@ from flinkstate.engine.rest import (
     SavepointFailed,
     client_for,
 )
-from flinkstate.errors import EnvironmentProblem, FlinkStateError, WriteError, printable
+from flinkstate.errors import EnvironmentProblem, FlinkStateError, WriteError, os_error_line, printable
 from flinkstate.format.metadata import SUPPORTED_VERSIONS, OperatorState
 from flinkstate.format.operator_state import SOURCE_SPLITS_STATE, OperatorStateElement, source_split
 from flinkstate.format_errors import SavepointFormatError, StateNotFound, UnsupportedFormat
@@ -184,6 +184,7 @@ __all__ = [
     "not_writable",
     "open_output",
     "open_savepoint",
+    "os_error_line",
     "parse_manifest",
     "printable",
     "progress_shown",

@@ -3,6 +3,8 @@ job, state) and what is wrong, so the CLI can print it as it is instead of a tra
 
 from __future__ import annotations
 
+import errno
+
 
 class FlinkStateError(Exception):
     """Base class: every error the CLI reports as a one-line message with a non-zero exit."""
@@ -24,3 +26,21 @@ def printable(text: object) -> str:
     if value.isprintable():
         return value
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in value)
+
+
+#: errno values that mean the storage is full: no space left on the device, or the user's quota used up.
+OUT_OF_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE_ERRNOS
+
+
+def os_error_line(exc: OSError, path: object = None) -> str:
+    """An operating system's error as one line naming the file (the exception's, else ``path``): a full disk says
+    so ("out of space"), for it is the storage to free, not a bug to report."""
+    where = exc.filename if exc.filename is not None else path
+    reason = printable(exc.strerror or exc)
+    if is_out_of_space(exc):
+        reason = f"out of space ({reason})"
+    return f"{printable(where)}: {reason}" if where is not None else reason

@@ -18,6 +18,7 @@ from flinkstate import (
     MigrationJob,
     Report,
     check,
+    os_error_line,
     printable,
     verify_published,
     write_file,
@@ -86,6 +87,8 @@ def guarded(task: Callable[[Any], Any], describe: Callable[[Any], str]) -> Calla
             return task(unit)
         except FlinkStateError as exc:  # already names the operator, the state and the entry
             return TaskFailure(describe(unit), printable(exc), located=True)
+        except OSError as exc:  # the machine's storage (a full disk), not a bug: which file, and what is wrong
+            return TaskFailure(describe(unit), os_error_line(exc))
         except Exception as exc:
             return TaskFailure(describe(unit), f"internal error: {type(exc).__name__}: {printable(exc)} (a bug in "
                                                f"flinkstate; please report it)")
@@ -205,6 +208,9 @@ def run_main(name: str, main: Callable[[list[str]], int], argv: list[str] | None
         status = main(sys.argv[1:] if argv is None else argv)
     except FlinkStateError as exc:
         print(f"{name}: error: {exc}", file=sys.stderr)
+        status = 1
+    except OSError as exc:  # the machine's storage (a full disk), not a bug: which file, and what is wrong
+        print(f"{name}: error: {os_error_line(exc)}", file=sys.stderr)
         status = 1
     except Exception as exc:  # a task failure arrives wrapped by Spark (Py4JJavaError / PythonException)
         if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkException"):

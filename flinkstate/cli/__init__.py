@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import flinkstate
-from flinkstate import SUPPORTED_VERSIONS, FlinkStateError, S3Options, __version__, printable
+from flinkstate import SUPPORTED_VERSIONS, FlinkStateError, S3Options, __version__, os_error_line, printable
 
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES = (
@@ -128,6 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except MemoryError:
         print("flinkstate: error: out of memory (the input is larger than this machine can hold)", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:  # the machine's storage (a full disk, a vanished folder), not a bug: say which file
+        if args.debug:
+            traceback.print_exc()
+        print(f"flinkstate: error: {os_error_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:  # the last guard: one line, never a traceback unless asked for
         if args.debug:

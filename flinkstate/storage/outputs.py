@@ -8,6 +8,7 @@ leftovers are cleared). Local directories here (publish is a rename); ``s3://`` 
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from flinkstate.errors import WriteError, printable
+from flinkstate.errors import WriteError, os_error_line, printable
 from flinkstate.storage.locations import METADATA_FILE, LocalSavepointLocation, SavepointLocation
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -174,8 +175,14 @@ class _OutputLock:
             if same:
                 break
             os.close(fd)  # the file was removed by its previous holder between our open and our lock: again
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, owner.to_json(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, owner.to_json(), 0)
+        except OSError as exc:  # a full disk: its error names no file, a person must learn which one
+            with suppress(OSError):
+                os.unlink(path)  # ours: locked above
+            os.close(fd)
+            raise WriteError(f"{path}: cannot write: {os_error_line(exc)}") from None
         self._fd = fd
 
     def release(self) -> None:
@@ -215,6 +222,9 @@ class LocalSavepointOutput(SavepointOutput):
                 raise WriteError(f"{self.staging}: cannot create the staging directory: "
                                  f"{exc.strerror or exc}") from None
             (self.staging / OWNER_MARKER).write_bytes(self.owner.to_json())
+        except OSError as exc:  # a full disk: its error names no file, a person must learn which one
+            self._release()
+            raise WriteError(f"{self.staging / OWNER_MARKER}: cannot write: {os_error_line(exc)}") from None
         except BaseException:
             self._release()
             raise
@@ -250,7 +260,7 @@ class LocalSavepointOutput(SavepointOutput):
         shutil.rmtree(staging)  # a crashed run of ours: its _metadata was never there, nothing looked finished
 
     def open(self, name: str) -> BinaryIO:
-        return open(self.staging / staged_name(name), "xb")
+        return io.BufferedWriter(_StagedFile(self.staging / staged_name(name)))
 
     def copy_from(self, source: SavepointLocation, name: str, target: str) -> int:
         from flinkstate.storage.locations import LocalSavepointLocation
@@ -292,6 +302,23 @@ class LocalSavepointOutput(SavepointOutput):
     def abort(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
         self._release()
+
+
+class _StagedFile(io.FileIO):
+    """A new file in a staging area whose write errors name it: the operating system's (a full disk's ENOSPC)
+    carry no file name, and a person must learn which file system to free."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            super().__init__(path, "xb")
+        except OSError as exc:
+            raise WriteError(os_error_line(exc, path)) from None
+
+    def write(self, data: Any) -> int:
+        try:
+            return super().write(data)
+        except OSError as exc:
+            raise WriteError(f"{self.name}: cannot write: {os_error_line(exc)}") from None
 
 
 def _prepare_parent(parent: Path, directory: Path) -> None:

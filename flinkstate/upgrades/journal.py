@@ -15,19 +15,21 @@ Layout beside the savepoints (``savepoint_base`` is a local folder or ``s3://buc
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlparse
 
 from flinkstate.engine.rest import FlinkRestClient
-from flinkstate.errors import FlinkStateError
+from flinkstate.errors import FlinkStateError, os_error_line
+from flinkstate.storage.locations import StorageError
 from flinkstate.storage.s3 import s3_client, split_s3_uri
 from flinkstate.storage.uri import exists, read_file, write_file
 from flinkstate.upgrades.ownership import Liveness, RunProbe, owner_liveness, process_start
@@ -166,21 +168,43 @@ def write_durably(uri: str, data: bytes) -> str:
     if urlparse(uri).scheme in ("s3", "s3a"):
         return write_file(uri, data)
     path = Path(local_path(uri))
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(partial, path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if os.write(fd, data) != len(data):  # a short write: the device filled up under it
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(partial, path)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # a full disk must not also keep the half-written copy
+            partial.unlink()
+        raise StorageError(f"{path}: cannot write: {os_error_line(exc)}") from None
     return str(path)
+
+
+def write_with_retries(write: Callable[[], object], *, attempts: int = 3, pause: float = 1.0) -> str | None:
+    """Runs ``write`` up to ``attempts`` times: None once it succeeded, else why it failed, in one line (for steps
+    that go on without a record, as the rollback). A :class:`JournalConflict` is raised: the run is another's."""
+    problem = ""
+    for attempt in range(attempts):
+        try:
+            write()
+            return None
+        except JournalConflict:
+            raise
+        except Exception as exc:  # any storage error (OSError, S3's ClientError, ...): reported, then retried
+            problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        time.sleep(pause if attempt + 1 < attempts else 0)
+    return problem
 
 
 def not_writable(folder: str) -> str | None:
@@ -284,6 +308,8 @@ class UpgradeJournal:
     def __init__(self, uri: str, data: dict[str, Any], token: str | None = None) -> None:
         #: ``token``: the version this process read (or last wrote); every save compares it with the stored one.
         self.uri, self.data, self.token = uri, data, token
+        self.unsaved: list[str] = []  #: the writes that failed after :meth:`tolerate_write_failures`, for the alert
+        self._writes_may_fail = False
 
     # ------------------------------------------------------------------ files
 
@@ -309,7 +335,8 @@ class UpgradeJournal:
         return journal
 
     @classmethod
-    def claim(cls, uri: str, run: dict[str, Any], actor: str, *, open_only: bool = True) -> UpgradeJournal:
+    def claim(cls, uri: str, run: dict[str, Any], actor: str, *, open_only: bool = True,
+              tolerate_write_failures: bool = False) -> UpgradeJournal:
         """The fence before each step of an orchestrated run (``run``: dag_id, run_id, task_id): re-reads the
         journal and claims it with a compare-and-swap write, only while it is still this run's journal, last
         owned by this run, and (``open_only``) not closed. Otherwise raises :class:`RunTakenOver`, in one line
@@ -329,7 +356,7 @@ class UpgradeJournal:
         if open_only and journal.finished:
             raise RunTakenOver(f"{uri}: run {run.get('run_id')} is already closed ({data.get('outcome')}, by "
                                f"{owner.get('actor')})")
-        journal.owner_run = run
+        journal.owner_run, journal._writes_may_fail = run, tolerate_write_failures
         try:
             journal.touch(actor)
         except JournalConflict:
@@ -371,13 +398,26 @@ class UpgradeJournal:
     def save(self) -> None:
         """Writes the journal, durably, if nobody else wrote it since this process read it (else raises
         :class:`JournalConflict` and keeps what it had: two actors never both act on one run)."""
+        if self._writes_may_fail:
+            problem = write_with_retries(self._write)
+            self.unsaved += [f"journal not written: {problem}"] if problem else []
+        else:
+            self._write()
+
+    def _write(self) -> None:
         revision = int(self.data.get("revision", 0))
         self.data.update(updated_at=_now(), updated_epoch=time.time(), revision=revision + 1)
         try:
             self.token = write_if_unchanged(self.uri, (json.dumps(self.data, indent=2) + "\n").encode(), self.token)
-        except JournalConflict:
-            self.data["revision"] = revision
+        except BaseException:
+            self.data["revision"] = revision  # the stored journal keeps its revision: the next write compares it
             raise
+
+    def tolerate_write_failures(self) -> UpgradeJournal:
+        """From now on a write that fails (a full disk) is retried, then noted in :attr:`unsaved`, not raised (but a
+        :class:`JournalConflict`): for the rollback and the run's end, which only read the stop savepoint."""
+        self._writes_may_fail = True
+        return self
 
     # ------------------------------------------------------------------ state
 
