@@ -7,7 +7,8 @@
 The release file's path or s3:// URI comes from the ``release_file`` param (manual runs), else the Airflow Variable
 ``flinkstate_release_file``, else the environment variable ``FLINKSTATE_RELEASE_FILE``. Its format and the rules
 (diff against the registry, windows, one try per release) are in ``plugins/flinkstate_airflow/releases.py``.
-flink_state_upgrade has ``max_active_runs=1``, so the triggered upgrades run one after the other.
+While any flink_state_upgrade run is queued or running this DAG triggers nothing (``releases.plan_tick``); the
+upgrades it triggers together run side by side, one per deployment (flink_state_upgrade's journal is the lock).
 """
 
 from __future__ import annotations

@@ -53,7 +53,9 @@ with DAG(
     dag_id="flink_state_upgrade",
     description="Safely upgrade a stateful Flink job: check its state first, migrate what Flink cannot, roll back",
     schedule=None,
-    max_active_runs=1,  # one upgrade at a time (and so one per job)
+    # One active run per deployment, not per DAG: the deployment's journal is the lock (a run refuses to start while
+    # another run of the same deployment lives), so one deployment's stuck run never blocks another's upgrade.
+    max_active_runs=16,
     render_template_as_native_obj=True,
     params={
         "job_name": Param("", type="string", description="the running job's name (or give job_id)"),
@@ -87,16 +89,18 @@ with DAG(
                          description="the running version (jar, manifest, entry_class, program_args, parallelism), "
                                      "when the deployment registry has no record of it"),
     },
-    # Every task claims the run's journal when it starts and records the phase it enters; its success and failure
-    # are journalled too (what failed, in one line, for the run's one alert).
-    default_args={"on_execute_callback": upgrade.task_started, "on_success_callback": upgrade.task_succeeded,
+    # Every task claims the run's journal for this DAG run before it starts (pre_execute: a task whose run another
+    # actor took over fails there, before its step) and records the phase it enters; its success and failure are
+    # journalled too (what failed, in one line, for the run's one alert).
+    default_args={"pre_execute": upgrade.task_started, "on_success_callback": upgrade.task_succeeded,
                   "on_failure_callback": upgrade.task_failed},
     tags=["flink", "flinkstate"],
 ) as dag:
 
     @task
-    def resolve(params: dict | None = None, run_id: str | None = None) -> dict:
-        return upgrade.plan_run(params or {}, run_id or "manual", FlinkHook().get_conn())
+    def resolve(params: dict | None = None, run_id: str | None = None, ti=None) -> dict:  # Airflow injects ti
+        return upgrade.plan_run(params or {}, run_id or "manual", FlinkHook().get_conn(), dag_id=ti.dag_id,
+                                probe=upgrade.airflow_probe(ti))
 
     plan = resolve()
 

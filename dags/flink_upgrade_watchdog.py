@@ -31,10 +31,12 @@ with DAG(
 ) as dag:
 
     @task
-    def sweep(params: dict | None = None) -> int:
+    def sweep(params: dict | None = None, ti=None) -> int:  # Airflow injects the task instance
         params = params or {}
+        # Airflow says whether the DAG run owning a journal lives: the watchdog never takes over a live run.
         alerts = upgrade.watchdog_sweep(upgrade.watchdog_bases(params.get("savepoint_bases")),
-                                        FlinkHook().get_conn(), grace=float(params.get("grace", 60)))
+                                        FlinkHook().get_conn(), grace=float(params.get("grace", 60)),
+                                        probe=upgrade.airflow_probe(ti))
         for alert in alerts:
             send_alert(alert)
         return len(alerts)

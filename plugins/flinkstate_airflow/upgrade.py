@@ -48,6 +48,8 @@ from flinkstate import (
     sweep,
     write_file,
 )
+from flinkstate.upgrades.journal import RunTakenOver
+from flinkstate.upgrades.ownership import Liveness, RunProbe, describe_run, process_alive, process_start
 
 __all__ = ["DeploymentRegistry", "JobVersion", "UpgradeError", "UpgradeJournal", "local_path", "safe_name"]
 
@@ -62,7 +64,8 @@ RESTORE, MIGRATE, INCOMPATIBLE, CHECK_ONLY = "stop_for_restore", "stop_for_migra
     "check_only_done"
 
 
-def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient) -> dict[str, Any]:
+def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient, *, dag_id: str = "flink_state_upgrade",
+             probe: RunProbe | None = None) -> dict[str, Any]:
     """Resolves the job (RUNNING), the old version (the registry, else ``params['current']``) and the new one,
     and the run's folder; writes ``run.json`` and opens the deployment's journal. Everything downstream reads this
     plan from XCom.
@@ -71,9 +74,11 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient) -> di
     version names its Flink job differently: its recorded job is upgraded while it runs; before any record, the
     running Flink job of that name. A ``job_id`` wins, and finds its deployment by the recorded id.
 
-    An unfinished journal of the same deployment belongs to a run that died (one run at a time): it is recovered
-    first (the old version restored from its stop savepoint, or its verified upgrade finished), and this run then
-    upgrades what runs afterwards. The recovery's account goes into the plan, for this run's alert.
+    The DAG run (``dag_id``, ``run_id``) owns the journal it opens: one active run per deployment. An unfinished
+    journal of the same deployment whose owner lives (``probe``: Airflow's word on its DAG run) refuses this run.
+    One whose owner is gone belongs to a run that died: it is recovered first (the old version restored from its
+    stop savepoint, or its verified upgrade finished), and this run then upgrades what runs afterwards. The
+    recovery's account goes into the plan, for this run's alert.
     """
     job_id, job_name = params.get("job_id") or None, params.get("job_name") or None
     if not params.get("savepoint_base"):
@@ -91,13 +96,13 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient) -> di
     recovered = None
     journal = UpgradeJournal.for_deployment(base, job_name) if job_name else None
     if journal is not None and not journal.finished:
-        if journal.owner_alive(stale_after=STALE_AFTER):
-            owner = journal.data.get("owner") or {}
+        liveness = journal.liveness(stale_after=STALE_AFTER, probe=probe)
+        if liveness.alive:
             raise UpgradeError(f"{job_name}: an upgrade is in progress (run {journal.data['run_id']}, phase "
-                               f"{journal.phase}, by {owner.get('actor')} pid {owner.get('pid')} on "
-                               f"{owner.get('host')}; journal {journal.uri}): nothing started")
+                               f"{journal.phase}: {liveness.why}; journal {journal.uri}): nothing started")
+        died_in = journal.phase  # before recover() adds its own phases
         result = recover(client, journal, f"run {run_id} (recovering run {journal.data['run_id']})")
-        recovered = {"run_id": journal.data["run_id"], "phase": journal.data["history"][-2]["phase"],
+        recovered = {"run_id": journal.data["run_id"], "phase": died_in,
                      "outcome": result.outcome, "account": result.account, "running": result.running,
                      "journal": journal.uri}
         if result.outcome == Outcome.DOWN:
@@ -132,13 +137,14 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient) -> di
     plan = {"job_id": job_id, "job_name": job_name, "run_id": run_id, "run_dir": run_dir, "savepoint_base": base,
             "mode": params.get("mode", "upgrade"), "old": asdict(old), "new": asdict(new),
             "allow_non_restored_state": bool(params.get("allow_non_restored_state", False)),
-            "flink_url": client.base_url, "recovered": recovered,
+            "flink_url": client.base_url, "recovered": recovered, "dag_id": dag_id,
             "journal": UpgradeJournal.start({"savepoint_base": base, "job_name": job_name, "run_id": run_id,
                                              "run_dir": run_dir, "old": asdict(old), "new": asdict(new),
                                              "job_id": job_id, "mode": params.get("mode", "upgrade"),
                                              "flink_url": client.base_url,
                                              "allow_non_restored_state": params.get("allow_non_restored_state")},
-                                            "resolve").uri}
+                                            "resolve", run=run_of({"dag_id": dag_id, "run_id": run_id}, "resolve")
+                                            ).uri}
     write_run_record(plan, {"stage": "planned", **({"recovered": recovered} if recovered else {})})
     return plan
 
@@ -274,9 +280,7 @@ def _spark_unreachable(master: str) -> str | None:
 def stop_old(plan: dict[str, Any], client: FlinkRestClient, actor: str, *, timeout: float = 600) -> str:
     """Stops the old job with a savepoint into ``<run_dir>/stop``, journalled before (STOPPING) and after (STOPPED,
     with the savepoint). A savepoint Flink created before failing the job while stopping is used."""
-    journal = journal_of(plan)
-    if journal is None:
-        raise UpgradeError(f"{plan['job_name']}: no journal for run {plan['run_id']}: the stop is not made")
+    journal = fence(plan, actor, "the stop is not made")
     journal.advance(Phase.STOPPING, actor)
     location = client.stop_job_with_savepoint(plan["job_id"], f"{plan['run_dir']}/stop", timeout=timeout)
     journal.advance(Phase.STOPPED, actor, stop_savepoint=local_path(location))
@@ -296,13 +300,47 @@ def _plan(context: Any) -> dict[str, Any] | None:
         return None
 
 
+def run_of(plan: dict[str, Any], task_id: str) -> dict[str, Any]:
+    """The owner of a run's journal: its DAG run, and the task (with the process supervising it, for
+    :func:`airflow_probe`) working for it now."""
+    supervisor = os.getppid()
+    return {"dag_id": plan.get("dag_id") or "flink_state_upgrade", "run_id": plan["run_id"], "task_id": task_id,
+            "supervisor": {"pid": supervisor, "pid_start": process_start(supervisor)}}
+
+
+def fence(plan: dict[str, Any], actor: str, refused: str, *, open_only: bool = True) -> UpgradeJournal:
+    """The fence before a step: the run's journal, claimed for this DAG run (see ``UpgradeJournal.claim``). When
+    another actor took the run over, the run's record notes it (for the run's one alert) and the task fails with
+    ``refused`` (what is not done) and why, in one line."""
+    try:
+        return UpgradeJournal.claim(plan["journal"], run_of(plan, actor), actor, open_only=open_only)
+    except RunTakenOver as exc:
+        write_run_record(plan, {"stage": "taken over", "taken_over": f"{actor}: {refused}: {exc}"})
+        from flinkstate_airflow.operators import TaskRefused
+
+        raise TaskRefused(f"{refused}: {exc}") from None
+
+
+def _claimed(plan: dict[str, Any] | None, actor: str) -> UpgradeJournal | None:
+    """The run's journal claimed for ``actor``, for a callback that only records: None when there is none, or the
+    run is another actor's now (then nothing is written into it)."""
+    if not plan or not plan.get("journal"):
+        return None
+    try:
+        return UpgradeJournal.claim(plan["journal"], run_of(plan, actor), actor)
+    except RunTakenOver:
+        return None
+
+
 def task_started(context: Any) -> None:
-    """Each task claims the run's journal when it starts (so a watchdog sees a live owner), and records the phase
-    it enters before doing anything irreversible."""
+    """Each task's fence (the DAG's ``pre_execute``, which fails the task when it raises): claims the run's journal
+    for this DAG run before the task does anything, and records the phase it enters. A run another actor took over
+    fails here, before its step, in one line."""
     ti = context["ti"]
-    journal = journal_of(_plan(context))
-    if journal is None or journal.finished:
+    plan = _plan(context)
+    if plan is None or not plan.get("journal") or ti.task_id == "conclude":  # conclude fences itself
         return
+    journal = fence(plan, ti.task_id, f"{ti.task_id} not started")
     phase = START_PHASES.get(ti.task_id)
     if phase == Phase.SUBMITTING:
         journal.advance(phase, ti.task_id, restore_path=ti.xcom_pull(task_ids="restore_path"))
@@ -317,9 +355,9 @@ def task_started(context: Any) -> None:
 def task_succeeded(context: Any) -> None:
     ti = context["ti"]
     plan = _plan(context)
-    journal = journal_of(plan)
     phase = SUCCESS_PHASES.get(ti.task_id)
-    if journal is None or journal.finished or phase is None:
+    journal = _claimed(plan, ti.task_id) if phase is not None else None
+    if journal is None or phase is None:
         return
     value = ti.xcom_pull(task_ids=ti.task_id)
     details: dict[str, Any] = {
@@ -339,7 +377,7 @@ def task_failed(context: Any) -> None:
     text = str(exc).strip().splitlines()[0].rstrip(".") if exc is not None and str(exc).strip() else \
         type(exc).__name__  # the alert adds its own full stop
     what = f"{ti.task_id}: {text}"
-    journal = journal_of(_plan(context))
+    journal = _claimed(_plan(context), ti.task_id)
     if journal is not None and not journal.finished:
         if ti.task_id == "health_gate":
             journal.data["gate"] = {"passed": False, "reason": text}
@@ -352,14 +390,14 @@ def task_failed(context: Any) -> None:
 
 
 def finish_refused(plan: dict[str, Any]) -> None:
-    journal = journal_of(plan)
+    journal = fence(plan, "alert_incompatible", "the refusal is not recorded")
     if journal is not None:
         journal.finish(Outcome.REFUSED, "alert_incompatible", running={"version": "old", "job_id": plan["job_id"]})
     write_run_record(plan, {"stage": "done", "outcome": "refused"})
 
 
 def finish_checked(plan: dict[str, Any]) -> None:
-    journal = journal_of(plan)
+    journal = fence(plan, "check_only_done", "the check is not recorded")
     if journal is not None:
         journal.finish(Outcome.CHECKED, "check_only_done", running={"version": "old", "job_id": plan["job_id"]})
     write_run_record(plan, {"stage": "done", "outcome": "checked"})
@@ -367,9 +405,10 @@ def finish_checked(plan: dict[str, Any]) -> None:
 
 def record_upgrade(plan: dict[str, Any], new_job_id: str, restored_from: str,
                    gate: dict[str, Any] | None = None) -> None:
+    # Fenced before the registry is written: a run another actor took over never records.
+    journal = fence(plan, "record", "the upgrade is not recorded")
     DeploymentRegistry(plan["savepoint_base"]).record(plan["job_name"], JobVersion(**plan["new"]), new_job_id,
                                                       restored_from, plan["run_id"])
-    journal = journal_of(plan)
     if journal is not None:
         journal.finish(Outcome.UPGRADED, "record", running={"version": "new", "job_id": new_job_id}, gate=gate,
                        new_job_id=new_job_id)
@@ -388,9 +427,12 @@ def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, dep
                        f"stopped; the running job was not touched. {where}")
     if client is None:  # the DAG connects to Flink whenever resolve produced a plan
         raise TypeError(f"conclude: the run of {deployment} has a plan but no Flink client")
-    journal = journal_of(plan)
-    if journal is None:
+    if not plan.get("journal") or not exists(plan["journal"]):
         return False, f"Flink upgrade of {deployment} FAILED: its journal {plan.get('journal')} is gone. {where}"
+    try:
+        journal = UpgradeJournal.claim(plan["journal"], run_of(plan, "conclude"), "conclude", open_only=False)
+    except RunTakenOver as exc:
+        return False, taken_over_alert(plan, exc, where)
     failures = journal.data["failures"] or failures
     failed = "; ".join(failures) or "(no task recorded a failure)"
     actor = "conclude"
@@ -433,6 +475,81 @@ def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, dep
     return outcome in (Outcome.UPGRADED, Outcome.CHECKED), f"{text}{before}\n{files}{details}"
 
 
+def taken_over_alert(plan: dict[str, Any], exc: RunTakenOver, where: str) -> str | None:
+    """The one alert of a run that was taken over while it lived: a step of it was refused by the fence (its
+    run.json says which), so it stopped without acting further; what runs now is what the journal says. None when
+    no step was refused: the run had died, and the actor that took it over sends the alert."""
+    uri = f"{plan['run_dir']}/run.json"
+    events = json.loads(read_file(uri)).get("events", []) if exists(uri) else []
+    refused = [e["taken_over"] for e in events if e.get("taken_over")]
+    if not refused:
+        return None
+    journal = UpgradeJournal.load(plan["journal"]) if exists(plan["journal"]) else None
+    if journal is None or journal.data["run_id"] != plan["run_id"]:
+        now = f"a newer run ({journal.data['run_id'] if journal else 'none'}) owns the deployment's journal now"
+    elif journal.finished:
+        now = describe_outcome(journal)
+    else:
+        now = (f"{(journal.data.get('owner') or {}).get('actor')} is still working on it (phase {journal.phase}); "
+               "its own report says what runs once it is done")
+    write_run_record(plan, {"stage": "done", "outcome": "taken over", "taken_over_by": str(exc)})
+    return (f"Flink upgrade of {plan['job_name']}: run {plan['run_id']} was TAKEN OVER by another actor while it "
+            f"was working, and stopped without acting further ({refused[0]}). {now}.\nRun record: {uri}; journal: "
+            f"{plan['journal']}. {where}")
+
+
+def airflow_probe(ti: Any) -> RunProbe:
+    """Airflow's word on the DAG run that owns a journal, through the execution API a task has (Airflow 3 tasks
+    have no database): gone when the DAG run has ended or no longer exists; gone too when its task that wrote last
+    is, for Airflow, still running while that task's process and the process supervising it are both gone (killed:
+    nobody is left to report it, Airflow would notice only at its heartbeat timeout). The processes are looked at
+    before Airflow is asked: a supervisor reports its task's end before it exits, so both gone and the task still
+    running afterwards means nobody will. Alive otherwise, between two tasks too. None (cannot tell) when Airflow
+    does not answer, or the task ran on another host."""
+
+    def probe(data: dict[str, Any]) -> Liveness | None:
+        owner = data.get("owner") or {}
+        run = owner.get("run") or {}
+        supervisor = run.get("supervisor") or {}
+        processes_gone = owner.get("host") == socket.gethostname() and bool(owner.get("pid")) and \
+            process_alive(int(owner["pid"]), owner.get("pid_start")) is False and bool(supervisor.get("pid")) and \
+            process_alive(int(supervisor["pid"]), supervisor.get("pid_start")) is False
+        try:
+            answer = ti.get_dagrun_state(dag_id=run["dag_id"], run_id=run["run_id"])
+            state = str(getattr(answer, "value", answer))  # a DagRunState enum, or its string
+        except Exception as exc:  # what Airflow answers when asked about a run it does not know
+            if _status_code(exc) == 404:
+                return Liveness(False, f"its {describe_run(run)} no longer exists in Airflow")
+            return None
+        if state not in ("queued", "running"):
+            return Liveness(False, f"its {describe_run(run)} is {state}")
+        task_state = None
+        if processes_gone:
+            try:
+                states = ti.get_task_states(dag_id=run["dag_id"], run_ids=[run["run_id"]], task_ids=[run["task_id"]])
+            except Exception:  # cannot tell: alive
+                return None
+            task_state = (states.get(run["run_id"]) or {}).get(run["task_id"])
+            if str(getattr(task_state, "value", task_state)) == "running":
+                return Liveness(False, f"its {describe_run(run)} is {state}, but its task {run['task_id']}, which "
+                                       f"Airflow still counts as running, is gone (pid {owner['pid']} and its "
+                                       f"supervisor {supervisor['pid']} on {owner['host']} have exited)")
+        return Liveness(True, f"its {describe_run(run)} is {state} (task {run.get('task_id')} "
+                              f"{'finished: between two tasks' if processes_gone else 'working'})")
+
+    return probe
+
+
+def _status_code(exc: BaseException) -> int | None:
+    """The HTTP status of an Airflow execution-API error: a task process gets it in the error's detail, an
+    in-process run (``dag.test``) the client's exception itself."""
+    response = getattr(exc, "response", None)
+    if response is not None:
+        return getattr(response, "status_code", None)
+    detail = getattr(getattr(exc, "error", None), "detail", None)
+    return detail.get("status_code") if isinstance(detail, dict) else None
+
+
 def spark_settings() -> dict[str, Any]:
     """How the DAG runs the Spark jobs, from the environment of the Airflow workers:
 
@@ -463,11 +580,13 @@ def watchdog_bases(configured: str | None) -> list[str]:
     return [b.strip() for b in text.split(",") if b.strip()]
 
 
-def watchdog_sweep(bases: list[str], client: FlinkRestClient, *, grace: float) -> list[str]:
-    """Recovers every dead upgrade run under ``bases``; returns one alert per run recovered."""
+def watchdog_sweep(bases: list[str], client: FlinkRestClient, *, grace: float,
+                   probe: RunProbe | None = None) -> list[str]:
+    """Recovers every dead upgrade run under ``bases`` (``probe``: Airflow's word on the DAG runs that own them);
+    returns one alert per run recovered."""
     alerts = []
     for base in bases:
         for _, _, alert in sweep(base, client, "watchdog (flink_upgrade_watchdog)", grace=grace,
-                                 stale_after=STALE_AFTER):
+                                 stale_after=STALE_AFTER, probe=probe):
             alerts.append(alert)
     return alerts
