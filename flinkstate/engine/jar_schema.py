@@ -196,7 +196,8 @@ def inspect_jar(jar: str | os.PathLike[str], *, entry_class: str | None = None, 
     """Runs the inspector on ``jar`` (its ``main()`` with ``program_args``; ``parallelism``: the default parallelism
     ``flink run`` would give, which shapes the generated ids of uid-less operators) in a JVM limited to ``timeout``
     seconds and ``max_heap``, or reads its output from the cache (by the jar's hash, the arguments and the Flink
-    version). A main() or an operator that fails, or a run that outlasts the limit, raises one line."""
+    version; ``use_cache`` False: not read, but rewritten). A main() or an operator that fails, or a run that
+    outlasts the limit, raises one line."""
     jar_path = Path(jar)
     if not jar_path.is_file():
         raise FlinkStateError(f"{jar}: no such jar file")
@@ -230,14 +231,13 @@ def inspect_jar(jar: str | os.PathLike[str], *, entry_class: str | None = None, 
         if result.returncode != 0 or not out.exists():
             raise FlinkStateError(f"{jar}: {_failure_line(result, max_heap)}")
         data = out.read_bytes()
-    if use_cache:
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=cache, delete=False, suffix=".tmp") as handle:
-                handle.write(data)
-            os.replace(handle.name, cached_file)
-        except OSError:
-            pass  # a cache that cannot be written only costs the next run its JVM
+    try:  # written even when not read (use_cache False): the fresh schema replaces what the cache held
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=cache, delete=False, suffix=".tmp") as handle:
+            handle.write(data)
+        os.replace(handle.name, cached_file)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next run its JVM
     return parse_inspection(data, str(jar), f"{jar} (inspector output)", seconds, cached=False)
 
 
