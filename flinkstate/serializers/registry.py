@@ -14,11 +14,13 @@ savepoint or manifest names.
 from __future__ import annotations
 
 import importlib
+from contextvars import ContextVar
 from importlib.metadata import entry_points
 
 from flinkstate.binary import Reader, Writer
 from flinkstate.errors import EnvironmentProblem
 from flinkstate.format_errors import UnknownSerializerSnapshot, UnsupportedFormat
+from flinkstate.limits import SNAPSHOT_DEPTH
 from flinkstate.serializers.base import TypeSerializerSnapshot
 
 #: The envelope version Flink has written since 1.7; version 1 (Java-serialized serializers) is unreadable since 1.17.
@@ -92,8 +94,30 @@ def known_class_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+#: How many snapshots enclose the one being read (nested snapshots are read through this function, whatever reader
+#: their family uses): hostile bytes may nest them without end, and everything built on a snapshot recurses too.
+_depth: ContextVar[int] = ContextVar("snapshot_depth", default=0)
+
+
 def read_snapshot(reader: Reader, top_level: bool = False) -> TypeSerializerSnapshot:
-    """Reads one (top-level or nested) versioned snapshot."""
+    """Reads one (top-level or nested) versioned snapshot, nested at most ``SNAPSHOT_DEPTH`` levels deep."""
+    depth = _depth.get()
+    if depth >= SNAPSHOT_DEPTH.value():
+        raise SNAPSHOT_DEPTH.exceeded("serializer snapshot nested too deeply", reader.path,
+                                      reader.base + reader.pos)
+    token = _depth.set(depth + 1)
+    try:
+        return _read_snapshot(reader, top_level)
+    except RecursionError:  # the bound raised beyond what Python's stack holds
+        if depth:
+            raise
+        raise SNAPSHOT_DEPTH.exceeded("serializer snapshot nested deeper than Python's stack allows", reader.path,
+                                      reader.base + reader.pos) from None
+    finally:
+        _depth.reset(token)
+
+
+def _read_snapshot(reader: Reader, top_level: bool) -> TypeSerializerSnapshot:
     if top_level:
         start = reader.pos
         proxy_version = reader.i32()

@@ -1,0 +1,164 @@
+"""Structurally valid hostile data (issue 26, rows 6 to 10): inputs that follow the format exactly but ask the reader
+to build far more than their size (snapshots nested thousands deep, shared references that expand exponentially,
+snappy bombs, a million operators, YAML alias bombs). Each is built here from one of Flink's own savepoints in
+tests/corpus (no binary fixture), run through the command in a subprocess under a memory limit and a deadline, and
+must end in one line naming the file and the bound (with the variable that raises it); the Python API must raise a
+FlinkStateError naming the file, never RecursionError or MemoryError. No cluster: these run in `make unit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flinkstate
+from flinkstate.binary import Reader, Writer
+from flinkstate.format.handles import KeyGroupRangeOffsets, KeyGroupsStateHandle, RelativeFileStateHandle
+from flinkstate.format.keyed_header import read_keyed_header, write_state_meta_info
+from flinkstate.format.metadata import read_metadata, write_metadata
+from flinkstate.serializers.collections import ListSnapshot
+from flinkstate.serializers.composite import COMPOSITE_MAGIC, COMPOSITE_VERSION, NESTED_MAGIC, NESTED_VERSION
+from flinkstate.serializers.registry import SNAPSHOT_PROXY_VERSION, snapshot_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "corpus" / "savepoints" / "flink-tests" / "src" / "test" / "resources"
+#: Flink 2.3, HashMap backend, canonical format: keyed state in separate files, one keyed header per file.
+HEAP_23 = CORPUS / "new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint"
+#: Address space a command may use (RLIMIT_AS): the interpreter and its imports take ~0.5 GiB of it.
+MEMORY_LIMIT = 1536 * 1024 * 1024
+DEADLINE_S = 60
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, memory: int = MEMORY_LIMIT) -> tuple[int, str, str]:
+    """The installed command in its own process, under an address-space limit and a deadline (a bomb that is not
+    bounded dies of MemoryError or hangs, instead of taking the machine with it)."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    done = subprocess.run([sys.executable, "-m", "flinkstate", *args], capture_output=True, text=True,
+                          timeout=DEADLINE_S, preexec_fn=limit, env={**os.environ, **(env or {})}, cwd=ROOT)
+    return done.returncode, done.stdout, done.stderr
+
+
+def tree_hash(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def replace_state_file(savepoint: Path, name: str, data: bytes, shift: int) -> None:
+    """Writes ``data`` as state file ``name`` and makes ``_metadata`` record it: its size, and every key-group block
+    offset moved by ``shift`` (the bytes inserted before the first block)."""
+    (savepoint / name).write_bytes(data)
+    metadata = read_metadata((savepoint / "_metadata").read_bytes())
+    for op in metadata.operators:
+        for sub in op.subtasks.values():
+            handle = sub.managed_keyed_state
+            if isinstance(handle, KeyGroupsStateHandle) and isinstance(handle.delegate, RelativeFileStateHandle) \
+                    and handle.delegate.relative_path == name:
+                offsets = tuple(o + shift if o else 0 for o in handle.offsets.offsets)
+                sub.managed_keyed_state = dataclasses.replace(
+                    handle, offsets=KeyGroupRangeOffsets(handle.offsets.key_group_range, offsets),
+                    delegate=RelativeFileStateHandle(len(data), name))
+    (savepoint / "_metadata").write_bytes(write_metadata(metadata))
+
+
+def operator_files(savepoint: Path, uid: str) -> list[Path]:
+    """The keyed state files of operator ``uid``, one per subtask, in subtask order."""
+    metadata = read_metadata((savepoint / "_metadata").read_bytes())
+    operator = next(op for op in metadata.operators if op.uid == uid)
+    handles = [operator.subtasks[i].managed_keyed_state for i in sorted(operator.subtasks)]
+    return [savepoint / h.delegate.relative_path for h in handles
+            if isinstance(h, KeyGroupsStateHandle) and isinstance(h.delegate, RelativeFileStateHandle)]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Row 10: serializer snapshots nested thousands deep
+# ------------------------------------------------------------------------------------------------------------------
+
+
+#: The operator of HEAP_23 whose key serializer is nested (its four subtasks alike, as a job's would be).
+NESTED_UID = "CheckpointingTimelyStatefulOperator2"
+
+
+def nest_key_serializer(source: Path, target: Path, depth: int) -> list[Path]:
+    """A copy of ``source`` whose operator NESTED_UID has its key serializer wrapped in ``depth`` List serializer
+    snapshots in every subtask's file (written level by level: the snapshot writer itself recurses). Returns those
+    files."""
+    shutil.copytree(source, target)
+    files = operator_files(target, NESTED_UID)
+    for path in files:
+        _nest(target, path, depth)
+    return files
+
+
+def _nest(target: Path, path: Path, depth: int) -> None:
+    data = path.read_bytes()
+    header = read_keyed_header(Reader(data, 0, str(path), 0))
+    level = Writer()
+    level.utf(ListSnapshot.CLASS_NAMES[0])
+    for word in (COMPOSITE_VERSION, COMPOSITE_MAGIC, ListSnapshot.OUTER_VERSION, NESTED_MAGIC, NESTED_VERSION, 1):
+        level.i32(word)
+    head = Writer()
+    head.i32(header.version)
+    head.bool(header.compressed)
+    head.i32(SNAPSHOT_PROXY_VERSION)
+    assert header.key_serializer is not None
+    states = Writer()
+    states.i16(len(header.states))
+    for state in header.states:
+        write_state_meta_info(states, state)
+    new_header = head.getvalue() + level.getvalue() * depth + snapshot_bytes(header.key_serializer) + states.getvalue()
+    replace_state_file(target, path.name, new_header + data[header.length:], len(new_header) - header.length)
+
+
+@pytest.mark.parametrize("depth", [400, 100_000])
+def test_deeply_nested_snapshots_are_refused_by_the_api_and_the_cli_naming_the_file(tmp_path: Path,
+                                                                                   depth: int) -> None:
+    state_files = nest_key_serializer(HEAP_23, tmp_path / "deep", depth)
+    before = tree_hash(tmp_path / "deep")
+    savepoint = flinkstate.open_savepoint(str(tmp_path / "deep"))
+    operator = next(op for op in savepoint.operators if op.uid == NESTED_UID)
+    with pytest.raises(flinkstate.FlinkStateError) as refused:
+        savepoint.keyed_states(operator)
+    message = str(refused.value)
+    assert str(state_files[0]) in message and NESTED_UID in message
+    assert "FLINKSTATE_MAX_SNAPSHOT_DEPTH" in message and "64" in message
+    status, _, err = run_cli("describe", str(tmp_path / "deep"))
+    lines = err.splitlines()
+    assert status == 1 and "Traceback" not in err
+    assert [line for line in lines if "nest" in line] == [f"flinkstate: error: {message}"]
+    assert tree_hash(tmp_path / "deep") == before
+
+
+def test_a_raised_snapshot_depth_still_ends_in_an_error_naming_the_file(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the bound the Python stack ends the read: still a FlinkStateError naming the file, not RecursionError."""
+    state_files = nest_key_serializer(HEAP_23, tmp_path / "deep", 5_000)
+    monkeypatch.setenv("FLINKSTATE_MAX_SNAPSHOT_DEPTH", "1000000")
+    savepoint = flinkstate.open_savepoint(str(tmp_path / "deep"))
+    operator = next(op for op in savepoint.operators if op.uid == NESTED_UID)
+    with pytest.raises(flinkstate.FlinkStateError, match="nest") as refused:
+        savepoint.keyed_states(operator)
+    assert str(state_files[0]) in str(refused.value)
+
+
+def test_nesting_within_the_bound_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nest_key_serializer(HEAP_23, tmp_path / "nested", 12)
+    savepoint = flinkstate.open_savepoint(str(tmp_path / "nested"))
+    operator = next(op for op in savepoint.operators if op.uid == NESTED_UID)
+    assert savepoint.keyed_states(operator)[0].key_type == "List<" * 12 + "Tuple1<Long>" + ">" * 12
+    monkeypatch.setenv("FLINKSTATE_MAX_SNAPSHOT_DEPTH", "10")  # the variable lowers it as well as raising it
+    with pytest.raises(flinkstate.FlinkStateError, match="FLINKSTATE_MAX_SNAPSHOT_DEPTH"):
+        flinkstate.open_savepoint(str(tmp_path / "nested")).keyed_states(operator)
