@@ -90,8 +90,18 @@ from flinkstate.upgrades.journal import (
     local_path,
     not_writable,
     safe_name,
+    write_with_retries,
 )
-from flinkstate.upgrades.recovery import DEFAULT_GRACE, Recovery, describe_outcome, recover, restore_old, sweep
+from flinkstate.upgrades.recovery import (
+    DEFAULT_GRACE,
+    Recovery,
+    describe_outcome,
+    recover,
+    restore_old,
+    sweep,
+    unrecorded,
+    why_left_alone,
+)
 
 
 def configure(*, s3: S3Options | None = None, allow_external_handles: bool | None = None,
@@ -201,7 +211,10 @@ __all__ = [
     "to_json",
     "track",
     "type_snapshot",
+    "unrecorded",
     "verify_migration",
     "verify_published",
+    "why_left_alone",
     "write_file",
+    "write_with_retries",
 ]

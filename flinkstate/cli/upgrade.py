@@ -7,7 +7,16 @@ import argparse
 import json
 from typing import Any
 
-from flinkstate import DEFAULT_GRACE, FlinkStateError, Outcome, UpgradeJournal, client_for, describe_outcome, sweep
+from flinkstate import (
+    DEFAULT_GRACE,
+    FlinkStateError,
+    Outcome,
+    UpgradeJournal,
+    client_for,
+    describe_outcome,
+    sweep,
+    why_left_alone,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -17,7 +26,7 @@ def register(subparsers: Any) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action, help_text in (("status", "print each deployment's last upgrade: phase, outcome, what runs"),
                               ("recover", "recover the upgrades whose run died (or, with --force, every "
-                                          "unfinished one)")):
+                                          "unfinished one); says why a run is left alone, and exits 1 while one is")):
         sub = actions.add_parser(action, help=help_text)
         sub.add_argument("--savepoint-base", required=True,
                          help="the upgrades' savepoint_base (local folder or s3://bucket/prefix)")
@@ -53,12 +62,22 @@ def _run(args: argparse.Namespace) -> int:
                          deployment=args.deployment, force=args.force, timeout=args.timeout)
     if None in urls and not args.flink_url:
         raise FlinkStateError("a journal records no Flink address: give --flink-url")
+    # The runs still unfinished, each with why it was left alone: a person must not read "nothing to do" while
+    # `upgrade status` says UNFINISHED.
+    left = [(j, why_left_alone(j, grace=args.grace) or "another actor wrote its journal meanwhile: run this again")
+            for j in UpgradeJournal.all(args.savepoint_base)
+            if not j.finished and (not args.deployment or j.data["deployment"] == args.deployment)]
     if args.json:
         print(json.dumps([{"deployment": j.data["deployment"], "run_id": j.data["run_id"], "outcome": r.outcome,
-                           "account": r.account, "running": r.running} for j, r, _ in results], indent=2))
+                           "account": r.account, "running": r.running} for j, r, _ in results] +
+                         [{"deployment": j.data["deployment"], "run_id": j.data["run_id"], "outcome": None,
+                           "phase": j.phase, "not_recovered": why} for j, why in left], indent=2))
     else:
         for _, _, alert in results:
             print(alert)
-        if not results:
+        for journal, why in left:
+            print(f"{journal.data['deployment']}: run {journal.data['run_id']} UNFINISHED in phase {journal.phase}, "
+                  f"not recovered: {why}")
+        if not results and not left:
             print(f"no dead upgrade runs under {args.savepoint_base}")
-    return 1 if any(r.outcome == Outcome.DOWN for _, r, _ in results) else 0
+    return 1 if left or any(r.outcome == Outcome.DOWN for _, r, _ in results) else 0

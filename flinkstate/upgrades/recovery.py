@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from flinkstate.engine.rest import TERMINAL_STATES, FlinkJobFailed, FlinkRestClient, FlinkRestError
+from flinkstate.engine.rest import TERMINAL_STATES, FlinkJobFailed, FlinkRestClient, FlinkRestError, FlinkUnreachable
 from flinkstate.errors import FlinkStateError
 from flinkstate.storage.s3 import s3_client, split_s3_uri
 from flinkstate.upgrades.journal import (
@@ -26,6 +26,7 @@ from flinkstate.upgrades.journal import (
     UpgradeJournal,
     local_path,
     same_path,
+    write_with_retries,
 )
 from flinkstate.upgrades.ownership import RunProbe
 
@@ -97,68 +98,130 @@ def _healthy(client: FlinkRestClient, job_id: str, *, checkpoints: int, timeout:
         time.sleep(1)
 
 
+#: Seconds between two attempts of a rollback while Flink's REST API does not answer (a JobManager restarting).
+UNREACHABLE_PAUSE = 2.0
+#: HTTP statuses Flink answers while it is not yet able to (Service Unavailable: no leader yet): waited out too.
+NOT_YET_SERVING = frozenset({502, 503, 504})
+
+
 def restore_old(client: FlinkRestClient, journal: UpgradeJournal, actor: str, *, timeout: float = 300,
                 reason: str = "") -> Recovery:
     """Puts the old version back: cancels the new job if one runs, restarts the old version from the stop
     savepoint (waiting until every task runs, restored from exactly that path), records it in the registry and
     closes the journal. When the old job was never stopped it is left as it is. Never raises for Flink's answers:
-    a failed restore closes the journal with outcome DOWN and says so."""
+    a failed restore closes the journal with outcome DOWN and says so.
+
+    Bounded by ``timeout`` as a whole: a Flink that does not answer (a JobManager restarting) is asked again until
+    then, not taken as final. Restoring needs only to read the stop savepoint, so the journal and registry writes
+    may fail (a full disk): each is retried, then reported in :attr:`UpgradeJournal.unsaved` and the account,
+    never fatal to the rollback."""
+    deadline = time.monotonic() + timeout
+    journal.tolerate_write_failures()
+    while True:
+        try:
+            result = _restore_old_attempt(client, journal, actor, deadline)
+        except JournalConflict:
+            raise  # another actor owns the run now: do nothing more (in particular, cancel nothing)
+        except FlinkRestError as exc:
+            waiting = isinstance(exc, FlinkUnreachable) or exc.status in NOT_YET_SERVING
+            if waiting and time.monotonic() + UNREACHABLE_PAUSE < deadline:
+                time.sleep(UNREACHABLE_PAUSE)  # the JobManager may be on its way back: ask again
+                continue
+            return _rollback_failed(client, journal, actor, exc, reason, deadline)
+        except (FlinkStateError, OSError) as exc:
+            return _rollback_failed(client, journal, actor, exc, reason, deadline)
+        if journal.unsaved:
+            result.account += f"; {unrecorded(journal)}"
+        return result
+
+
+def _remaining(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 1.0)
+
+
+def _restore_old_attempt(client: FlinkRestClient, journal: UpgradeJournal, actor: str, deadline: float) -> Recovery:
+    """One attempt of :func:`restore_old` (raises): repeatable, for each step first looks at what an earlier
+    attempt (or run) did."""
     data, steps = journal.data, []
     old = JobVersion(**data["old"])
-    try:
-        old_state = _state(client, data["old_job_id"])
-        if old_state == "RUNNING" and not data.get("rollback_job_id"):
-            # Nothing was stopped (the stop never reached Flink, or failed): production is as it was.
-            journal.finish(Outcome.UNCHANGED, actor, running={"version": "old", "job_id": data["old_job_id"]})
-            return Recovery(Outcome.UNCHANGED, f"nothing was stopped: the old version runs as job {data['old_job_id']}",
-                            journal.data["running"])
-        stop = find_stop_savepoint(journal)
-        if not stop:
-            raise UpgradeError(f"the old job {data['old_job_id']} is {old_state or 'gone'} and no stop savepoint "
-                               f"is recorded or found in {data['run_dir']}/stop")
+    old_state = _state(client, data["old_job_id"])
+    if old_state == "RUNNING" and not data.get("rollback_job_id"):
+        # Nothing was stopped (the stop never reached Flink, or failed): production is as it was.
+        journal.finish(Outcome.UNCHANGED, actor, running={"version": "old", "job_id": data["old_job_id"]})
+        return Recovery(Outcome.UNCHANGED, f"nothing was stopped: the old version runs as job {data['old_job_id']}",
+                        journal.data["running"])
+    stop = find_stop_savepoint(journal)
+    if not stop:
+        raise UpgradeError(f"the old job {data['old_job_id']} is {old_state or 'gone'} and no stop savepoint "
+                           f"is recorded or found in {data['run_dir']}/stop")
+    if journal.phase != Phase.ROLLING_BACK or not same_path(data.get("stop_savepoint"), stop):
         journal.advance(Phase.ROLLING_BACK, actor, stop_savepoint=stop)
-        new_ids = [data["new_job_id"]] if data.get("new_job_id") else []
-        if data.get("restore_path") and journal.entered_at(Phase.SUBMITTING):
-            new_ids += _jobs_restored_from(client, data["restore_path"], journal.entered_at(Phase.SUBMITTING) or 0)
-        for job_id in dict.fromkeys(new_ids):
-            if _state(client, job_id) not in (None, *TERMINAL_STATES):
-                client.cancel(job_id, timeout=timeout)
-                steps.append(f"cancelled the new job {job_id}")
-        # A rollback that an earlier attempt already started: use it when it runs from the stop savepoint.
-        previous = data.get("rollback_job_id")
-        if previous and _state(client, previous) == "RUNNING" and \
-                same_path(client.checkpoints(previous).restored_from, stop):
-            job_id = previous
-        else:
-            if previous and _state(client, previous) not in (None, *TERMINAL_STATES):
-                client.cancel(previous, timeout=timeout)
-            job_id = old.submit(client, local_path(stop), allow_non_restored_state=False)
-            journal.advance(Phase.ROLLING_BACK, actor, rollback_job_id=job_id)
-            client.wait_until_running(job_id, timeout=timeout)
-        restored = client.checkpoints(job_id).restored_from
-        if not same_path(restored, stop):
-            raise UpgradeError(f"job {job_id} restored from {restored!r}, not from the stop savepoint {stop}")
-        DeploymentRegistry(data["savepoint_base"]).record(data["deployment"], old, job_id, local_path(stop),
-                                                          data["run_id"])
-        steps.append(f"restarted the old version ({old.jar}) as job {job_id} from {local_path(stop)}")
-        journal.finish(Outcome.ROLLED_BACK, actor, running={"version": "old", "job_id": job_id}, rollback_job_id=job_id)
-        return Recovery(Outcome.ROLLED_BACK, "; ".join(steps), journal.data["running"])
-    except JournalConflict:
-        raise  # another actor owns the run now: do nothing more (in particular, cancel nothing)
-    except (FlinkStateError, OSError) as exc:
-        why = f"rollback failed: {exc}"
-        # A rollback job that could not run (say, waiting for slots no TaskManager offers) is cancelled, so that it
-        # cannot come up later beside the restore a person starts from the alert.
-        stuck = data.get("rollback_job_id")
-        with contextlib.suppress(FlinkStateError, OSError):
-            if stuck and _state(client, stuck) not in (None, *TERMINAL_STATES):
-                client.cancel(stuck, timeout=min(timeout, 60))
-                steps.append(f"cancelled the rollback job {stuck}, which did not run")
-        if reason:
-            why = f"{reason}; {why}"
-        journal.data["failures"].append(why)
-        journal.finish(Outcome.DOWN, actor, running=None)
-        return Recovery(Outcome.DOWN, "; ".join([*steps, why]), None)
+    new_ids = [data["new_job_id"]] if data.get("new_job_id") else []
+    if data.get("restore_path") and journal.entered_at(Phase.SUBMITTING):
+        new_ids += _jobs_restored_from(client, data["restore_path"], journal.entered_at(Phase.SUBMITTING) or 0)
+    for job_id in dict.fromkeys(new_ids):
+        if _state(client, job_id) not in (None, *TERMINAL_STATES):
+            client.cancel(job_id, timeout=_remaining(deadline))
+            steps.append(f"cancelled the new job {job_id}")
+    # A rollback that an earlier attempt already started: use it when it runs from the stop savepoint.
+    previous = data.get("rollback_job_id")
+    if not previous and journal.reached(Phase.MIGRATING):
+        # A run that migrated submits the new version only from the migrated savepoint, so a job restored from
+        # the stop savepoint since the stop is a rollback an earlier attempt started and could not record (its
+        # journal write failed): adopted, never started a second time.
+        found = _jobs_restored_from(client, stop, journal.entered_at(Phase.STOPPING) or 0)
+        previous = found[0] if found else None
+    if previous and _state(client, previous) == "RUNNING" and \
+            same_path(client.checkpoints(previous).restored_from, stop):
+        job_id = previous
+    else:
+        if previous and _state(client, previous) not in (None, *TERMINAL_STATES):
+            client.cancel(previous, timeout=_remaining(deadline))
+        job_id = old.submit(client, local_path(stop), allow_non_restored_state=False)
+        journal.advance(Phase.ROLLING_BACK, actor, rollback_job_id=job_id)
+        client.wait_until_running(job_id, timeout=_remaining(deadline))
+    restored = client.checkpoints(job_id).restored_from
+    if not same_path(restored, stop):
+        raise UpgradeError(f"job {job_id} restored from {restored!r}, not from the stop savepoint {stop}")
+    registry = DeploymentRegistry(data["savepoint_base"])
+    problem = write_with_retries(lambda: registry.record(data["deployment"], old, job_id, local_path(stop),
+                                                         data["run_id"]))
+    if problem:
+        journal.unsaved.append(f"deployment registry not written: {problem}")
+    steps.append(f"restarted the old version ({old.jar}) as job {job_id} from {local_path(stop)}")
+    journal.finish(Outcome.ROLLED_BACK, actor, running={"version": "old", "job_id": job_id}, rollback_job_id=job_id)
+    return Recovery(Outcome.ROLLED_BACK, "; ".join(steps), journal.data["running"])
+
+
+def _rollback_failed(client: FlinkRestClient, journal: UpgradeJournal, actor: str, exc: BaseException, reason: str,
+                     deadline: float) -> Recovery:
+    """Closes the journal with outcome DOWN, saying why."""
+    data, steps = journal.data, []
+    why = f"rollback failed: {exc}"
+    # A rollback job that could not run (say, waiting for slots no TaskManager offers) is cancelled, so that it
+    # cannot come up later beside the restore a person starts from the alert.
+    stuck = data.get("rollback_job_id")
+    with contextlib.suppress(FlinkStateError, OSError):
+        if stuck and _state(client, stuck) not in (None, *TERMINAL_STATES):
+            client.cancel(stuck, timeout=min(_remaining(deadline), 60))
+            steps.append(f"cancelled the rollback job {stuck}, which did not run")
+    if reason:
+        why = f"{reason}; {why}"
+    journal.data["failures"].append(why)
+    journal.finish(Outcome.DOWN, actor, running=None)
+    if journal.unsaved:
+        steps.append(unrecorded(journal))
+    return Recovery(Outcome.DOWN, "; ".join([*steps, why]), None)
+
+
+def unrecorded(journal: UpgradeJournal) -> str:
+    """What this process did and could not record (empty when every write went through), with the command that
+    records it once the storage takes writes again."""
+    if not journal.unsaved:
+        return ""
+    return (f"NOT RECORDED ({'; '.join(dict.fromkeys(journal.unsaved))}): the journal and the registry may not say "
+            f"what runs; once {journal.data['savepoint_base']} takes writes again, record it with: "
+            f"{journal.restore_command()}")
 
 
 def finish_upgrade(client: FlinkRestClient, journal: UpgradeJournal, actor: str, *, checkpoints: int = 2,
@@ -253,14 +316,21 @@ def dead_runs(savepoint_base: str, *, grace: float = DEFAULT_GRACE, stale_after:
     """Unfinished journals whose run is gone, and nothing was written for ``grace`` seconds: the orchestrator
     (``probe``) says its run is gone, or, without one, the owner is silent for ``stale_after``; a process owner is
     dead (same host) or silent for ``stale_after`` (another host). See :mod:`flinkstate.upgrades.ownership`."""
-    found = []
-    for journal in UpgradeJournal.all(savepoint_base):
-        if journal.finished or (deployment and journal.data["deployment"] != deployment):
-            continue
-        quiet = time.time() - float(journal.data.get("updated_epoch") or 0)
-        if quiet >= grace and not journal.owner_alive(stale_after=stale_after, probe=probe):
-            found.append(journal)
-    return found
+    return [journal for journal in UpgradeJournal.all(savepoint_base)
+            if not journal.finished and (not deployment or journal.data["deployment"] == deployment)
+            and why_left_alone(journal, grace=grace, stale_after=stale_after, probe=probe) is None]
+
+
+def why_left_alone(journal: UpgradeJournal, *, grace: float = DEFAULT_GRACE, stale_after: float = 2 * 3600,
+                   probe: RunProbe | None = None) -> str | None:
+    """Why the watchdog leaves an unfinished journal alone, in one line: its owner may be alive, or it was written
+    within ``grace`` seconds (the next task may be about to start). None: its run is gone, to be recovered."""
+    liveness = journal.liveness(stale_after=stale_after, probe=probe)
+    if liveness.alive:
+        return f"{liveness.why}; grace {grace:.0f} s"
+    if time.time() - float(journal.data.get("updated_epoch") or 0) < grace:
+        return f"{liveness.why}, within the grace of {grace:.0f} s"
+    return None
 
 
 def recovery_alert(journal: UpgradeJournal, died_in: str, result: Recovery, actor: str) -> str:
