@@ -32,6 +32,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from flinkstate.binary import Reader, Writer
+from flinkstate.bounded_yaml import YAMLRefused, load_yaml
 from flinkstate.compatibility import Compatibility, Finding, Verdict
 from flinkstate.engine.local import LocalFlinkCluster
 from flinkstate.engine.rest import (
@@ -48,6 +49,7 @@ from flinkstate.format.metadata import SUPPORTED_VERSIONS, OperatorState
 from flinkstate.format.operator_state import SOURCE_SPLITS_STATE, OperatorStateElement, source_split
 from flinkstate.format_errors import SavepointFormatError, StateNotFound, UnsupportedFormat
 from flinkstate.jsonify import to_json
+from flinkstate.limits import LimitExceeded
 from flinkstate.manifest import Manifest, ManifestError, load_manifest, manifest_from_savepoint, parse_manifest
 from flinkstate.migration.code_policy import (
     ALLOW_CODE_ENV,
@@ -146,6 +148,7 @@ __all__ = [
     "JobVersion",
     "JournalConflict",
     "KeyedStateInfo",
+    "LimitExceeded",
     "LocalFlinkCluster",
     "Manifest",
     "ManifestError",
@@ -176,6 +179,7 @@ __all__ = [
     "VerificationError",
     "WriteError",
     "Writer",
+    "YAMLRefused",
     "__version__",
     "add_allow_code_argument",
     "check",
@@ -187,6 +191,7 @@ __all__ = [
     "exists",
     "load_function",
     "load_manifest",
+    "load_yaml",
     "local_path",
     "manifest_from_savepoint",
     "migrate_in_units",

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from flinkstate.binary import operator_id_from_uid
+from flinkstate.bounded_yaml import MAX_YAML_BYTES, MAX_YAML_NESTING, YAMLRefused, load_yaml
 from flinkstate.errors import FlinkStateError, printable
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.format.metadata import OperatorState, has_state
@@ -242,9 +243,9 @@ def _state_schema(meta: StateMetaInfo, header: KeyedBackendHeader) -> StateSchem
 # -- loading ----------------------------------------------------------------------------------------------------------
 
 
-#: Bounds on a manifest, which comes from elsewhere: a job's manifest is a few KiB.
-MAX_MANIFEST_BYTES = 4 * 1024 * 1024
-MAX_NESTING = 64
+#: Bounds on a manifest, which comes from elsewhere: a job's manifest is a few KiB (the bounded loader's).
+MAX_MANIFEST_BYTES = MAX_YAML_BYTES
+MAX_NESTING = MAX_YAML_NESTING
 
 
 def load_manifest(path: str | os.PathLike[str]) -> Manifest:
@@ -266,36 +267,12 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     return manifest
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader without aliases (a manifest needs none, and an alias bomb would expand without bound)
-    and with a nesting limit (deep nesting would exhaust the stack)."""
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]  # types-PyYAML leaves Parser.peek_event untyped
-            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in manifests",
-                                              event.start_mark)
-        depth = getattr(self, "_depth", 0)
-        if depth >= MAX_NESTING:
-            raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_NESTING} levels deep",
-                                              self.peek_event().start_mark)  # type: ignore[no-untyped-call]  # as above
-        self._depth = depth + 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth = depth
-
-
 def parse_manifest(text: str, file: str = "<manifest>") -> Manifest:
-    if len(text) > MAX_MANIFEST_BYTES:
-        raise ManifestError(file, "", f"larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB; refusing to parse it")
     try:
-        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ManifestError(file, where, f"invalid YAML: {problem}") from None
+        data = load_yaml(text, file, max_bytes=MAX_MANIFEST_BYTES, max_nesting=MAX_NESTING)
+    except YAMLRefused as exc:
+        where = f"line {exc.line}, column {exc.column}" if exc.line is not None else ""
+        raise ManifestError(file, where, exc.problem) from None
     return _Parser(file).manifest(data)
 
 

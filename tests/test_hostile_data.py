@@ -162,3 +162,38 @@ def test_nesting_within_the_bound_reads(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("FLINKSTATE_MAX_SNAPSHOT_DEPTH", "10")  # the variable lowers it as well as raising it
     with pytest.raises(flinkstate.FlinkStateError, match="FLINKSTATE_MAX_SNAPSHOT_DEPTH"):
         flinkstate.open_savepoint(str(tmp_path / "nested")).keyed_states(operator)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Row 6: the release file goes through the one bounded YAML loader
+# ------------------------------------------------------------------------------------------------------------------
+
+#: A release whose program_args hold 9 * 4^20 (about 10^13) strings when expanded, in 700 bytes: its validator names
+#: the bad value in its error, and with plain ``yaml.safe_load`` data printing it never ends.
+ALIAS_BOMB = ("savepoint_base: /b\njobs:\n  a:\n    jar: j\n    manifest: m\n"
+              "    program_args: [&a0 [x, x, x, x, x, x, x, x, x]"
+              + "".join(f", &a{i + 1} [*a{i}, *a{i}, *a{i}, *a{i}]" for i in range(20)) + "]\n")
+
+
+def parse_release_in_a_process(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """The plugin's parse_release on ``text`` in its own process, under the memory limit and a deadline."""
+    path = tmp_path / "release.yaml"
+    path.write_text(text)
+    code = ("import sys; sys.path.insert(0, 'plugins')\n"
+            "from flinkstate_airflow.releases import ReleaseError, load_release\n"
+            "try:\n    load_release(sys.argv[1])\nexcept ReleaseError as exc:\n    print(exc)\n")
+    return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=DEADLINE_S,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT)),
+                          cwd=ROOT)
+
+
+@pytest.mark.parametrize(("shape", "text", "problem"), [
+    ("alias bomb", ALIAS_BOMB, "aliases (*name) are not allowed"),
+    ("deep", "savepoint_base: /b\njobs: " + "[" * 50_000 + "]" * 50_000 + "\n", "nested more than 64 levels deep"),
+    ("huge", "savepoint_base: /b\n# " + "x" * (5 * 1024 * 1024) + "\n", "larger than 4 MiB"),
+])
+def test_a_hostile_release_file_is_refused_in_one_line(tmp_path: Path, shape: str, text: str, problem: str) -> None:
+    done = parse_release_in_a_process(text, tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-500:]
+    assert done.stdout.startswith(f"{tmp_path / 'release.yaml'}: not YAML") and problem in done.stdout
+    assert len(done.stdout.splitlines()) == 1

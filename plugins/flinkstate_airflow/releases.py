@@ -33,9 +33,7 @@ from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import yaml
-
-from flinkstate import FlinkRestClient, FlinkRestError, FlinkStateError, read_file
+from flinkstate import FlinkRestClient, FlinkRestError, FlinkStateError, YAMLRefused, load_yaml, read_file
 from flinkstate_airflow.upgrade import DeploymentRegistry, JobVersion, UpgradeError, safe_name
 
 #: The Airflow Variable (else environment variable) holding the release file's path or s3:// URI.
@@ -127,11 +125,10 @@ def load_release(uri: str) -> Release:
 
 def parse_release(text: str, source: str) -> Release:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ReleaseError(f"{source}: not YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+        data = load_yaml(text, source)  # bounded: size, no aliases (an alias bomb would hang the tick), depth
+    except YAMLRefused as exc:
+        where = f" (line {exc.line})" if exc.line is not None else ""
+        raise ReleaseError(f"{source}: not YAML{where}: {exc.problem.removeprefix('invalid YAML: ')}") from None
     if not isinstance(data, dict):
         raise ReleaseError(f"{source}: expected a mapping with 'jobs' and 'savepoint_base'")
     unknown = set(data) - {"jobs", "savepoint_base"}
