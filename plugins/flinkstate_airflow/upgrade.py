@@ -33,14 +33,20 @@ from flinkstate import (
     FlinkRestClient,
     FlinkRestError,
     JobVersion,
+    Liveness,
     Outcome,
     Phase,
+    RunProbe,
+    RunTakenOver,
     UpgradeError,
     UpgradeJournal,
     describe_outcome,
+    describe_run,
     exists,
     local_path,
     not_writable,
+    process_alive,
+    process_start,
     read_file,
     recover,
     restore_old,
@@ -48,8 +54,6 @@ from flinkstate import (
     sweep,
     write_file,
 )
-from flinkstate.upgrades.journal import RunTakenOver
-from flinkstate.upgrades.ownership import Liveness, RunProbe, describe_run, process_alive, process_start
 
 __all__ = ["DeploymentRegistry", "JobVersion", "UpgradeError", "UpgradeJournal", "local_path", "safe_name"]
 
