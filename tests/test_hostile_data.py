@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
+import json
 import os
 import resource
 import shutil
@@ -20,13 +22,19 @@ from pathlib import Path
 import pytest
 
 import flinkstate
+import flinkstate.cli
 from flinkstate.binary import Reader, Writer
 from flinkstate.format.handles import KeyGroupRangeOffsets, KeyGroupsStateHandle, RelativeFileStateHandle
-from flinkstate.format.keyed_header import read_keyed_header, write_state_meta_info
+from flinkstate.format.key_group_block import encode_block, iter_raw_entries, raw_key
+from flinkstate.format.keyed_header import VALUE_SERIALIZER, read_keyed_header, write_state_meta_info
+from flinkstate.format.keyed_stream import KeyedStreamWriter
 from flinkstate.format.metadata import read_metadata, write_metadata
+from flinkstate.limits import LimitExceeded
 from flinkstate.serializers.collections import ListSnapshot
 from flinkstate.serializers.composite import COMPOSITE_MAGIC, COMPOSITE_VERSION, NESTED_MAGIC, NESTED_VERSION
-from flinkstate.serializers.registry import SNAPSHOT_PROXY_VERSION, snapshot_bytes
+from flinkstate.serializers.javacollections import fingerprint
+from flinkstate.serializers.registry import SNAPSHOT_PROXY_VERSION, read_snapshot, snapshot_bytes
+from tests.support.deadline import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus" / "savepoints" / "flink-tests" / "src" / "test" / "resources"
@@ -81,6 +89,48 @@ def operator_files(savepoint: Path, uid: str) -> list[Path]:
     handles = [operator.subtasks[i].managed_keyed_state for i in sorted(operator.subtasks)]
     return [savepoint / h.delegate.relative_path for h in handles
             if isinstance(h, KeyGroupsStateHandle) and isinstance(h.delegate, RelativeFileStateHandle)]
+
+
+def rewrite_values(savepoint: Path, uid: str, state: str, value: bytes, value_serializer: bytes | None = None,
+                   compressed: bool | None = None) -> None:
+    """Rewrites every subtask stream of operator ``uid`` in place: each entry of ``state`` holds ``value`` (its
+    value serializer snapshot replaced by ``value_serializer``, top-level snapshot bytes, when given), blocks
+    snappy-compressed or not as ``compressed`` says (default: as they were), and ``_metadata`` records the new
+    offsets and sizes. Everything else (keys, other states, the header's other snapshots) stays as Flink wrote it."""
+    metadata = read_metadata((savepoint / "_metadata").read_bytes())
+    operator = next(op for op in metadata.operators if op.uid == uid)
+    for sub in operator.subtasks.values():
+        handle = sub.managed_keyed_state
+        assert isinstance(handle, KeyGroupsStateHandle) and isinstance(handle.delegate, RelativeFileStateHandle)
+        path = savepoint / handle.delegate.relative_path
+        data = path.read_bytes()
+        header = read_keyed_header(Reader(data, 0, str(path), 0))
+        assert not header.compressed, "the source's blocks are read uncompressed here"
+        index = header.state_index(state)
+        assert index is not None
+        if value_serializer is not None:
+            serializers = header.states[index].serializers
+            at = next(i for i, (key, _) in enumerate(serializers) if key == VALUE_SERIALIZER)
+            serializers[at] = (VALUE_SERIALIZER, read_snapshot(Reader(value_serializer), top_level=True))
+        if compressed is not None:
+            header.compressed = compressed
+        sink = io.BytesIO()
+        writer = KeyedStreamWriter(sink, header, handle.key_group_range, path.name)
+        present = sorted((off, kg) for kg, off in zip(handle.key_group_range, handle.offsets.offsets, strict=True)
+                         if off)
+        ends = [off for off, _ in present[1:]] + [len(data)]
+        for (start, key_group), end in zip(present, ends, strict=True):
+            block = data[start:end]
+            runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
+            for state_id, ks, ke, vs, ve in iter_raw_entries(block):
+                if not runs or runs[-1][0] != state_id:
+                    runs.append((state_id, []))
+                runs[-1][1].append((raw_key(block, ks, ke), value if state_id == index else block[vs:ve]))
+            writer.write_block(key_group, encode_block(runs))
+        new = writer.finish()
+        path.write_bytes(sink.getvalue())
+        sub.managed_keyed_state = dataclasses.replace(handle, offsets=new.offsets, delegate=new.delegate)
+    (savepoint / "_metadata").write_bytes(write_metadata(metadata))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -197,3 +247,87 @@ def test_a_hostile_release_file_is_refused_in_one_line(tmp_path: Path, shape: st
     assert done.returncode == 0 and done.stderr == "", done.stderr[-500:]
     assert done.stdout.startswith(f"{tmp_path / 'release.yaml'}: not YAML") and problem in done.stdout
     assert len(done.stdout.splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Row 7: Kryo back-references that expand exponentially
+# ------------------------------------------------------------------------------------------------------------------
+
+#: A KryoSerializer snapshot Flink 2.3 wrote (KryoSerializerUpgradeTest): the value serializer given to the state.
+KRYO_SNAPSHOT = ROOT / "tests" / "corpus" / "serializers" / "kryo-type-serializer-empty-config-2.3" / \
+    "serializer-snapshot"
+KRYO_UID = "CheckpointingKeyedStateFlatMap1"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes((n,)))
+
+
+def shared_lists(levels: int) -> bytes:
+    """A Kryo 5 record (``writeClassAndObject``): an ArrayList of ten elements, the first a new list of the same
+    shape, the other nine back-references to it, ``levels`` deep, an empty list innermost: 1 + 10 + ... + 10^levels
+    lists written out, from 12 bytes a level."""
+    name = b"java.util.ArrayList"
+    record = bytearray(b"\x01\x00" + name[:-1] + bytes((name[-1] | 0x80,)) + b"\x01")  # by name; a new object
+    # per level: 10 elements of one class (ArrayList, name 0), none null, the first a new object
+    record += (bytes((0x80 | 11,)) + b"\x01\x00" + b"\x00" + b"\x01") * levels
+    record += b"\x01"  # the innermost list: empty
+    for slot in reversed(range(levels)):
+        record += _varint(slot + 1 + 2) * 9  # references to the object read as the (slot + 1)-th
+    return bytes(record)
+
+
+def kryo_savepoint(target: Path, levels: int) -> Path:
+    shutil.copytree(HEAP_23, target)
+    rewrite_values(target, KRYO_UID, "state-name", shared_lists(levels), KRYO_SNAPSHOT.read_bytes())
+    return target
+
+
+def test_kryo_references_that_expand_exponentially_are_refused_in_one_line(tmp_path: Path) -> None:
+    savepoint = kryo_savepoint(tmp_path / "kryo", 8)  # 111,111,111 lists written out, from 135 bytes
+    assert len(shared_lists(8)) == 135
+    before = tree_hash(savepoint)
+    status, out, err = run_cli("dump", str(savepoint), "--operator", KRYO_UID, "--state", "state-name")
+    assert status == 1 and out == "", err[-500:]
+    [line] = err.splitlines()
+    assert line.startswith(f"flinkstate: error: {savepoint}/") and KRYO_UID in line and "state-name" in line
+    assert "1,000,000 nodes per value" in line and "FLINKSTATE_MAX_VALUE_NODES" in line
+    assert tree_hash(savepoint) == before
+
+
+def test_the_node_budget_counts_every_expanded_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Two levels write out 1 + 10 + 100 = 111 lists: exactly what the budget must count (the nine references of
+    each level as the ten lists they stand for), so 111 passes and 110 is refused."""
+    savepoint = kryo_savepoint(tmp_path / "kryo", 2)
+    argv = ["dump", str(savepoint), "--operator", KRYO_UID, "--state", "state-name"]
+    monkeypatch.setenv("FLINKSTATE_MAX_VALUE_NODES", "111")
+    assert flinkstate.cli.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(json.loads(line)["value"]["value"] == [[[]] * 10] * 10 for line in lines)
+    monkeypatch.setenv("FLINKSTATE_MAX_VALUE_NODES", "110")
+    assert flinkstate.cli.main(argv) == 1
+    assert "over the limit of 110 nodes per value" in capsys.readouterr().err
+
+
+def test_java_serialization_handles_are_bounded_when_compared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Java serialization's handles share objects as Kryo's references do: an ArrayList of ten handles to one
+    ArrayList of ten handles to ... (as javaobj's transformer parses it: one Python list) is compared by its
+    fingerprint, which mirrors what it expands to. Bounded, it is refused at once; 1 + 10 + 100 lists pass at a
+    budget of 111, not 110."""
+    shared: list[object] = []
+    for _ in range(8):
+        shared = [shared] * 10
+    with deadline(5), pytest.raises(LimitExceeded, match="FLINKSTATE_MAX_VALUE_NODES"):
+        fingerprint(shared)
+    small = [[[]] * 10] * 10
+    monkeypatch.setenv("FLINKSTATE_MAX_VALUE_NODES", "111")
+    empty = ("java.util.List", ())
+    assert fingerprint(small) == ("java.util.List", (("java.util.List", (empty,) * 10),) * 10)
+    monkeypatch.setenv("FLINKSTATE_MAX_VALUE_NODES", "110")
+    with pytest.raises(LimitExceeded):
+        fingerprint(small)

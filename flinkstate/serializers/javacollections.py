@@ -37,11 +37,16 @@ read it as the collection either.
 
 from __future__ import annotations
 
+import contextlib
 import struct
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from javaobj.v1.beans import JavaArray
+
+from flinkstate.limits import VALUE_NODES
 
 LIST, SET, MAP, COLLECTION = "java.util.List", "java.util.Set", "java.util.Map", "java.util.Collection"
 _UTIL = "java.util."
@@ -229,23 +234,79 @@ def java_list(obj: Any) -> list[Any]:
     return list(found.items)
 
 
-def fingerprint(obj: Any, depth: int = 0) -> Any:
+def fingerprint(obj: Any) -> Any:
     """A hashable structural value of a parsed Java object that mirrors its ``equals``: class and fields, a
     collection by its interface and elements (``List.of(a)`` equals ``new ArrayList<>(List.of(a))``: List, Set and
-    Map equality do not depend on the implementation; Set and Map ones not on the order), an array by its elements."""
+    Map equality do not depend on the implementation; Set and Map ones not on the order), an array by its elements.
+    Java serialization's handles let one object appear many times from a few bytes: each object is walked once, and
+    the nodes its fingerprint expands to (what a comparison or ``repr`` of it walks) are bounded by ``VALUE_NODES``,
+    one budget for every fingerprint taken while one is open (:func:`shared_budget`), since a collection's check of
+    its own keys fingerprints them again."""
+    with shared_budget() as budget:
+        return _fingerprint(obj, 0, budget)
+
+
+class _Budget:
+    """Nodes left to expand, and each object's fingerprint with the nodes it expands to (by ``id``: the parsed graph
+    is alive while the budget is open)."""
+
+    def __init__(self) -> None:
+        self.left = VALUE_NODES.value()
+        self.done: dict[int, tuple[Any, int]] = {}
+
+    def charge(self, nodes: int) -> None:
+        self.left -= nodes
+        if self.left < 0:
+            raise VALUE_NODES.exceeded("Java-serialized object expands to more nodes than allowed through shared "
+                                       "references")
+
+
+_budget: ContextVar[_Budget | None] = ContextVar("fingerprint_budget", default=None)
+
+
+@contextlib.contextmanager
+def shared_budget() -> Iterator[_Budget]:
+    """The node budget of the fingerprints taken inside: the one already open, else a new one."""
+    budget = _budget.get()
+    if budget is not None:
+        yield budget
+        return
+    budget = _Budget()
+    token = _budget.set(budget)
+    try:
+        yield budget
+    finally:
+        _budget.reset(token)
+
+
+def _fingerprint(obj: Any, depth: int, budget: _Budget) -> Any:
     if depth > MAX_FINGERPRINT_DEPTH:
         raise ValueError("object nested too deeply")
     if obj is None or isinstance(obj, (bool, int, float, str, bytes)):
+        budget.charge(1)
         return obj
+    done = budget.done.get(id(obj))
+    if done is not None:
+        budget.charge(done[1])
+        return done[0]
+    left = budget.left
+    budget.charge(1)
+    value = _fingerprint_of(obj, depth, budget)
+    budget.done[id(obj)] = (value, left - budget.left)
+    return value
+
+
+def _fingerprint_of(obj: Any, depth: int, budget: _Budget) -> Any:
     collection = java_collection(obj)
     if collection is not None:
         if collection.kind == MAP:
-            pairs = [(fingerprint(k, depth + 1), fingerprint(v, depth + 1)) for k, v in collection.items]
+            pairs = [(_fingerprint(k, depth + 1, budget), _fingerprint(v, depth + 1, budget))
+                     for k, v in collection.items]
             return (MAP, tuple(sorted(pairs, key=repr)))
-        items = [fingerprint(x, depth + 1) for x in collection.items]
+        items = [_fingerprint(x, depth + 1, budget) for x in collection.items]
         return (collection.kind, tuple(sorted(items, key=repr)) if collection.kind == SET else tuple(items))
     if isinstance(obj, (list, tuple)):  # an array
-        return tuple(fingerprint(x, depth + 1) for x in obj)
+        return tuple(_fingerprint(x, depth + 1, budget) for x in obj)
     constant = getattr(obj, "constant", None)
     if constant is not None:  # a Java enum constant
         return (java_class_name(obj), str(constant))
@@ -256,9 +317,9 @@ def fingerprint(obj: Any, depth: int = 0) -> Any:
     # TimestampType / LocalZonedTimestampType / ZonedTimestampType.equals ignore the kind (ROWTIME, PROCTIME)
     skip = {"kind"} if name.endswith("TimestampType") else set()
     # objects written by their own writeObject carry their content in the annotations
-    extra = fingerprint(list(getattr(obj, "annotations", None) or []), depth + 1)
-    return (name, tuple((k, fingerprint(v, depth + 1)) for k, v in fields.items() if k not in skip), extra)
+    extra = _fingerprint(list(getattr(obj, "annotations", None) or []), depth + 1, budget)
+    return (name, tuple((k, _fingerprint(v, depth + 1, budget)) for k, v in fields.items() if k not in skip), extra)
 
 
 __all__ = ["COLLECTION", "LIST", "MAP", "SET", "JavaCollection", "fingerprint", "java_class_name", "java_collection",
-           "java_fields", "java_list"]
+           "java_fields", "java_list", "shared_budget"]

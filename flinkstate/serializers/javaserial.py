@@ -28,7 +28,13 @@ from javaobj.v1.unmarshaller import JavaObjectUnmarshaller
 
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
 from flinkstate.serializers.base import Decoder, Encoder
-from flinkstate.serializers.javacollections import MAP, java_class_name, java_collection, java_fields
+from flinkstate.serializers.javacollections import (
+    MAP,
+    java_class_name,
+    java_collection,
+    java_fields,
+    shared_budget,
+)
 from flinkstate.serializers.namespaces import EmptyPayloadSnapshot
 from flinkstate.serializers.registry import register
 
@@ -128,8 +134,9 @@ def read_java_value(buf: bytes, off: int, type_name: str) -> tuple[JavaObjectVal
         raise SavepointFormatError(f"{type_name}: malformed Java-serialized object ({type(exc).__name__}: "
                                    f"{first:.120})", offset=off) from None
     end = stream.tell()
-    view = {"class": java_class_name(parsed) if isinstance(parsed, JavaObject) else _python_class(parsed),
-            "value": _View().of(parsed)}
+    with shared_budget():  # the view's collections check their keys by fingerprint: one node budget for them all
+        view = {"class": java_class_name(parsed) if isinstance(parsed, JavaObject) else _python_class(parsed),
+                "value": _View().of(parsed)}
     return JavaObjectValue(view, bytes(buf[off:end])), end
 
 

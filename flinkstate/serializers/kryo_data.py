@@ -26,6 +26,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from flinkstate.limits import VALUE_NODES
 from flinkstate.serializers.kryo_readers import READERS, READERS_5, read_enum, read_text
 from flinkstate.serializers.kryo_values import (
     FIRST_FLINK_REGISTRATION,
@@ -51,15 +52,22 @@ _WRAPPER_CLASSES = frozenset(_WRAPPERS) | frozenset(_WRAPPERS.values())
 
 
 class KryoRecord:
-    """One record being read: position, the name table, the reference table."""
+    """One record being read: position, the name table, the reference table, and the nodes the value expands to.
 
-    __slots__ = ("buf", "depth", "end", "names", "pos", "refs", "registered", "v5")
+    A back-reference costs a few bytes but stands for the whole object it names: written out (JSON, a comparison),
+    ten references to a list of ten references to ... expand exponentially. So each object's expanded size is kept
+    beside it, every reference counts as that size, and a record past ``VALUE_NODES`` is refused while it is read."""
+
+    __slots__ = ("buf", "depth", "end", "max_nodes", "names", "nodes", "pos", "refs", "registered", "sizes", "v5")
 
     def __init__(self, buf: bytes, pos: int, end: int, version: int, registered: dict[int, tuple[str, bool]]) -> None:
         self.buf, self.pos, self.end, self.v5, self.registered = buf, pos, end, version == KRYO5, registered
         self.names: dict[int, str] = {}
         self.refs: list[Any] = []
+        self.sizes: list[int] = []  # the expanded node count of each object in ``refs``
         self.depth = 0
+        self.nodes = 0
+        self.max_nodes = VALUE_NODES.value()
 
     # -- primitives ----------------------------------------------------------------------------------------------
 
@@ -202,10 +210,14 @@ class KryoRecord:
                 index = marker - 2
                 if index >= len(self.refs):
                     raise KryoCorrupt(f"Kryo reference {index} at byte {self.pos} to an object not read yet")
+                self.count(self.sizes[index])
                 return self.refs[index]
         slot = len(self.refs)
         if refs:
             self.refs.append(None)
+            self.sizes.append(1)  # until it is read: a reference back to an enclosing object is cut to one node
+        before = self.nodes
+        self.count(1)
         self.depth += 1
         if self.depth > MAX_DEPTH:
             raise KryoCorrupt(f"Kryo record nested deeper than {MAX_DEPTH} at byte {self.pos}")
@@ -213,7 +225,14 @@ class KryoRecord:
         self.depth -= 1
         if refs:
             self.refs[slot] = value
+            self.sizes[slot] = self.nodes - before
         return value
+
+    def count(self, nodes: int) -> None:
+        self.nodes += nodes
+        if self.nodes > self.max_nodes:
+            raise VALUE_NODES.exceeded(f"Kryo record expands to more nodes than allowed through shared references "
+                                       f"(at byte {self.pos})")
 
     def _reader(self, name: str) -> Callable[[KryoRecord, str], Any]:
         reader = READERS.get(name)
