@@ -218,10 +218,11 @@ with DAG(
     @task(trigger_rule="all_done", retries=0)
     def conclude(params: dict | None = None, ti=None) -> None:  # Airflow injects the task instance
         plan = ti.xcom_pull(task_ids="resolve")
-        failure = ti.xcom_pull(task_ids="resolve", key="failure")
+        # What failed, where the journal could not hold it (no plan yet, or a full disk): each task's XCom.
+        failures = [f for f in ti.xcom_pull(task_ids=sorted(ti.task.upstream_task_ids), key="failure") or [] if f]
         client = FlinkHook().get_conn() if plan else None
         ok, alert = upgrade.conclude(plan, client, deployment=(params or {}).get("job_name") or
-                                     (params or {}).get("job_id") or "?", failures=[failure] if failure else [],
+                                     (params or {}).get("job_id") or "?", failures=failures,
                                      logs=task_log_folder(ti),
                                      timeout=float((params or {}).get("rollback_timeout") or 300))
         if alert:

@@ -9,7 +9,12 @@ with one alert saying production is DOWN and how to restore it:
 - the TaskManager dies during the health gate and none comes back in time: the rollback fails, the one alert says
   production is DOWN with the stop savepoint and the command that restores it; that command, run by a person once a
   TaskManager is back, restores the old version with its exact state;
-- the Spark migration's JVM is killed: the run rolls back to the old version from the stop savepoint.
+- the Spark migration's JVM is killed: the run rolls back to the old version from the stop savepoint;
+- the savepoint base's disk (a 20 MiB tmpfs) fills during the migration: the rollback, which only reads the stop
+  savepoint, restores the old version although nothing can be recorded; the one alert says what was not recorded,
+  out of space, and gives the command that records it, which (space freed) adopts the running job;
+- the JobManager is killed during the health gate (no HA: its jobs die with it) and restarted: the rollback asks
+  Flink again until it answers, within rollback_timeout, and restores the old version.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from flinkstate.engine import LocalFlinkCluster
 from tests.support import sample_job
 from tests.support.airflow_env import ROOT, load_dag, set_connection
 from tests.support.sample_job import ENTRY_CLASS
+from tests.support.small_disk import fill
+from tests.support.small_disk import small_disk as mounted_small_disk
 
 pytestmark = [pytest.mark.flink, pytest.mark.airflow, pytest.mark.spark]
 
@@ -71,25 +78,26 @@ def env(airflow_home: Path, webhook: Any, tmp_path_factory: pytest.TempPathFacto
         cluster.stop()
 
 
-def _run(env: dict[str, Any], **extra: Any) -> Any:
+def _run(env: dict[str, Any], base: Path | None = None, **extra: Any) -> Any:
     """One run of the DAG upgrading the deployment from v1 to v2 through the migration branch (the first run finds
     v1 by its Flink job name and is told which version it is; later ones find the deployment's recorded job)."""
-    registry = env["base"] / "deployments.json"
+    base = base or env["base"]
+    registry = base / "deployments.json"
     first = not registry.exists() or DEPLOYMENT not in json.loads(registry.read_text())
-    conf = {"job_name": DEPLOYMENT if first else "", "job_id": "" if first else _registry(env)["job_id"],
-            **_version("v2", "v2.yaml", env["work"] / "audit-v2"), "savepoint_base": str(env["base"]),
+    conf = {"job_name": DEPLOYMENT if first else "", "job_id": "" if first else _registry(env, base)["job_id"],
+            **_version("v2", "v2.yaml", env["work"] / "audit-v2"), "savepoint_base": str(base),
             "min_checkpoints": 2, "gate_timeout": 120, "min_running_seconds": 3, **extra}
     if first:
         conf["current"] = env["v1"]
     return load_dag("flink_state_upgrade", ROOT / "dags").test(run_conf=conf)
 
 
-def _registry(env: dict[str, Any]) -> dict[str, Any]:
-    return json.loads((env["base"] / "deployments.json").read_text())[DEPLOYMENT]
+def _registry(env: dict[str, Any], base: Path | None = None) -> dict[str, Any]:
+    return json.loads(((base or env["base"]) / "deployments.json").read_text())[DEPLOYMENT]
 
 
-def _journal(env: dict[str, Any]) -> dict[str, Any]:
-    path = env["base"] / "journal" / f"{DEPLOYMENT}.json"
+def _journal(env: dict[str, Any], base: Path | None = None) -> dict[str, Any]:
+    path = (base or env["base"]) / "journal" / f"{DEPLOYMENT}.json"
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):  # not written yet, or being replaced
@@ -137,10 +145,11 @@ class Fault(threading.Thread):
         self.join(30)
 
 
-def _assert_old_version_restored(env: dict[str, Any], stop: Path, since_seq: dict[str, int]) -> None:
+def _assert_old_version_restored(env: dict[str, Any], stop: Path, since_seq: dict[str, int],
+                                 base: Path | None = None) -> None:
     """The deployment runs v1 again, restored from ``stop``, and every key found exactly the state v1 had written:
     the records v1 wrote after the restore (sequence numbers above ``since_seq``) are checked value by value."""
-    entry, client = _registry(env), env["client"]
+    entry, client = _registry(env, base), env["client"]
     assert entry["version"]["jar"].endswith("sample-job-v1.jar"), entry
     assert client.job_state(entry["job_id"]) == "RUNNING"
     assert client.checkpoints(entry["job_id"]).restored_from.removeprefix("file:") == str(stop)
@@ -166,8 +175,8 @@ def _last_seq(env: dict[str, Any]) -> dict[str, int]:
     return last
 
 
-def _stop_savepoint(env: dict[str, Any]) -> Path:
-    run_dir = Path(_journal(env)["run_dir"])
+def _stop_savepoint(env: dict[str, Any], base: Path | None = None) -> Path:
+    run_dir = Path(_journal(env, base)["run_dir"])
     return next((run_dir / "stop").glob("savepoint-*"))
 
 
@@ -292,3 +301,103 @@ def test_the_spark_migration_killed_is_rolled_back(env: dict[str, Any]):
     # Nothing half-written was published as the migrated savepoint.
     run_dir = Path(_journal(env)["run_dir"])
     assert not (run_dir / "migrated" / "savepoint" / "_metadata").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 20 MiB file system of the test's own for the savepoint base, to fill up."""
+    with mounted_small_disk(tmp_path / "small-disk", "20m") as mount:
+        yield mount
+
+
+def _running_jobs_of_v1(client: Any) -> list[str]:
+    return [j["jid"] for j in client.list_jobs() if j.get("state") == "RUNNING" and
+            client.job(j["jid"])["name"] == DEPLOYMENT]
+
+
+def test_the_savepoint_disk_full_during_the_migration_is_rolled_back_without_a_write(env: dict[str, Any],
+                                                                                       small_disk: Path):
+    """The savepoint base fills up while Spark migrates: the rollback needs only to read the stop savepoint, so the
+    old version runs again although no journal, registry or run record can be written; the one alert says so and
+    gives the command that records it, which (space freed) adopts the running job instead of starting another."""
+    client, since = env["client"], len(env["webhook"].received)
+    base = small_disk / "savepoints"
+    before = _last_seq(env)
+    with Fault(lambda: _journal(env, base).get("phase") == "migrating", lambda: fill(small_disk)) as full:
+        run = _run(env, base)
+    assert full.done.is_set() and full.error is None, full.error
+    states = _states(run)
+    assert str(run.state) == "failed" and states["migrate"] == "failed" and states["conclude"] == "failed", states
+    stop = _stop_savepoint(env, base)
+    texts = _messages(env, since)
+    assert len(texts) == 1, texts
+    alert = texts[0]
+    assert alert.startswith(f"Flink upgrade of {DEPLOYMENT} FAILED and was ROLLED BACK: migrate: "), alert
+    running = re.search(r"RUNNING now: the old version \(sample-job-v1\.jar\) as job (\w+), restored from the stop "
+                        rf"savepoint {re.escape(str(stop))}", alert)
+    assert running, alert
+    job_id = running.group(1)
+    assert client.job_state(job_id) == "RUNNING"
+    assert client.checkpoints(job_id).restored_from.removeprefix("file:") == str(stop)
+    assert _running_jobs_of_v1(client) == [job_id]
+    # Out of space, named with the path, not as a bug; and the command that records what runs.
+    assert f"journal not written: {base}/journal/{DEPLOYMENT}.json: cannot write: out of space" in alert, alert
+    assert "deployment registry not written: " in alert and "internal error" not in alert, alert
+    assert _journal(env, base)["phase"] == "migrating" and not (base / "deployments.json").exists()
+    command = re.search(r"record it with: (flinkstate upgrade recover [^\n]+?)\.?\n", alert)
+    assert command, alert
+
+    (small_disk / "filler").unlink()  # a person frees space and runs the command the alert gives
+    argv = shlex.split(command.group(1))
+    result = subprocess.run([sys.executable, "-m", "flinkstate", *argv[1:]], capture_output=True, text=True,
+                            timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    journal = _journal(env, base)
+    assert journal["outcome"] == "rolled back" and journal["running"]["job_id"] == job_id, journal
+    assert _registry(env, base)["job_id"] == job_id and _running_jobs_of_v1(client) == [job_id]
+    _assert_old_version_restored(env, stop, before, base)
+    # The next runs of this module use the module's savepoint base: its registry names the job that runs now.
+    module_registry = env["base"] / "deployments.json"
+    registry = json.loads(module_registry.read_text()) if module_registry.exists() else {}
+    registry[DEPLOYMENT] = _registry(env, base)
+    module_registry.parent.mkdir(parents=True, exist_ok=True)
+    module_registry.write_text(json.dumps(registry))
+
+
+def test_the_jobmanager_killed_during_the_gate_and_restarted_is_waited_out_by_the_rollback(env: dict[str, Any]):
+    """The JobManager dies during the health gate (no HA: its jobs die with it) and comes back a few seconds
+    later, within rollback_timeout: the rollback asks Flink again until it answers, instead of taking the first
+    refused connection as final, and restores the old version from the stop savepoint."""
+    cluster, since = env["cluster"], len(env["webhook"].received)
+    killed: list[int] = []
+
+    def kill_jobmanager() -> None:
+        time.sleep(1.0)  # the new job runs; the gate polls it
+        pid = next(p["pid"] for name, p in cluster.status()["processes"].items()
+                   if name.startswith("standalonesession") and p["alive"])
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    def restart_jobmanager() -> None:
+        time.sleep(8.0)  # the rollback has met a refused connection, more than once
+        cluster.start_jobmanager()
+
+    before = _last_seq(env)
+    with Fault(lambda: _journal(env).get("phase") == "gating", kill_jobmanager) as kill, \
+            Fault(lambda: bool(killed), restart_jobmanager) as restart:
+        run = _run(env, rollback_timeout=180)
+    assert kill.done.is_set() and killed and kill.error is None, kill.error
+    assert restart.done.is_set() and restart.error is None, restart.error
+    states = _states(run)
+    assert str(run.state) == "failed" and states["health_gate"] == "failed", states
+    stop = _stop_savepoint(env)
+    _assert_old_version_restored(env, stop, before)
+    entry = _registry(env)
+    texts = _messages(env, since)
+    assert len(texts) == 1, texts
+    assert texts[0].startswith(f"Flink upgrade of {DEPLOYMENT} FAILED and was ROLLED BACK: health_gate: "), texts
+    assert f"RUNNING now: the old version (sample-job-v1.jar) as job {entry['job_id']}, restored from the stop " \
+           f"savepoint {stop}" in texts[0], texts
+    journal = _journal(env)
+    assert journal["outcome"] == "rolled back" and journal["running"]["job_id"] == entry["job_id"]
+    assert _running_jobs_of_v1(env["client"]) == [entry["job_id"]]

@@ -1,6 +1,7 @@
-"""``flinkstate upgrade recover`` says why it leaves an unfinished run alone (its owner alive, or its last write
-within the grace), exits non-zero while one is left, and treats a zombie owner (dead, not yet reaped) as dead. No
-cluster: a run that died before it stopped anything is closed without asking Flink."""
+"""Recovery without a cluster: ``flinkstate upgrade recover`` says why it leaves an unfinished run alone (its owner
+alive, or its last write within the grace), exits non-zero while one is left, and treats a zombie owner (dead, not
+yet reaped) as dead (a run that died before it stopped anything is closed without asking Flink); the rollback asks
+a Flink that does not answer again until its timeout, not once."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from flinkstate import UpgradeJournal
+from flinkstate import UpgradeJournal, client_for, restore_old
+from flinkstate.engine.local import free_port
 from flinkstate.upgrades.ownership import process_start
 
 FLINKSTATE = str(Path(sys.executable).parent / "flinkstate")
@@ -76,3 +78,18 @@ def test_recover_treats_a_zombie_owner_as_dead(tmp_path: Path):
         in out.stdout, out
     again = UpgradeJournal.for_deployment(str(tmp_path), "orders")
     assert again is not None and again.finished and again.data["outcome"] == "unchanged"
+
+
+def test_the_rollback_asks_an_unreachable_flink_again_until_its_timeout(tmp_path: Path):
+    """A JobManager restarting answers nothing for a while: the rollback keeps asking until ``timeout`` (and only
+    then reports production DOWN), instead of giving up at the first refused connection."""
+    journal = _journal(tmp_path)
+    journal.advance("stopped", "stop_for_migration", stop_savepoint=str(tmp_path / "stop" / "savepoint-1"))
+    nobody = client_for(f"http://127.0.0.1:{free_port()}")  # a port nothing listens on: connection refused
+    began = time.monotonic()
+    result = restore_old(nobody, journal, "conclude", timeout=6)
+    waited = time.monotonic() - began
+    assert 4 <= waited < 30, waited
+    assert result.outcome == "DOWN" and "cannot reach the Flink REST API" in result.account, result
+    again = UpgradeJournal.for_deployment(str(tmp_path), "orders")
+    assert again is not None and again.data["outcome"] == "DOWN" and again.data["running"] is None

@@ -310,17 +310,25 @@ class LocalFlinkCluster:
     def start_taskmanager(self) -> int:
         """Starts one more TaskManager in this running cluster (e.g. to replace one that died) and returns its pid.
         It registers with the JobManager on its own; ``stop()`` stops it with the rest."""
+        return self._start_daemon("taskmanager")
+
+    def start_jobmanager(self) -> int:
+        """Starts the JobManager again (after it died; without HA it comes back with no jobs) on the same ports, and
+        returns its pid. The TaskManagers register with it on their own; ``stop()`` stops it with the rest."""
+        return self._start_daemon("jobmanager")
+
+    def _start_daemon(self, daemon: str) -> int:
         state = self.state()
         if state is None:
             raise FlinkStateError(f"no Flink cluster was started in {self.work_dir}")
         flink_home = Path(state.flink_home)
         before = set(self._read_pids().values())
-        result = subprocess.run(["bash", str(flink_home / "bin" / "taskmanager.sh"), "start"],
+        result = subprocess.run(["bash", str(flink_home / "bin" / f"{daemon}.sh"), "start"],
                                 env=self._env(flink_home), capture_output=True, text=True, check=False)
         pids = self._read_pids()
         started = [pid for pid in pids.values() if pid not in before]
         if result.returncode != 0 or not started:
-            raise FlinkStateError(f"taskmanager.sh start failed in {self.work_dir}: "
+            raise FlinkStateError(f"{daemon}.sh start failed in {self.work_dir}: "
                                   f"{(result.stderr or result.stdout).strip()[-500:]}")
         state.pids = pids
         self.state_file.write_text(json.dumps(asdict(state), indent=2))

@@ -33,6 +33,7 @@ from flinkstate import (
     FlinkRestClient,
     FlinkRestError,
     JobVersion,
+    JournalConflict,
     Liveness,
     Outcome,
     Phase,
@@ -52,7 +53,9 @@ from flinkstate import (
     restore_old,
     safe_name,
     sweep,
+    unrecorded,
     write_file,
+    write_with_retries,
 )
 
 __all__ = ["DeploymentRegistry", "JobVersion", "UpgradeError", "UpgradeJournal", "local_path", "safe_name"]
@@ -325,13 +328,15 @@ def fence(plan: dict[str, Any], actor: str, refused: str, *, open_only: bool = T
         raise TaskRefused(f"{refused}: {exc}") from None
 
 
-def _claimed(plan: dict[str, Any] | None, actor: str) -> UpgradeJournal | None:
+def _claimed(plan: dict[str, Any] | None, actor: str, *, tolerate_write_failures: bool = False
+             ) -> UpgradeJournal | None:
     """The run's journal claimed for ``actor``, for a callback that only records: None when there is none, or the
     run is another actor's now (then nothing is written into it)."""
     if not plan or not plan.get("journal"):
         return None
     try:
-        return UpgradeJournal.claim(plan["journal"], run_of(plan, actor), actor)
+        return UpgradeJournal.claim(plan["journal"], run_of(plan, actor), actor,
+                                    tolerate_write_failures=tolerate_write_failures)
     except RunTakenOver:
         return None
 
@@ -381,13 +386,16 @@ def task_failed(context: Any) -> None:
     text = str(exc).strip().splitlines()[0].rstrip(".") if exc is not None and str(exc).strip() else \
         type(exc).__name__  # the alert adds its own full stop
     what = f"{ti.task_id}: {text}"
-    journal = _claimed(_plan(context), ti.task_id)
+    # A full disk must not lose what failed: the claim's and the note's writes may fail, then the XCom holds it.
+    journal = _claimed(_plan(context), ti.task_id, tolerate_write_failures=True)
     if journal is not None and not journal.finished:
         if ti.task_id == "health_gate":
             journal.data["gate"] = {"passed": False, "reason": text}
         journal.note_failure(what)
-    else:
-        ti.xcom_push(key="failure", value=what)
+        if not journal.unsaved:
+            return
+    # No journal to hold it, or it could not be written (a full disk): Airflow's database keeps it for conclude.
+    ti.xcom_push(key="failure", value=what)
 
 
 # ---------------------------------------------------------------------- the run's conclusion and its one alert
@@ -423,7 +431,31 @@ def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, dep
              logs: str, timeout: float = 300) -> tuple[bool, str | None]:
     """Ends the run whatever happened: rolls back when something was stopped and the upgrade did not finish (and
     only then), writes the outcome to ``run.json``, and returns (success, the one alert to send; None when a
-    watchdog already told). Never rolls back when nothing was stopped."""
+    watchdog already told). Never rolls back when nothing was stopped. Never raises: when concluding itself fails,
+    that is the alert, with the command that restores production."""
+    try:
+        return _conclude(plan, client, deployment=deployment, failures=failures, logs=logs, timeout=timeout)
+    except JournalConflict:
+        return False, None  # another actor (the watchdog) took the run over: its alert is the run's one alert
+    except Exception as exc:  # whatever it is, production may be down: a person must hear of it, with what to do
+        return False, _conclusion_failed(plan, deployment, exc, logs)
+
+
+def _conclusion_failed(plan: dict[str, Any] | None, deployment: str, exc: Exception, logs: str) -> str:
+    what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if not plan:
+        return f"Flink upgrade of {deployment} FAILED and its conclusion failed too ({what}). Logs: {logs}"
+    journal = UpgradeJournal(plan.get("journal") or "", {"savepoint_base": plan["savepoint_base"],
+                                                        "deployment": plan["job_name"],
+                                                        "flink_url": plan.get("flink_url")})
+    return (f"Flink upgrade of {plan['job_name']}: its conclusion FAILED ({what}): production may be DOWN, or run "
+            f"a version no record names. See what runs with: flinkstate upgrade status --savepoint-base "
+            f"{plan['savepoint_base']} --deployment {plan['job_name']}; restore the old version from the stop "
+            f"savepoint (in {plan['run_dir']}/stop) with: {journal.restore_command()}\nLogs: {logs}")
+
+
+def _conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, deployment: str, failures: list[str],
+              logs: str, timeout: float) -> tuple[bool, str | None]:
     where = f"Logs: {logs}"
     if plan is None:  # the run failed before it knew its job: nothing was touched
         failed = "; ".join(failures) or "resolve failed (see its log)"
@@ -434,10 +466,12 @@ def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, dep
     if not plan.get("journal") or not exists(plan["journal"]):
         return False, f"Flink upgrade of {deployment} FAILED: its journal {plan.get('journal')} is gone. {where}"
     try:
-        journal = UpgradeJournal.claim(plan["journal"], run_of(plan, "conclude"), "conclude", open_only=False)
+        # The run's end must not wait for a record: a full disk leaves the rollback to do, and the alert to send.
+        journal = UpgradeJournal.claim(plan["journal"], run_of(plan, "conclude"), "conclude", open_only=False,
+                                       tolerate_write_failures=True)
     except RunTakenOver as exc:
         return False, taken_over_alert(plan, exc, where)
-    failures = journal.data["failures"] or failures
+    failures = list(dict.fromkeys([*journal.data["failures"], *failures]))
     failed = "; ".join(failures) or "(no task recorded a failure)"
     actor = "conclude"
     if not journal.finished:
@@ -450,9 +484,12 @@ def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, dep
     data = journal.data
     outcome = data["outcome"]
     report = f"{plan['run_dir']}/preflight/{CHECK_REPORT_MARKDOWN}"
-    write_run_record(plan, {"stage": "done", "outcome": outcome, "stop_savepoint": data.get("stop_savepoint"),
-                            "gate": data.get("gate"), "durations": journal.durations(), "failures": failures,
-                            "running": data.get("running"), "journal": journal.uri})
+    problem = write_with_retries(lambda: write_run_record(plan, {
+        "stage": "done", "outcome": outcome, "stop_savepoint": data.get("stop_savepoint"), "gate": data.get("gate"),
+        "durations": journal.durations(), "failures": failures, "running": data.get("running"),
+        "journal": journal.uri}))
+    if problem:
+        journal.unsaved.append(f"run record not written: {problem}")
     if data.get("alert_sent"):
         return outcome == Outcome.UPGRADED, None
     files = f"Report: {report}; run record: {plan['run_dir']}/run.json; journal: {journal.uri}. {where}"
@@ -472,6 +509,8 @@ def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, dep
                      f"{data.get('stop_savepoint')}.",
         Outcome.DOWN: f"{prefix} FAILED AND THE ROLLBACK FAILED: {failed}. {now}",
     }[outcome]
+    if journal.unsaved:
+        text += f"\n{unrecorded(journal)}."
     data["alert_sent"] = True
     journal.save()
     preflight = f"{plan['run_dir']}/preflight"
