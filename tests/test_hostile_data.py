@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cramjam
 import pytest
 
 import flinkstate
@@ -29,6 +30,7 @@ from flinkstate.format.key_group_block import encode_block, iter_raw_entries, ra
 from flinkstate.format.keyed_header import VALUE_SERIALIZER, read_keyed_header, write_state_meta_info
 from flinkstate.format.keyed_stream import KeyedStreamWriter
 from flinkstate.format.metadata import read_metadata, write_metadata
+from flinkstate.format.snappy_frames import framed_length
 from flinkstate.limits import LimitExceeded
 from flinkstate.serializers.collections import ListSnapshot
 from flinkstate.serializers.composite import COMPOSITE_MAGIC, COMPOSITE_VERSION, NESTED_MAGIC, NESTED_VERSION
@@ -91,15 +93,16 @@ def operator_files(savepoint: Path, uid: str) -> list[Path]:
             if isinstance(h, KeyGroupsStateHandle) and isinstance(h.delegate, RelativeFileStateHandle)]
 
 
-def rewrite_values(savepoint: Path, uid: str, state: str, value: bytes, value_serializer: bytes | None = None,
-                   compressed: bool | None = None) -> None:
-    """Rewrites every subtask stream of operator ``uid`` in place: each entry of ``state`` holds ``value`` (its
-    value serializer snapshot replaced by ``value_serializer``, top-level snapshot bytes, when given), blocks
-    snappy-compressed or not as ``compressed`` says (default: as they were), and ``_metadata`` records the new
-    offsets and sizes. Everything else (keys, other states, the header's other snapshots) stays as Flink wrote it."""
+def rewrite_values(savepoint: Path, uid: str, state: str, value: bytes | None, value_serializer: bytes | None = None,
+                   compressed: bool | None = None, first_block: bytes | None = None) -> None:
+    """Rewrites every subtask stream of operator ``uid`` in place: each entry of ``state`` holds ``value`` (None:
+    keeps its own; its value serializer snapshot replaced by ``value_serializer``, top-level snapshot bytes, when
+    given), blocks snappy-compressed or not as ``compressed`` says (default: as they were), the first subtask's first
+    block stored as ``first_block`` when given, and ``_metadata`` records the new offsets and sizes. Everything else
+    (keys, other states, the header's other snapshots) stays as Flink wrote it."""
     metadata = read_metadata((savepoint / "_metadata").read_bytes())
     operator = next(op for op in metadata.operators if op.uid == uid)
-    for sub in operator.subtasks.values():
+    for subtask, sub in sorted(operator.subtasks.items()):
         handle = sub.managed_keyed_state
         assert isinstance(handle, KeyGroupsStateHandle) and isinstance(handle.delegate, RelativeFileStateHandle)
         path = savepoint / handle.delegate.relative_path
@@ -125,8 +128,12 @@ def rewrite_values(savepoint: Path, uid: str, state: str, value: bytes, value_se
             for state_id, ks, ke, vs, ve in iter_raw_entries(block):
                 if not runs or runs[-1][0] != state_id:
                     runs.append((state_id, []))
-                runs[-1][1].append((raw_key(block, ks, ke), value if state_id == index else block[vs:ve]))
-            writer.write_block(key_group, encode_block(runs))
+                new_value = value if state_id == index and value is not None else block[vs:ve]
+                runs[-1][1].append((raw_key(block, ks, ke), new_value))
+            if first_block is not None and subtask == min(operator.subtasks) and start == present[0][0]:
+                writer.write_raw_block(key_group, first_block)
+            else:
+                writer.write_block(key_group, encode_block(runs))
         new = writer.finish()
         path.write_bytes(sink.getvalue())
         sub.managed_keyed_state = dataclasses.replace(handle, offsets=new.offsets, delegate=new.delegate)
@@ -331,3 +338,85 @@ def test_java_serialization_handles_are_bounded_when_compared(monkeypatch: pytes
     monkeypatch.setenv("FLINKSTATE_MAX_VALUE_NODES", "110")
     with pytest.raises(LimitExceeded):
         fingerprint(small)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Row 8: snappy blocks that expand 21 times
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def snappy_bomb(decompressed: int) -> bytes:
+    """A valid snappy frame stream (as Flink frames key-group blocks) of ``decompressed`` zero bytes: one 64 KiB
+    chunk compressed once (3 KiB) and repeated, so that the bomb costs nothing to build."""
+    chunk = 65536
+    stream = bytes(cramjam.snappy.compress(bytes(chunk)))
+    identifier, frame = stream[:10], stream[10:]
+    return identifier + frame * (decompressed // chunk)
+
+
+def snappy_savepoint(target: Path, decompressed: int) -> Path:
+    shutil.copytree(HEAP_23, target)
+    rewrite_values(target, KRYO_UID, "state-name", None, compressed=True, first_block=snappy_bomb(decompressed))
+    return target
+
+
+def test_a_snappy_bomb_is_refused_before_it_is_decompressed(tmp_path: Path) -> None:
+    """640 MiB from 30 MB under a 1 GiB address space: today's reader decompressed it whole (dump peaked at 3 GB on
+    the issue's bomb; migrate reported the MemoryError as a corrupted block). Both refuse it by the budget now."""
+    savepoint = snappy_savepoint(tmp_path / "snappy", 640 * 1024 * 1024)
+    before = tree_hash(savepoint)
+    schema = tmp_path / "schema.yaml"
+    assert run_cli("schema", str(savepoint), "-o", str(schema))[0] == 0  # headers only: the blocks are not read
+    for argv in (["dump", str(savepoint), "--operator", KRYO_UID, "--state", "state-name"],
+                 ["migrate", str(savepoint), "--schema", str(schema), "--output", str(tmp_path / "out")]):
+        status, _, err = run_cli(*argv, memory=1024 * 1024 * 1024)
+        assert status == 1 and "Traceback" not in err, err[-500:]
+        [line] = err.splitlines()
+        assert line.startswith(f"flinkstate: error: {savepoint}/") and KRYO_UID in line and "key group" in line
+        assert "snappy data decompresses to 671,088,640 bytes" in line and "corrupt" not in line
+        assert "over the limit of 268,435,456 decompressed bytes per block" in line
+        assert "FLINKSTATE_MAX_DECOMPRESSED_BYTES" in line
+    assert not (tmp_path / "out").exists() and tree_hash(savepoint) == before
+
+
+def test_out_of_memory_while_decompressing_is_not_called_corruption(tmp_path: Path) -> None:
+    savepoint = snappy_savepoint(tmp_path / "snappy", 640 * 1024 * 1024)
+    status, _, err = run_cli("dump", str(savepoint), "--operator", KRYO_UID, "--state", "state-name",
+                             env={"FLINKSTATE_MAX_DECOMPRESSED_BYTES": str(1 << 40)}, memory=1024 * 1024 * 1024)
+    assert status == 1 and "corrupt" not in err and "Traceback" not in err, err[-500:]
+    [line] = err.splitlines()
+    assert line.startswith(f"flinkstate: error: {savepoint}/") and "out of memory decompressing" in line
+
+
+def test_blocks_within_the_budget_decompress_as_flink_wrote_them(tmp_path: Path) -> None:
+    """The recompressed copy reads the values Flink wrote; its blocks' frame headers give their exact size, so a
+    budget one byte short of the largest block refuses it."""
+    savepoint = tmp_path / "snappy"
+    shutil.copytree(HEAP_23, savepoint)
+    rewrite_values(savepoint, KRYO_UID, "state-name", None, compressed=True)
+    source, copy = flinkstate.open_savepoint(str(HEAP_23)), flinkstate.open_savepoint(str(savepoint))
+
+    def values(sp: flinkstate.Savepoint) -> list[object]:
+        return sorted(map(repr, sp.iter_entries(next(op for op in sp.operators if op.uid == KRYO_UID), "state-name")))
+
+    assert values(copy) == values(source) and len(values(source)) > 1
+    largest = max(framed_length(block) for block in stored_blocks(savepoint, KRYO_UID))
+    os.environ["FLINKSTATE_MAX_DECOMPRESSED_BYTES"] = str(largest - 1)
+    try:
+        with pytest.raises(LimitExceeded, match=f"decompresses to {largest} bytes"):
+            values(flinkstate.open_savepoint(str(savepoint)))
+    finally:
+        del os.environ["FLINKSTATE_MAX_DECOMPRESSED_BYTES"]
+
+
+def stored_blocks(savepoint: Path, uid: str) -> list[bytes]:
+    metadata = read_metadata((savepoint / "_metadata").read_bytes())
+    operator = next(op for op in metadata.operators if op.uid == uid)
+    blocks = []
+    for sub in operator.subtasks.values():
+        handle = sub.managed_keyed_state
+        assert isinstance(handle, KeyGroupsStateHandle) and isinstance(handle.delegate, RelativeFileStateHandle)
+        data = (savepoint / handle.delegate.relative_path).read_bytes()
+        starts = sorted(o for o in handle.offsets.offsets if o)
+        blocks += [data[a:b] for a, b in zip(starts, [*starts[1:], len(data)], strict=True)]
+    return blocks

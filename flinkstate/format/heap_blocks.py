@@ -39,6 +39,7 @@ import cramjam
 
 from flinkstate.binary import I16, I32
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
+from flinkstate.format.snappy_frames import SnappyCorrupt, decompress_framed
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
 
 Decoder = Callable[[bytes, int], tuple[Any, int]]
@@ -187,8 +188,8 @@ def block_payload(data: bytes, compressed: bool) -> tuple[int, bytes]:
     if not compressed:
         return key_group, data[4:]
     try:
-        return key_group, bytes(cramjam.snappy.decompress(data[4:]))
-    except Exception as exc:  # cramjam raises its own DecompressionError
+        return key_group, decompress_framed(data[4:])
+    except SnappyCorrupt as exc:
         raise SavepointFormatError(f"corrupted snappy stream ({exc})", offset=4) from None
 
 

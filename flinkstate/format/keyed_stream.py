@@ -43,7 +43,9 @@ from flinkstate.format.keyed_header import (
     StateMetaInfo,
     read_stream_header,
 )
+from flinkstate.format.snappy_frames import SnappyCorrupt, decompress_framed
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+from flinkstate.limits import LimitExceeded
 from flinkstate.storage.locations import SavepointLocation
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -229,8 +231,10 @@ class KeyedStateStream:
         if not self.header().compressed:
             return data
         try:
-            return bytes(cramjam.snappy.decompress(data))
-        except Exception as exc:  # cramjam raises its own DecompressionError
+            return decompress_framed(data)
+        except LimitExceeded as exc:
+            raise LimitExceeded(f"{context}: key group {key_group}: {exc.what}", self.source.path, start) from None
+        except SnappyCorrupt as exc:
             raise SavepointFormatError(f"{context}: key group {key_group}: corrupted snappy block ({exc})",
                                        self.source.path, start) from None
 

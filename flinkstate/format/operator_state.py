@@ -30,13 +30,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import cramjam
-
 from flinkstate.binary import I32, Reader, Writer
 from flinkstate.format.handles import ByteStreamStateHandle, OperatorStateMeta, OperatorStreamStateHandle
 from flinkstate.format.keyed_header import StateMetaInfo, read_state_meta_info, write_state_meta_info
 from flinkstate.format.keyed_stream import StreamSource
+from flinkstate.format.snappy_frames import SnappyCorrupt, decompress_framed
 from flinkstate.format_errors import SavepointFormatError, UnknownSerializerSnapshot, UnsupportedFormat
+from flinkstate.limits import LimitExceeded
 from flinkstate.storage.locations import SavepointLocation
 
 OPERATOR_PROXY_VERSIONS = (5, 6)
@@ -154,8 +154,11 @@ class OperatorStateStream:
             data = self.source.read(offset, end - offset)
             if compressed:
                 try:
-                    data = bytes(cramjam.snappy.decompress(SNAPPY_STREAM_IDENTIFIER + data))
-                except Exception as exc:  # cramjam raises its own DecompressionError
+                    data = decompress_framed(SNAPPY_STREAM_IDENTIFIER + data)
+                except LimitExceeded as exc:
+                    raise LimitExceeded(f"{self.context}, state {name}: {exc.what}", self.source.path,
+                                        offset) from None
+                except SnappyCorrupt as exc:
                     raise SavepointFormatError(f"{self.context}, state {name}: corrupted snappy frames ({exc})",
                                                self.source.path, offset) from None
             found.append((offset, data))
