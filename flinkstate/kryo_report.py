@@ -24,16 +24,21 @@ def add_kryo_verdicts(savepoint: Savepoint, description: dict[str, Any]) -> None
     """Adds ``"kryo"`` (one line) to every keyed state in ``description`` whose value, element or user key
     serializer holds a Kryo serializer."""
     for op in description["operators"]:
-        if not op["keyed_states"] or "error" in op:
-            continue
-        header = savepoint.keyed_header(op["id"], tolerant=True)
-        states = {s.name: s for s in header.states} if header is not None else {}
-        for state in op["keyed_states"]:
-            meta = states.get(state["name"])
-            if meta is not None and meta.kind != "TIMERS":
-                verdict = kryo_verdict(savepoint, op["id"], meta)
-                if verdict is not None:
-                    state["kryo"] = verdict
+        add_operator_kryo_verdicts(savepoint, op)
+
+
+def add_operator_kryo_verdicts(savepoint: Savepoint, op: dict[str, Any]) -> None:
+    """:func:`add_kryo_verdicts` for one operator's description (``describe`` streams them)."""
+    if not op["keyed_states"] or "error" in op:
+        return
+    header = savepoint.keyed_header(op["id"], tolerant=True)
+    states = {s.name: s for s in header.states} if header is not None else {}
+    for state in op["keyed_states"]:
+        meta = states.get(state["name"])
+        if meta is not None and meta.kind != "TIMERS":
+            verdict = kryo_verdict(savepoint, op["id"], meta)
+            if verdict is not None:
+                state["kryo"] = verdict
 
 
 def kryo_verdict(savepoint: Savepoint, operator_id: str, state: StateMetaInfo) -> str | None:
@@ -111,5 +116,5 @@ def metadata_version_refusal(source: Savepoint, metadata_version: int | None) ->
     return None
 
 
-__all__ = ["SAMPLE_BLOCKS", "SAMPLE_VALUES", "add_kryo_verdicts", "kryo_records", "kryo_verdict",
-           "metadata_version_refusal"]
+__all__ = ["SAMPLE_BLOCKS", "SAMPLE_VALUES", "add_kryo_verdicts", "add_operator_kryo_verdicts", "kryo_records",
+           "kryo_verdict", "metadata_version_refusal"]

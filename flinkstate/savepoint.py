@@ -310,12 +310,17 @@ class Savepoint:
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description (what ``flinkstate describe --json`` prints)."""
-        return {
-            "path": self.location.uri,
-            "metadata_version": self.metadata.version,
-            "checkpoint_id": self.metadata.checkpoint_id,
-            "operators": [self._describe_operator(op) for op in self.operators],
-        }
+        return {**self.describe_head(), "operators": list(self.describe_operators())}
+
+    def describe_head(self) -> dict[str, Any]:
+        """The description without its operators."""
+        return {"path": self.location.uri, "metadata_version": self.metadata.version,
+                "checkpoint_id": self.metadata.checkpoint_id}
+
+    def describe_operators(self) -> Iterator[dict[str, Any]]:
+        """Each operator's description in turn, so that a savepoint of a million operators can be described without
+        holding a million descriptions."""
+        return (self._describe_operator(op) for op in self.operators)
 
     def _describe_operator(self, op: OperatorState) -> dict[str, Any]:
         result: dict[str, Any] = {

@@ -29,7 +29,7 @@ from flinkstate.format.handles import KeyGroupRangeOffsets, KeyGroupsStateHandle
 from flinkstate.format.key_group_block import encode_block, iter_raw_entries, raw_key
 from flinkstate.format.keyed_header import VALUE_SERIALIZER, read_keyed_header, write_state_meta_info
 from flinkstate.format.keyed_stream import KeyedStreamWriter
-from flinkstate.format.metadata import read_metadata, write_metadata
+from flinkstate.format.metadata import OperatorState, read_metadata, write_metadata
 from flinkstate.format.snappy_frames import framed_length
 from flinkstate.limits import LimitExceeded
 from flinkstate.serializers.collections import ListSnapshot
@@ -420,3 +420,48 @@ def stored_blocks(savepoint: Path, uid: str) -> list[bytes]:
         starts = sorted(o for o in handle.offsets.offsets if o)
         blocks += [data[a:b] for a, b in zip(starts, [*starts[1:], len(data)], strict=True)]
     return blocks
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Row 9: a _metadata listing a great many operators
+# ------------------------------------------------------------------------------------------------------------------
+
+MEASURE_PEAK = ("import resource, sys\nfrom flinkstate.cli import main\nstatus = main(sys.argv[1:])\n"
+                "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, file=sys.stderr)\nsys.exit(status)\n")
+
+
+def describe_peak(savepoint: Path, output: Path) -> int:
+    """``describe --json`` in its own process (under the memory limit and the deadline), stdout to ``output``:
+    the process's peak resident memory in bytes."""
+    with output.open("w") as sink:
+        done = subprocess.run([sys.executable, "-c", MEASURE_PEAK, "describe", "--json", str(savepoint)],
+                              stdout=sink, stderr=subprocess.PIPE, text=True, timeout=DEADLINE_S, cwd=ROOT,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT,) * 2))
+    assert done.returncode == 0, done.stderr[-500:]
+    return int(done.stderr.split()[-1])
+
+
+def test_describe_of_many_operators_holds_one_operator_at_a_time(tmp_path: Path) -> None:
+    """30,000 empty operators added to Flink's savepoint (1 MB of _metadata): describe --json used to hold every
+    operator's description and the whole JSON text at once (about 120 times the file; the issue's million operators
+    took 3.6 GB). Streamed, what it adds to a small savepoint's peak is the parsed metadata: here under 40 times the
+    file. The output is still the whole description, operators in order."""
+    many = tmp_path / "many"
+    shutil.copytree(HEAP_23, many)
+    metadata = read_metadata((many / "_metadata").read_bytes())
+    flink_operators = [op.operator_id for op in metadata.operators]
+    metadata.operators.extend(OperatorState(f"{i:032x}", 1, 128) for i in range(30_000))
+    (many / "_metadata").write_bytes(write_metadata(metadata))
+    size = (many / "_metadata").stat().st_size
+    baseline = describe_peak(HEAP_23, tmp_path / "small.json")
+    peak = describe_peak(many, tmp_path / "many.json")
+    print(f"describe --json of {size} bytes of _metadata: {(peak - baseline) / size:.1f} times it above the baseline")
+    assert peak - baseline < 40 * size, f"{(peak - baseline) / size:.0f} times the {size} bytes of _metadata"
+    described = json.loads((tmp_path / "many.json").read_text())
+    assert [op["id"] for op in described["operators"]] == flink_operators + [f"{i:032x}" for i in range(30_000)]
+    small = json.loads((tmp_path / "small.json").read_text())
+    assert described["operators"][:len(flink_operators)] == small["operators"]
+    assert described["operators"][-1] == {
+        "id": f"{29_999:032x}", "uid": None, "name": None, "parallelism": 1, "max_parallelism": 128, "subtasks": 0,
+        "finished_subtasks": [], "fully_finished": False, "operator_states": [], "coordinator_state_bytes": None,
+        "key_group_ranges": [], "keyed_states": [], "operator_state_details": []}
