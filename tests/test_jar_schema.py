@@ -1,0 +1,260 @@
+"""Issue 25, the job is the truth: ``flinkstate schema --jar`` against real Flink 2.3 (and 1.20.3, 2.2.0).
+
+Ground truth: for each job jar, the manifest the jar inspector derives (main() run as ``flink run`` builds a job,
+each operator opened with empty state and snapshotted) equals ``schema`` of a savepoint the same jar wrote on a real
+cluster, operator by operator, and every serializer snapshot is the same bytes (key serializer, each keyed state's
+meta info, each operator state's meta info). The savepoints: the session's sample-job v1 savepoints (HashMap and
+RocksDB, snappy on and off, parallelism 1 and 2) and the 1.20.3 / 2.2.0 ones, and, taken here in one batch of short
+runs on the session cluster, sample-job v2 and v3, three compatibility-matrix variants and a job that registers one
+state lazily. Plus: what the comparison says when the jar is another version (it can fail), the lazily registered
+state reported as such, main() needing arguments or a config file, failing, hanging; the cache; the CLI.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from flinkstate import FlinkStateError
+from flinkstate.cli import main as cli_main
+from flinkstate.engine.jar_schema import JarSchema, inspect_jar, unregistered_states
+from flinkstate.engine.local import LocalFlinkCluster
+from flinkstate.format.keyed_header import state_meta_bytes
+from flinkstate.manifest import OperatorSchema, manifest_from_savepoint
+from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.registry import snapshot_bytes
+from tests.support import compat_matrix, sample_job
+from tests.support.java_build import build_jar
+
+pytestmark = pytest.mark.flink  # every test starts the inspector's JVM on Flink's runtime; most use the cluster
+
+LAZY_SOURCES = Path(__file__).resolve().parent / "support" / "lazy_state_job"
+LAZY_ENTRY_CLASS = "lazystate.LazyStateJob"
+#: The compatibility-matrix variants whose savepoints are taken here: POJO, Row, Tuple, enum and Long states; TTL
+#: wrapping; a state of another kind.
+MATRIX_VARIANTS = ("base", "ttl-enabled", "state-kind-changed")
+SAMPLE_VERSIONS = ("v2", "v3")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("jar-schema-cache")
+
+
+@pytest.fixture(scope="module")
+def lazy_jar() -> Path:
+    return build_jar(LAZY_SOURCES, LAZY_SOURCES / "build" / "lazy-state-job.jar", LAZY_ENTRY_CLASS)
+
+
+@pytest.fixture(scope="module")
+def taken(flink_cluster: LocalFlinkCluster, tmp_path_factory: pytest.TempPathFactory,
+          lazy_jar: Path) -> dict[str, Path]:
+    """name -> savepoint written on the session cluster by that jar: sample-v2, sample-v3, matrix-<variant>, lazy.
+    The jobs run side by side (one slot each) and are each stopped with a savepoint once every key was seen."""
+    work = tmp_path_factory.mktemp("jar-schema-savepoints")
+    client = flink_cluster.client
+    waits = {}
+    for version in SAMPLE_VERSIONS:
+        run = sample_job.submit(client, version, work / f"audit-{version}", keys=5, rate=400, wait=False)
+        waits[f"sample-{version}"] = (run.job_id, run.wait_for_keys)
+    for variant in MATRIX_VARIANTS:
+        matrix = compat_matrix.submit(client, variant, work / f"audit-{variant}", backend="hashmap", rate=200)
+        waits[f"matrix-{variant}"] = (matrix.job_id, matrix.wait_for_keys)
+    marker = work / "lazy-marker"
+    lazy_id = client.submit_jar(lazy_jar, entry_class=LAZY_ENTRY_CLASS, parallelism=1,
+                                program_args=["--keys", "3", "--marker-dir", str(marker)])
+    waits["lazy"] = (lazy_id, lambda: _wait_for(marker / "seen-0"))
+    savepoints = {}
+    for name, (job_id, wait) in waits.items():
+        client.wait_until_running(job_id, timeout=120)
+        wait()
+        location = client.stop_with_savepoint(job_id, str(work / f"raw-{name}"))
+        savepoints[name] = Path(shutil.move(location.removeprefix("file:"), work / name))
+    return savepoints
+
+
+def _wait_for(path: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear")
+        time.sleep(0.2)
+
+
+def differences(schema: JarSchema, savepoint_dir: Path) -> list[str]:
+    """Where the jar's schema and the savepoint's differ: operators (by label and id), each operator's manifest
+    entry, and the bytes of the key serializer snapshot and of every keyed and operator state's meta info."""
+    savepoint = Savepoint.open(savepoint_dir)
+    jar_manifest = schema.manifest()
+    savepoint_manifest = manifest_from_savepoint(savepoint)
+    found = []
+    jar_operators = {op.operator_id: op for op in jar_manifest.operators.values()}
+    savepoint_operators = {op.operator_id: op for op in savepoint_manifest.operators.values()}
+    # by id: a savepoint of Flink 1.x records no uids (its manifest labels operators by id)
+    if set(jar_operators) != set(savepoint_operators) or any(
+            op.uid is not None and op.label != jar_operators[op.operator_id].label
+            for op in savepoint_operators.values() if op.operator_id in jar_operators):
+        found.append(f"operators: jar {sorted(jar_manifest.operators)}, "
+                     f"savepoint {sorted(savepoint_manifest.operators)}")
+    for operator_id, operator in savepoint_operators.items():
+        registered = jar_operators.get(operator_id)
+        if registered is not None and _entry(registered) != _entry(operator):
+            found.append(f"{operator.label}: jar {registered.to_dict()}, savepoint {operator.to_dict()}")
+    for inspected in schema.operators:
+        op = next((o for o in savepoint.operators if o.operator_id == inspected.operator_id), None)
+        if op is None:
+            continue
+        header = savepoint.keyed_header(op)
+        if (inspected.keyed is None) != (header is None):
+            found.append(f"{inspected.label}: keyed state in the jar {inspected.keyed is not None}, in the savepoint "
+                         f"{header is not None}")
+        elif inspected.keyed is not None and header is not None:
+            assert inspected.keyed.key_serializer is not None and header.key_serializer is not None
+            if snapshot_bytes(inspected.keyed.key_serializer) != snapshot_bytes(header.key_serializer):
+                found.append(f"{inspected.label}: key serializer snapshot bytes")
+            jar_states = {meta.name: state_meta_bytes(meta) for meta in inspected.keyed.states}
+            savepoint_states = {meta.name: state_meta_bytes(meta) for meta in header.states}
+            for name in sorted(set(jar_states) | set(savepoint_states)):
+                if jar_states.get(name) != savepoint_states.get(name):
+                    found.append(f"{inspected.label}, state {name}: meta info bytes")
+        streams = savepoint.operator_state_streams(op)
+        if (inspected.operator is None) != (not streams):
+            found.append(f"{inspected.label}: operator state in the jar {inspected.operator is not None}, in the "
+                         f"savepoint {bool(streams)}")
+        elif inspected.operator is not None:
+            saved = streams[0][1].header()
+            jar_metas = [state_meta_bytes(m) for m in [*inspected.operator.list_states,
+                                                       *inspected.operator.broadcast_states]]
+            saved_metas = [state_meta_bytes(m) for m in [*saved.list_states, *saved.broadcast_states]]
+            if jar_metas != saved_metas:
+                found.append(f"{inspected.label}: operator state meta info bytes")
+    return found
+
+
+def _entry(operator: OperatorSchema) -> dict[str, Any]:
+    """The operator's manifest entry without the id it writes for an operator known by id alone."""
+    entry = operator.to_dict()
+    entry.pop("id", None)
+    return entry
+
+
+def test_sample_job_jars_give_the_schema_of_the_savepoints_they_write(
+        flink_savepoints: dict[str, Path], taken: dict[str, Path], cache: Path) -> None:
+    v1 = inspect_jar(sample_job.jar("v1"), cache_dir=cache)
+    assert {op.label for op in v1.operators if op.keyed or op.operator} == {"sequence-source", "stats"}
+    assert len(v1.manifest().operators["stats"].states) == 6  # 4 states and the two timer queues
+    for name, savepoint in flink_savepoints.items():  # HashMap and RocksDB, snappy or not, parallelism 1 and 2
+        assert differences(v1, savepoint) == [], name
+    for version in SAMPLE_VERSIONS:
+        schema = inspect_jar(sample_job.jar(version), cache_dir=cache, program_args=["--keys", "5"])
+        assert differences(schema, taken[f"sample-{version}"]) == [], version
+
+
+def test_compatibility_matrix_jars_give_the_schema_of_the_savepoints_they_write(
+        taken: dict[str, Path], cache: Path) -> None:
+    for variant in MATRIX_VARIANTS:
+        schema = inspect_jar(compat_matrix.jar(variant), cache_dir=cache, program_args=["--variant", variant])
+        assert differences(schema, taken[f"matrix-{variant}"]) == [], variant
+
+
+def test_a_jar_of_another_version_differs_where_the_versions_do(
+        flink_savepoints: dict[str, Path], cache: Path) -> None:
+    """The comparison can fail: v2's POJO Stats has a label field more than v1's, and nothing else differs."""
+    v2 = inspect_jar(sample_job.jar("v2"), cache_dir=cache, program_args=["--keys", "5"])
+    found = differences(v2, flink_savepoints["heap-p1"])
+    assert len(found) == 2, found
+    assert found[0].startswith("stats: jar ") and "'label': 'String'" in found[0]
+    assert found[1] == "stats, state stats: meta info bytes"
+
+
+def test_older_flink_versions_jars_give_the_schema_of_their_savepoints(
+        flink_matrix_savepoints: dict[str, tuple[Path, dict[str, object]]], cache: Path) -> None:
+    for version in ("1.20.3", "2.2.0"):
+        schema = inspect_jar(sample_job.jar("v1", sample_job.JOB_DIR / "build" / f"flink-{version}"),
+                             flink_home=sample_job.ROOT / ".flink-dists" / version / "pyflink", cache_dir=cache)
+        assert schema.flink_version == version
+        for name, (savepoint, _) in flink_matrix_savepoints.items():
+            if name.startswith(f"{version}/"):
+                assert differences(schema, savepoint) == [], name
+
+
+def test_a_state_registered_lazily_is_reported_as_such(taken: dict[str, Path], lazy_jar: Path, cache: Path) -> None:
+    schema = inspect_jar(lazy_jar, cache_dir=cache, program_args=["--keys", "3"])
+    jar_manifest = schema.manifest()
+    savepoint_manifest = manifest_from_savepoint(Savepoint.open(taken["lazy"]))
+    # the uid-less operator: the id Flink generated for it on the cluster
+    uidless = [op for op in savepoint_manifest.operators.values() if op.uid is None]
+    assert len(uidless) == 1 and jar_manifest.find(uidless[0].operator_id) is not None
+    assert list(jar_manifest.find(uidless[0].operator_id).states) == [  # type: ignore[union-attr]
+        "total", "_timer_state/processing_user-timers", "_timer_state/event_user-timers"]
+    assert differences(schema, taken["lazy"])[-1] == "lazy, state seen: meta info bytes"  # the uid-less one agrees
+    timers = ["_timer_state/processing_user-timers", "_timer_state/event_user-timers"]
+    assert set(savepoint_manifest.operators["lazy"].states) == {"count", "seen", *timers}
+    assert set(jar_manifest.operators["lazy"].states) == {"count", *timers}
+    without_seen = savepoint_manifest.operators["lazy"].to_dict()
+    del without_seen["states"]["seen"]
+    assert jar_manifest.operators["lazy"].to_dict() == without_seen
+    assert differences(schema, taken["lazy"]) == [
+        f"lazy: jar {jar_manifest.operators['lazy'].to_dict()}, savepoint "
+        f"{savepoint_manifest.operators['lazy'].to_dict()}",
+        "lazy, state seen: meta info bytes"]
+    unregistered = unregistered_states(savepoint_manifest, jar_manifest)
+    assert [(u.operator, u.state, u.kind) for u in unregistered] == [("lazy", "seen", "MAP")]
+    assert unregistered[0].line() == (
+        "operator lazy, state seen (MAP): the savepoint holds it but the jar does not register it when the operator "
+        "opens (registered lazily on first use, or removed): register it in open(), or declare it in the manifest "
+        "(renamed_from, or dropped_states)")
+
+
+def test_main_needing_arguments_or_a_config_file_failing_or_hanging(
+        lazy_jar: Path, cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "job.properties"
+    config.write_text("keys=3\n")
+    from_config = inspect_jar(lazy_jar, cache_dir=cache, program_args=["--config", str(config)])
+    assert not from_config.cached and 0 < from_config.seconds < 60
+    again = inspect_jar(lazy_jar, cache_dir=cache, program_args=["--config", str(config)])
+    assert again.cached and again.seconds == 0 and again.manifest().to_dict() == from_config.manifest().to_dict()
+    assert "count" in from_config.manifest().operators["lazy"].states
+
+    with pytest.raises(FlinkStateError) as failed:
+        inspect_jar(lazy_jar, cache_dir=cache)
+    assert str(failed.value) == (f"{lazy_jar}: main() of {LAZY_ENTRY_CLASS} failed: "
+                                 f"java.lang.IllegalArgumentException: LazyStateJob needs --keys N (or keys=N in "
+                                 f"--config FILE)")
+    missing = tmp_path / "missing.properties"
+    with pytest.raises(FlinkStateError) as failed:
+        inspect_jar(lazy_jar, cache_dir=cache, program_args=["--config", str(missing)])
+    assert str(failed.value) == (f"{lazy_jar}: main() of {LAZY_ENTRY_CLASS} failed: "
+                                 f"java.nio.file.NoSuchFileException: {missing}")
+    with pytest.raises(FlinkStateError) as failed:
+        inspect_jar(lazy_jar, cache_dir=cache, program_args=["--hang-in-main", "true"], timeout=4)
+    assert str(failed.value) == (f"{lazy_jar}: main() or an operator's open() did not finish within 4 s (the time "
+                                 f"limit; the JVM was stopped)")
+
+    # the CLI: one line, exit status 1, no traceback
+    assert cli_main(["schema", "--jar", str(lazy_jar), "--no-cache"]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"flinkstate: error: {lazy_jar}: main() of {LAZY_ENTRY_CLASS} failed: "
+                   f"java.lang.IllegalArgumentException: LazyStateJob needs --keys N (or keys=N in --config FILE)\n")
+
+
+def test_the_cli_writes_the_manifest_schema_writes_of_a_savepoint(
+        flink_savepoints: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    monkeypatch.setenv("FLINKSTATE_CACHE_DIR", str(cache))
+    from_jar, from_savepoint = tmp_path / "jar.yaml", tmp_path / "savepoint.yaml"
+    assert cli_main(["schema", "--jar", str(sample_job.jar("v1")), "-o", str(from_jar), "--", "--keys", "7"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"flinkstate: schema of {sample_job.jar('v1')} (Flink 2.3.0): 2 stateful operators of 3, "
+                          f"in ") and err.endswith(" s (one JVM)\n"), err
+    assert cli_main(["schema", str(flink_savepoints["heap-p2"]), "-o", str(from_savepoint)]) == 0
+    jar_document = yaml.safe_load(from_jar.read_text())
+    assert jar_document["job"] == "keyed-stats-v1"
+    assert jar_document["operators"] == yaml.safe_load(from_savepoint.read_text())["operators"]
+    assert cli_main(["schema", "--jar", str(sample_job.jar("v1")), "-o", str(from_jar), "--", "--keys", "7"]) == 0
+    assert capsys.readouterr().err.endswith(", from the cache\n")
