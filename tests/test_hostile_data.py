@@ -30,7 +30,7 @@ from flinkstate.format.key_group_block import encode_block, iter_raw_entries, ra
 from flinkstate.format.keyed_header import VALUE_SERIALIZER, read_keyed_header, write_state_meta_info
 from flinkstate.format.keyed_stream import KeyedStreamWriter
 from flinkstate.format.metadata import OperatorState, read_metadata, write_metadata
-from flinkstate.format.snappy_frames import framed_length
+from flinkstate.format.snappy_frames import SnappyCorrupt, decompress_framed, framed_length
 from flinkstate.limits import LimitExceeded
 from flinkstate.serializers.collections import ListSnapshot
 from flinkstate.serializers.composite import COMPOSITE_MAGIC, COMPOSITE_VERSION, NESTED_MAGIC, NESTED_VERSION
@@ -416,6 +416,19 @@ def test_blocks_within_the_budget_decompress_as_flink_wrote_them(tmp_path: Path)
             values(flinkstate.open_savepoint(str(savepoint)))
     finally:
         del os.environ["FLINKSTATE_MAX_DECOMPRESSED_BYTES"]
+
+
+def test_a_corrupted_chunk_length_is_corruption_not_a_large_block(tmp_path: Path) -> None:
+    """A frame holds at most 64 KiB: a chunk whose length preamble says more is corrupt, not over a budget."""
+    savepoint = tmp_path / "snappy"
+    shutil.copytree(HEAP_23, savepoint)
+    rewrite_values(savepoint, KRYO_UID, "state-name", None, compressed=True)
+    block = bytearray(stored_blocks(savepoint, KRYO_UID)[0])
+    assert framed_length(bytes(block)) == len(decompress_framed(bytes(block)))
+    assert block[10] == 0x01  # a block this small is stored as an uncompressed chunk: its length is its size
+    block[11:14] = b"\xff\xff\x7f"
+    with pytest.raises(SnappyCorrupt, match="more than the 65536 a snappy frame holds"):
+        decompress_framed(bytes(block))
 
 
 def stored_blocks(savepoint: Path, uid: str) -> list[bytes]:

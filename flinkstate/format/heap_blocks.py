@@ -41,6 +41,7 @@ from flinkstate.binary import I16, I32
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.format.snappy_frames import SnappyCorrupt, decompress_framed
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
+from flinkstate.limits import LimitExceeded
 
 Decoder = Callable[[bytes, int], tuple[Any, int]]
 
@@ -189,6 +190,8 @@ def block_payload(data: bytes, compressed: bool) -> tuple[int, bytes]:
         return key_group, data[4:]
     try:
         return key_group, decompress_framed(data[4:])
+    except LimitExceeded as exc:  # placed as a corrupted stream is, at the frames' start
+        raise LimitExceeded(exc.what, offset=4) from None
     except SnappyCorrupt as exc:
         raise SavepointFormatError(f"corrupted snappy stream ({exc})", offset=4) from None
 

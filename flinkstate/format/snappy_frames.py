@@ -18,6 +18,8 @@ from flinkstate.limits import DECOMPRESSED_BYTES, LimitExceeded
 
 _COMPRESSED, _UNCOMPRESSED, _STREAM_IDENTIFIER = 0x00, 0x01, 0xFF
 _CRC_BYTES = 4
+#: The framing format's bound on a chunk's uncompressed data (xerial's and cramjam's frames are this size).
+MAX_CHUNK_BYTES = 65536
 
 
 class SnappyCorrupt(ValueError):
@@ -25,18 +27,24 @@ class SnappyCorrupt(ValueError):
 
 
 def framed_length(data: bytes) -> int:
-    """The bytes a frame stream decompresses to, from its chunk headers (a malformed stream counts what its
-    well-formed chunks say; decompressing it then fails as corrupt)."""
+    """The bytes a frame stream decompresses to, from its chunk headers. A chunk that says more than a frame holds
+    (64 KiB) is :class:`SnappyCorrupt`, so that a corrupted length is not taken for a large block; any other
+    malformation counts what the well-formed chunks say, and decompressing then fails as corrupt."""
     total = pos = 0
     size = len(data)
     while pos + 4 <= size:
         kind = data[pos]
         length = data[pos + 1] | data[pos + 2] << 8 | data[pos + 3] << 16
         body = pos + 4
+        chunk = 0
         if kind == _COMPRESSED:
-            total += _preamble(data, body + _CRC_BYTES, min(body + length, size))
+            chunk = _preamble(data, body + _CRC_BYTES, min(body + length, size))
         elif kind == _UNCOMPRESSED:
-            total += max(0, length - _CRC_BYTES)
+            chunk = max(0, length - _CRC_BYTES)
+        if chunk > MAX_CHUNK_BYTES:
+            raise SnappyCorrupt(f"a chunk at byte {pos} says {chunk} bytes, more than the {MAX_CHUNK_BYTES} a snappy "
+                                f"frame holds")
+        total += chunk
         pos = body + length
     return total
 
