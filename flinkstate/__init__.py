@@ -34,6 +34,14 @@ __version__ = "0.1.0"
 from flinkstate.binary import Reader, Writer
 from flinkstate.bounded_yaml import YAMLRefused, load_yaml
 from flinkstate.compatibility import Compatibility, Finding, Verdict
+from flinkstate.engine.jar_schema import (
+    DEFAULT_MAX_HEAP,
+    DEFAULT_TIMEOUT_SECONDS,
+    JarSchema,
+    UnregisteredState,
+    inspect_jar,
+    unregistered_states,
+)
 from flinkstate.engine.local import LocalFlinkCluster
 from flinkstate.engine.rest import (
     FlinkJobFailed,
@@ -128,6 +136,8 @@ __all__ = [
     "ALLOW_CODE_HELP",
     "BACKENDS",
     "DEFAULT_GRACE",
+    "DEFAULT_MAX_HEAP",
+    "DEFAULT_TIMEOUT_SECONDS",
     "PLUGIN_GROUP",
     "SOURCE_SPLITS_STATE",
     "SUPPORTED_VERSIONS",
@@ -147,6 +157,7 @@ __all__ = [
     "FlinkTimeout",
     "FlinkUnreachable",
     "HandleRefused",
+    "JarSchema",
     "JobVersion",
     "JournalConflict",
     "KeyedStateInfo",
@@ -177,6 +188,7 @@ __all__ = [
     "StorageError",
     "SubtaskResult",
     "TypeSerializerSnapshot",
+    "UnregisteredState",
     "UnsupportedFormat",
     "UpgradeError",
     "UpgradeJournal",
@@ -195,6 +207,7 @@ __all__ = [
     "describe_outcome",
     "describe_run",
     "exists",
+    "inspect_jar",
     "load_function",
     "load_manifest",
     "load_yaml",
@@ -225,6 +238,7 @@ __all__ = [
     "track",
     "type_snapshot",
     "unrecorded",
+    "unregistered_states",
     "verify_migration",
     "verify_published",
     "why_left_alone",

@@ -13,15 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from flinkstate import (
+    DEFAULT_MAX_HEAP,
+    DEFAULT_TIMEOUT_SECONDS,
     FlinkStateError,
     Savepoint,
     TypeSerializerSnapshot,
+    inspect_jar,
     manifest_from_savepoint,
     printable,
     type_snapshot,
 )
 from flinkstate.cli.verbose import phase, savepoint_opened
-from flinkstate.engine.jar_schema import DEFAULT_MAX_HEAP, DEFAULT_TIMEOUT_SECONDS, inspect_jar
 
 JAR_WARNING = ("--jar runs the job's own main() and its operators' initializeState() and open() code (what runs in "
                "production anyway) in a JVM of its own, limited by --timeout and --max-heap; sources are only "
