@@ -102,6 +102,9 @@ def _healthy(client: FlinkRestClient, job_id: str, *, checkpoints: int, timeout:
 UNREACHABLE_PAUSE = 2.0
 #: HTTP statuses Flink answers while it is not yet able to (Service Unavailable: no leader yet): waited out too.
 NOT_YET_SERVING = frozenset({502, 503, 504})
+#: A rollback job that failed only for want of slots (a TaskManager just started has not registered yet) is
+#: started again until the timeout, like one waiting for slots.
+NO_SLOTS_YET = "NoResourceAvailableException"
 
 
 def restore_old(client: FlinkRestClient, journal: UpgradeJournal, actor: str, *, timeout: float = 300,
@@ -112,9 +115,9 @@ def restore_old(client: FlinkRestClient, journal: UpgradeJournal, actor: str, *,
     a failed restore closes the journal with outcome DOWN and says so.
 
     Bounded by ``timeout`` as a whole: a Flink that does not answer (a JobManager restarting) is asked again until
-    then, not taken as final. Restoring needs only to read the stop savepoint, so the journal and registry writes
-    may fail (a full disk): each is retried, then reported in :attr:`UpgradeJournal.unsaved` and the account,
-    never fatal to the rollback."""
+    then, not taken as final, and a rollback job that failed for want of slots is started again. Restoring needs
+    only to read the stop savepoint, so the journal and registry writes may fail (a full disk): each is retried,
+    then reported in :attr:`UpgradeJournal.unsaved` and the account, never fatal to the rollback."""
     deadline = time.monotonic() + timeout
     journal.tolerate_write_failures()
     while True:
@@ -123,13 +126,13 @@ def restore_old(client: FlinkRestClient, journal: UpgradeJournal, actor: str, *,
         except JournalConflict:
             raise  # another actor owns the run now: do nothing more (in particular, cancel nothing)
         except FlinkRestError as exc:
-            waiting = isinstance(exc, FlinkUnreachable) or exc.status in NOT_YET_SERVING
+            waiting = isinstance(exc, FlinkUnreachable) or exc.status in NOT_YET_SERVING or NO_SLOTS_YET in str(exc)
             if waiting and time.monotonic() + UNREACHABLE_PAUSE < deadline:
                 time.sleep(UNREACHABLE_PAUSE)  # the JobManager may be on its way back: ask again
                 continue
-            return _rollback_failed(client, journal, actor, exc, reason, deadline)
+            return _rollback_failed(client, journal, actor, exc, reason, timeout)
         except (FlinkStateError, OSError) as exc:
-            return _rollback_failed(client, journal, actor, exc, reason, deadline)
+            return _rollback_failed(client, journal, actor, exc, reason, timeout)
         if journal.unsaved:
             result.account += f"; {unrecorded(journal)}"
         return result
@@ -194,16 +197,17 @@ def _restore_old_attempt(client: FlinkRestClient, journal: UpgradeJournal, actor
 
 
 def _rollback_failed(client: FlinkRestClient, journal: UpgradeJournal, actor: str, exc: BaseException, reason: str,
-                     deadline: float) -> Recovery:
+                     timeout: float) -> Recovery:
     """Closes the journal with outcome DOWN, saying why."""
     data, steps = journal.data, []
     why = f"rollback failed: {exc}"
     # A rollback job that could not run (say, waiting for slots no TaskManager offers) is cancelled, so that it
-    # cannot come up later beside the restore a person starts from the alert.
+    # cannot come up later beside the restore a person starts from the alert. Its end is awaited for up to the
+    # rollback's timeout (60 s at most), not only what is left of it: a job cancelled while restarting ends after.
     stuck = data.get("rollback_job_id")
     with contextlib.suppress(FlinkStateError, OSError):
         if stuck and _state(client, stuck) not in (None, *TERMINAL_STATES):
-            client.cancel(stuck, timeout=min(_remaining(deadline), 60))
+            client.cancel(stuck, timeout=min(timeout, 60))
             steps.append(f"cancelled the rollback job {stuck}, which did not run")
     if reason:
         why = f"{reason}; {why}"
