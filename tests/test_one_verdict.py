@@ -249,3 +249,21 @@ def test_a_removed_operator_with_allow_non_restored_state(tmp_path: Path):
                  "--allow-non-restored-state"]) == 0
     assert check(tmp_path / "out", manifest, migrated=True, allow_non_restored_state=True).exit_code == 0
     assert Savepoint.open(tmp_path / "out").operator(TIMELY) is not None
+
+
+def test_a_manifest_deployed_again_on_its_own_savepoint_restores(tmp_path: Path):
+    """A manifest that carried a version's conversion (count: Long -> String, to-string), deployed again on a
+    savepoint that version wrote (count already a String): the conversion is the identity there, so check says
+    restore (0) and migrate keeps every header, where a rename or a default would still be a migration."""
+    from flinkstate.migration.spec import parse_migration
+    from flinkstate.migration.transforms import build_transform
+    from flinkstate.typenotation import to_snapshot
+
+    v3 = to_snapshot({"pojo": "sample.Stats", "fields": {"count": "String", "key": "String", "total": "Long"}})
+    v2 = to_snapshot({"pojo": "sample.Stats", "fields": {"count": "Long", "key": "String", "total": "Long"}})
+    convert = parse_migration({"fields": {"count": {"convert": "to-string"}}}).fields
+    assert build_transform(v3, v3, rules=convert) is None
+    transform = build_transform(v2, v3, rules=convert)
+    assert transform is not None and transform({"count": 5, "key": "k", "total": 1})["count"] == "5"
+    for live in ({"count": {"default": "x"}}, {"count": {"from": "key"}}):
+        assert build_transform(v3, v3, rules=parse_migration({"fields": live}).fields) is not None

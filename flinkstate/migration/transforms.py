@@ -83,6 +83,26 @@ def restored_unaided(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -
     return result.verdict <= RECONFIGURED and not any(f.silent_misread for f in result.findings)
 
 
+def _inert(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, rules: dict[str, FieldRule]) -> bool:
+    """Whether field rules change nothing in a value whose old and new types are alike: each only converts a field
+    whose old type already is its new one (a built-in conversion to a value's own type is the identity), as when a
+    manifest that carried a version's migration is deployed again on a savepoint that version wrote. A rename, a
+    default or a nested rule is never inert."""
+    if not rules:
+        return True
+    if not isinstance(old, PojoSnapshot) or not isinstance(new, PojoSnapshot):
+        return False
+    old_fields = {f.name: f.snapshot for f in old.fields}
+    new_fields = {f.name: f.snapshot for f in new.fields}
+    for name, rule in rules.items():
+        before, after = old_fields.get(name), new_fields.get(name)
+        if "." in name or rule.source is not None or rule.has_default or before is None or after is None:
+            return False
+        if not restored_unaided(before, after):
+            return False
+    return True
+
+
 def _rows_reordered(row_names: RowNames, path: str) -> bool:
     """Whether a Row at or below ``path`` has other field names (or order) in the new version: Row snapshots store
     no names, so equal bytes do not mean equal values there."""
@@ -114,7 +134,7 @@ def build_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, *,
             return conversion(convert, old, new)
         except MigrationPlanError as exc:
             raise MigrationPlanError(f"{exc}{where}") from None
-    if not rules and restored_unaided(old, new) and not _rows_reordered(row_names, path):
+    if restored_unaided(old, new) and not _rows_reordered(row_names, path) and _inert(old, new, rules):
         return None
     for snapshot, side in ((old, "savepoint's"), (new, "manifest's")):
         if isinstance(snapshot, UnknownSnapshot):
