@@ -293,8 +293,11 @@ def test_avro_reader_writer_resolution():
 def test_cli_migrates_with_manifests(flink_savepoints: dict[str, Path], tmp_path: Path):
     from flinkstate.cli import main
 
+    # every operator with state is declared: one the manifest lacks is refused (as check says) without
+    # --allow-non-restored-state
     common = """manifest_version: 1
 operators:
+  sequence-source: {}
   stats:
     key: String
     states:
