@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from flinkstate.engine import LocalFlinkCluster
+from flinkstate.engine.rest import ACTIVE_STATES, FlinkRestError
 from tests.support import sample_job
 
 #: Session fixtures -> the marker of what they start. A test using one of them, directly or through another fixture,
@@ -95,12 +96,35 @@ MATRIX_VARIANTS: dict[str, tuple[str, bool, int]] = {
 @pytest.fixture(scope="session")
 def flink_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFlinkCluster]:
     """A real Flink 2.3 standalone cluster on 127.0.0.1, started once per test run."""
+    global _session_cluster
     cluster = LocalFlinkCluster(tmp_path_factory.mktemp("flink-cluster"), slots=4)
     cluster.start()
+    _session_cluster = cluster
     try:
         yield cluster
     finally:
+        _session_cluster = None
         cluster.stop()
+
+
+_session_cluster: LocalFlinkCluster | None = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_job_outlives_its_module() -> Iterator[None]:
+    """Cancels what a module left running on the session cluster (a fixture that failed half-way, a test that ended
+    early): its jobs would hold the four slots, and every later module would fail for want of resources."""
+    yield
+    cluster = _session_cluster
+    if cluster is None:
+        return
+    client = cluster.client
+    for job in client.list_jobs():
+        if job.get("state") in ACTIVE_STATES:
+            try:
+                client.cancel(job["jid"], wait=True, timeout=60)
+            except FlinkRestError:
+                pass  # ended by itself meanwhile
 
 
 def write_savepoints(

@@ -12,8 +12,10 @@ state reported as such, main() needing arguments or a config file, failing, hang
 
 from __future__ import annotations
 
+import functools
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,26 +57,39 @@ def lazy_jar() -> Path:
 def taken(flink_cluster: LocalFlinkCluster, tmp_path_factory: pytest.TempPathFactory,
           lazy_jar: Path) -> dict[str, Path]:
     """name -> savepoint written on the session cluster by that jar: sample-v2, sample-v3, matrix-<variant>, lazy.
-    The jobs run side by side (one slot each) and are each stopped with a savepoint once every key was seen."""
+    The jobs run side by side (one slot each), as many at a time as the cluster has slots, and are each stopped with
+    a savepoint once every key was seen."""
     work = tmp_path_factory.mktemp("jar-schema-savepoints")
     client = flink_cluster.client
-    waits = {}
-    for version in SAMPLE_VERSIONS:
+
+    def sample(version: str) -> tuple[str, Callable[[], object]]:
         run = sample_job.submit(client, version, work / f"audit-{version}", keys=5, rate=400, wait=False)
-        waits[f"sample-{version}"] = (run.job_id, run.wait_for_keys)
-    for variant in MATRIX_VARIANTS:
-        matrix = compat_matrix.submit(client, variant, work / f"audit-{variant}", backend="hashmap", rate=200)
-        waits[f"matrix-{variant}"] = (matrix.job_id, matrix.wait_for_keys)
-    marker = work / "lazy-marker"
-    lazy_id = client.submit_jar(lazy_jar, entry_class=LAZY_ENTRY_CLASS, parallelism=1,
-                                program_args=["--keys", "3", "--marker-dir", str(marker)])
-    waits["lazy"] = (lazy_id, lambda: _wait_for(marker / "seen-0"))
+        return run.job_id, run.wait_for_keys
+
+    def matrix(variant: str) -> tuple[str, Callable[[], object]]:
+        job = compat_matrix.submit(client, variant, work / f"audit-{variant}", backend="hashmap", rate=200)
+        return job.job_id, job.wait_for_keys
+
+    def lazy() -> tuple[str, Callable[[], object]]:
+        marker = work / "lazy-marker"
+        job_id = client.submit_jar(lazy_jar, entry_class=LAZY_ENTRY_CLASS, parallelism=1,
+                                   program_args=["--keys", "3", "--marker-dir", str(marker)])
+        return job_id, lambda: _wait_for(marker / "seen-0")
+
+    starts: dict[str, Callable[[], tuple[str, Callable[[], object]]]] = {
+        **{f"sample-{v}": functools.partial(sample, v) for v in SAMPLE_VERSIONS},
+        **{f"matrix-{v}": functools.partial(matrix, v) for v in MATRIX_VARIANTS},
+        "lazy": lazy,
+    }
+    names = list(starts)
     savepoints = {}
-    for name, (job_id, wait) in waits.items():
-        client.wait_until_running(job_id, timeout=120)
-        wait()
-        location = client.stop_with_savepoint(job_id, str(work / f"raw-{name}"))
-        savepoints[name] = Path(shutil.move(location.removeprefix("file:"), work / name))
+    for wave in range(0, len(names), flink_cluster.slots):
+        waits = {name: starts[name]() for name in names[wave:wave + flink_cluster.slots]}
+        for name, (job_id, wait) in waits.items():
+            client.wait_until_running(job_id, timeout=120)
+            wait()
+            location = client.stop_with_savepoint(job_id, str(work / f"raw-{name}"))
+            savepoints[name] = Path(shutil.move(location.removeprefix("file:"), work / name))
     return savepoints
 
 
