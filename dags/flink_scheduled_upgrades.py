@@ -7,8 +7,9 @@
 The release file's path or s3:// URI comes from the ``release_file`` param (manual runs), else the Airflow Variable
 ``flinkstate_release_file``, else the environment variable ``FLINKSTATE_RELEASE_FILE``. Its format and the rules
 (diff against the registry, windows, one try per release) are in ``plugins/flinkstate_airflow/releases.py``.
-While any flink_state_upgrade run is queued or running this DAG triggers nothing (``releases.plan_tick``); the
-upgrades it triggers together run side by side, one per deployment (flink_state_upgrade's journal is the lock).
+A deployment whose own upgrade run is unfinished is skipped until the next tick (``releases.plan_tick``); no other
+deployment waits for it. The upgrades a tick triggers run side by side, one per deployment (flink_state_upgrade's
+journal is the lock).
 """
 
 from __future__ import annotations
@@ -39,9 +40,7 @@ with DAG(
     @task
     def plan(params: dict | None = None, ti=None) -> list[dict]:  # Airflow injects the task instance
         release = releases.load_release(releases.release_file_location((params or {}).get("release_file")))
-        # Through the execution API: Airflow 3 tasks have no metadata-database access.
-        active = ti.get_dr_count(dag_id=releases.UPGRADE_DAG_ID, states=["queued", "running"])
-        tick = releases.plan_tick(release, datetime.now(timezone.utc), FlinkHook().get_conn(), active)
+        tick = releases.plan_tick(release, datetime.now(timezone.utc), FlinkHook().get_conn())
         for job, reason in tick["skipped"].items():
             log.info("%s: skipped: %s", job, reason)
         for trigger in tick["triggers"]:

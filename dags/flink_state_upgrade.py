@@ -168,6 +168,8 @@ with DAG(
             # The re-check, in the same application: the published savepoint against the new manifest and its
             # source; the report goes beside it, for the recheck task.
             "--recheck-report-dir", plan_value("run_dir", suffix="/migrated"),
+            # The check's verdict is the plan migrate runs: the same answer on dropped states for both.
+            "--allow-non-restored-state", "{{ params.allow_non_restored_state | string | lower }}",
             # One argument: the DAG renders templates natively, and a bare number would arrive as an int.
             "--max-dead-letters={{ params.max_dead_letters }}", ALLOW_CODE])
 

@@ -13,7 +13,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +184,11 @@ def print_tail(path: Path, lines: int = 80) -> None:
 
 def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         standalone: tuple[Api, Path, Path], flink_cluster: LocalFlinkCluster, webhook: Any, tmp_path: Path):
-    api, _, log_path = standalone
+    """The whole upgrade through Airflow's REST API, with the fault of issue 24: the scheduler leaves a gap far
+    longer than the watchdog's grace between two tasks after the stop (the DAG is paused from `migrate` until the
+    watchdog has swept the quiet journal). The run's owner is its DAG run, still running: the watchdog leaves it
+    alone, the run ends with v2 alone RUNNING and one alert that says so."""
+    api, home, log_path = standalone
     client = flink_cluster.client
     running = sample_job.submit(client, "v1", tmp_path / "audit", keys=5, rate=50,
                                 extra_args=["--checkpoint-interval-ms", "1000"])
@@ -193,7 +198,7 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         api.wait_for(f"{DAG_ID} parsed", lambda: api.call("GET", f"/api/v2/dags/{DAG_ID}"), timeout=180)
         assert api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})["is_paused"] is False
 
-        base = tmp_path / "savepoints"
+        base = home.parent / "watched-savepoints"  # the base FLINKSTATE_SAVEPOINT_BASES names: the watchdog sweeps it
         v1 = {"jar": str(sample_job.jar("v1")), "manifest": str(MANIFESTS / "v1.yaml"),
               "entry_class": sample_job.ENTRY_CLASS, "program_args": running.program_args, "parallelism": 1}
         conf = {"job_id": running.job_id, "job_name": "keyed-stats", "jar": str(sample_job.jar("v2")),
@@ -202,6 +207,33 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
                 "min_checkpoints": 2, "gate_timeout": 120, "min_running_seconds": 3, "current": v1}
         run = api.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})
         run_id = run["dag_run_id"]
+        journal_file = base / "journal" / "keyed-stats.json"
+
+        def phase(wanted: str) -> Callable[[], dict[str, Any] | None]:
+            def probe() -> dict[str, Any] | None:
+                journal = json.loads(journal_file.read_text())
+                return journal if journal["phase"] == wanted else None
+            return probe
+
+        # The scheduler gap: nothing after `migrate` is scheduled while the DAG is paused.
+        api.wait_for("the run to stop the old job and start migrating", phase("migrating"), timeout=300, interval=0.2)
+        api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": True})
+        migrated = api.wait_for("the migration to end", phase("migrated"), timeout=300, interval=0.5)
+        quiet_from = float(migrated["updated_epoch"]) + WATCHDOG_GRACE
+        time.sleep(max(0.0, quiet_from - time.time()))
+        api.call("PATCH", "/api/v2/dags/flink_upgrade_watchdog", {"is_paused": False})
+
+        def swept_after_the_grace() -> bool:
+            runs = api.call("GET", "/api/v2/dags/flink_upgrade_watchdog/dagRuns")["dag_runs"]
+            return any(r["state"] == "success" and r.get("start_date") and
+                       datetime.fromisoformat(r["start_date"]).timestamp() > quiet_from for r in runs)
+
+        api.wait_for("a watchdog run to sweep the quiet journal", swept_after_the_grace, timeout=150, interval=1)
+        gap = time.time() - float(migrated["updated_epoch"])
+        api.call("PATCH", "/api/v2/dags/flink_upgrade_watchdog", {"is_paused": True})
+        assert json.loads(journal_file.read_text())["phase"] == "migrated"  # the watchdog left the live run alone
+        api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+        print(f"scheduler gap after migrate: {gap:.0f} s (watchdog grace {WATCHDOG_GRACE} s)")
 
         def finished() -> str | None:
             state = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")["state"]
@@ -235,6 +267,12 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         # The migration filled v2's new field with the manifest's default (Flink alone would leave it null).
         assert {r["stats"].pop("label") for r in first.values()} == {"migrated"}, first
         assert all(sample_job.check_audit_record(r, "v1") > 0 for r in first.values())
+
+        final = json.loads(journal_file.read_text())
+        assert final["outcome"] == "upgraded" and final["running"]["version"] == "new", final
+        assert not [s for s in final["history"] if str(s.get("actor", "")).startswith("watchdog")], final["history"]
+        # Exactly one version RUNNING: v2 (the old job was stopped once, and nobody restored it).
+        assert [j["jid"] for j in client.list_jobs() if j["state"] == "RUNNING"] == [new_job]
 
         posted = [m for m in webhook.received[received_before:] if m["path"] == "/hooks/standalone"]
         assert len(posted) == 1, posted

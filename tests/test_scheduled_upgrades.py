@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from flinkstate.engine import LocalFlinkCluster
+from flinkstate.upgrades.journal import Outcome, Phase
 from tests.support import sample_job
 from tests.support.airflow_env import ROOT, load_dag, set_connection
 
@@ -20,7 +21,7 @@ if str(ROOT / "plugins") not in sys.path:  # the unit tests need no Airflow set-
 
 from flinkstate_airflow import releases
 from flinkstate_airflow.releases import ReleaseError, Window, parse_release
-from flinkstate_airflow.upgrade import DeploymentRegistry, JobVersion
+from flinkstate_airflow.upgrade import DeploymentRegistry, JobVersion, UpgradeJournal
 
 MANIFESTS = ROOT / "examples" / "sample-job" / "manifests"
 V1 = JobVersion("/jars/v1.jar", "/m/v1.yaml", "sample.KeyedStatsJob", ["--keys", "5"], 2)
@@ -152,7 +153,7 @@ def test_diff_and_decisions_without_flink(tmp_path: Path):
     assert releases.version_diff(V1, V2) == ["jar", "manifest"]
     assert releases.version_diff(V2, V2) == []
 
-    tick = releases.plan_tick(release, at("2026-03-04 12:00"), None, active_upgrades=0)
+    tick = releases.plan_tick(release, at("2026-03-04 12:00"), None)
     assert tick["skipped"]["same"] == "up to date"
     assert tick["skipped"]["closed"] == "outside its window 03:00-04:00 UTC (differs in jar, manifest)"
     assert tick["skipped"]["unknown"].startswith("error: no record of the running version in")
@@ -166,10 +167,19 @@ def test_diff_and_decisions_without_flink(tmp_path: Path):
     # The run id is stable across ticks and changes with the release version.
     assert releases.upgrade_run_id("due", V2) == releases.upgrade_run_id("due", JobVersion(**vars(V2)))
     assert releases.upgrade_run_id("due", V1) != releases.upgrade_run_id("due", V2)
-    # Inside the window, 'closed' is due as well; with an upgrade run active, nothing is triggered.
-    assert len(releases.plan_tick(release, at("2026-03-04 03:30"), None, 0)["triggers"]) == 2
-    waiting = releases.plan_tick(release, at("2026-03-04 03:30"), None, active_upgrades=1)
-    assert waiting["triggers"] == [] and "queued or running: next tick" in waiting["skipped"]["due"]
+    # Inside the window, 'closed' is due as well.
+    assert len(releases.plan_tick(release, at("2026-03-04 03:30"), None)["triggers"]) == 2
+    # A deployment whose own run is unfinished waits for the next tick; the other is not held up by it.
+    stuck = UpgradeJournal.start({"savepoint_base": base, "job_name": "due", "run_id": "stuck-run",
+                                  "run_dir": f"{base}/due/stuck-run", "old": {}, "new": {}, "job_id": "a" * 32},
+                                 "test")
+    stuck.advance(Phase.STOPPING, "test")
+    waiting = releases.plan_tick(release, at("2026-03-04 03:30"), None)
+    assert [t["conf"]["job_name"] for t in waiting["triggers"]] == ["closed"]
+    assert waiting["skipped"]["due"] == ("differs in jar, manifest, but its upgrade run stuck-run is unfinished "
+                                         "(phase stopping): next tick")
+    stuck.finish(Outcome.ROLLED_BACK, "test", running={"version": "old", "job_id": "a" * 32})
+    assert len(releases.plan_tick(release, at("2026-03-04 03:30"), None)["triggers"]) == 2
 
 
 # ------------------------------------------------------------------------------------------- real Airflow, real Flink
@@ -223,12 +233,15 @@ def test_scheduled_dag_triggers_the_upgrade_of_the_due_job_only(airflow_home: Pa
                 "program_args": args, "parallelism": 1, "manifest": v2.manifest, "savepoint_base": base,
                 "mode": "upgrade", "gate_timeout": 120}
 
-        # The next tick sees that upgrade queued and triggers nothing (and never a second run of that release).
+        # The next tick, with that upgrade still queued (no journal yet), asks for the same run id again: Airflow
+        # skips the trigger, and there is never a second run of that release.
         second = dag.test(run_conf={"release_file": str(release_file)})
         states = {(ti.task_id, ti.map_index): str(ti.state) for ti in second.get_task_instances()}
-        assert str(second.state) == "success" and states[("trigger_upgrade", -1)] == "skipped", states
-        assert second.get_task_instance("plan").xcom_pull(task_ids="plan", key="skipped")["due"].endswith(
-            "queued or running: next tick")
+        assert str(second.state) == "success" and states[("trigger_upgrade", 0)] == "skipped", states
+        with create_session() as session:
+            again = session.query(DagRun).filter(DagRun.dag_id == releases.UPGRADE_DAG_ID,
+                                                 DagRun.run_id.like("release__%")).all()
+            assert [r.run_id for r in again] == [run_id]
     finally:
         client.cancel(running.job_id)
         # The triggered run never executes here (no scheduler); leave no queued upgrade behind for other tests.

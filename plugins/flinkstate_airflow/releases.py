@@ -34,7 +34,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from flinkstate import FlinkRestClient, FlinkRestError, FlinkStateError, YAMLRefused, load_yaml, read_file
-from flinkstate_airflow.upgrade import DeploymentRegistry, JobVersion, UpgradeError, safe_name
+from flinkstate_airflow.upgrade import DeploymentRegistry, JobVersion, UpgradeError, UpgradeJournal, safe_name
 
 #: The Airflow Variable (else environment variable) holding the release file's path or s3:// URI.
 RELEASE_FILE_VARIABLE = "flinkstate_release_file"
@@ -285,6 +285,16 @@ def decide(release: Release, now: datetime, client: FlinkRestClient | None) -> l
             decisions.append(Decision(name, False, f"outside its window {job.window.describe()} "
                                                    f"(differs in {', '.join(changed)})"))
             continue
+        try:  # the journal is each deployment's lock: an unfinished run of its own holds it, no other's does
+            journal = UpgradeJournal.for_deployment(release.savepoint_base, name)
+        except FlinkStateError as exc:
+            decisions.append(Decision(name, False, f"error: {exc}"))
+            continue
+        if journal is not None and not journal.finished:
+            decisions.append(Decision(name, False, f"differs in {', '.join(changed)}, but its upgrade run "
+                                                   f"{journal.data.get('run_id')} is unfinished (phase "
+                                                   f"{journal.phase}): next tick"))
+            continue
         recorded_id = record.get("job_id") if record else None
         try:
             job_id = running_job_id(client, recorded_id, job.flink_job_name) if client else recorded_id
@@ -327,20 +337,17 @@ def release_file_location(override: str | None = None) -> str:
     return str(location)
 
 
-def plan_tick(release: Release, now: datetime, client: FlinkRestClient | None, active_upgrades: int) -> dict[str, Any]:
+def plan_tick(release: Release, now: datetime, client: FlinkRestClient | None) -> dict[str, Any]:
     """What one tick of ``flink_scheduled_upgrades`` does: ``triggers`` (TriggerDagRunOperator kwargs, one per
     deployment to upgrade), ``skipped`` (deployment -> reason) and ``problems`` (one line each).
 
-    While any ``flink_state_upgrade`` run is queued or running (``active_upgrades``), nothing is triggered: the job
-    ids a tick resolves would be stale by the time a queued run starts (an upgrade replaces the job), and the next
-    tick decides again from the updated registry."""
+    A deployment whose own upgrade run is unfinished (its journal) is skipped until the next tick: the job id a tick
+    resolves would be stale once that run replaced the job, and the next tick decides again from the updated
+    registry. Other deployments are not held up by it: one active run per deployment, not per DAG."""
     decisions = decide(release, now, client)
     triggers, skipped, problems = [], {}, []
     for decision in decisions:
-        if decision.trigger and active_upgrades:
-            skipped[decision.job] = (f"{decision.reason}, but {active_upgrades} {UPGRADE_DAG_ID} run(s) are queued "
-                                     "or running: next tick")
-        elif decision.trigger:
+        if decision.trigger:
             triggers.append({"trigger_run_id": decision.run_id, "conf": decision.conf})
         else:
             skipped[decision.job] = decision.reason
