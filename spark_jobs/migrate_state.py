@@ -2,7 +2,8 @@
 
     spark-submit --master local[2] spark_jobs/migrate_state.py SAVEPOINT --schema MANIFEST --output DIR \\
         [--old-schema MANIFEST] [--metadata-version 3|4|5|6] [--compression on|off] [--report DIR] [--json] \\
-        [--units N] [--allow-code[=MODULES|all]] [--recheck-report-dir DIR [--recheck-exit-code]]
+        [--units N] [--allow-code[=MODULES|all]] [--recheck-report-dir DIR [--recheck-exit-code]] \\
+        [--fence-journal URI --fence-run JSON]
 
 The same migration as ``flinkstate migrate`` (flinkstate.migration.job.MigrationJob), run as
 :mod:`flinkstate.migration.units` describes: every rewritten keyed stream is cut into key-group ranges of about
@@ -64,6 +65,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         choices=("true", "false"),
                         help="the new job runs with allowNonRestoredState: an operator the manifest lacks is copied, "
                              "not refused (as check_compatibility.py decides with the same flag)")
+    parser.add_argument("--fence-journal", metavar="URI",
+                        help="the upgrade run's journal: it must still be the run's (--fence-run), open, just "
+                             "before the publish, or nothing is published (a run taken over publishes nothing)")
+    parser.add_argument("--fence-run", metavar="JSON",
+                        help='with --fence-journal: the run, as {"dag_id": ..., "run_id": ...}')
     parser.add_argument("--units", type=int, help="Spark tasks to split the work into (default: three per core)")
     add_allow_code_argument(parser, ALLOW_CODE_HELP + " (the tasks follow the driver's policy)")
     parser.add_argument("--recheck-report-dir", metavar="DIR",
@@ -75,6 +81,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.recheck_exit_code and not args.recheck_report_dir:
         parser.error("--recheck-exit-code needs --recheck-report-dir")
+    if bool(args.fence_journal) != bool(args.fence_run):
+        parser.error("--fence-journal and --fence-run go together")
+    if args.fence_run:
+        try:
+            args.fence_run = json.loads(args.fence_run)
+        except ValueError:
+            parser.error(f"--fence-run: not JSON: {args.fence_run[:200]!r}")
+        if not isinstance(args.fence_run, dict) or not {"dag_id", "run_id"} <= set(args.fence_run):
+            parser.error("--fence-run: expected a JSON object with dag_id and run_id")
     return args
 
 
@@ -87,7 +102,8 @@ def main(argv: list[str]) -> int:
                        metadata_version=args.metadata_version,
                        compression=None if args.compression is None else args.compression == "on",
                        report_dir=args.report, max_dead_letters=args.max_dead_letters, allow_code=policy,
-                       allow_non_restored_state=args.allow_non_restored_state == "true")
+                       allow_non_restored_state=args.allow_non_restored_state == "true",
+                       fence=(args.fence_journal, args.fence_run) if args.fence_journal else None)
     checked: Recheck | None = None
     spark = spark_session("flinkstate-migrate-state")
     try:

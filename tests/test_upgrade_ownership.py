@@ -134,3 +134,28 @@ def test_the_fence_refuses_a_closed_run_and_a_write_that_raced_it(tmp_path: Path
     UpgradeJournal.claim(journal.uri, {**RUN, "run_id": "r3"}, "stop_for_migration").advance("stopping", "stop")
     with pytest.raises(JournalConflict):  # the watchdog does nothing
         recover(None, read_by_watchdog, "watchdog")  # type: ignore[arg-type]  # never reaches Flink
+
+
+def test_a_migration_publishes_nothing_once_its_run_was_taken_over(tmp_path: Path):
+    """The publish is fenced (the Spark migration's ``--fence-journal``): a run the watchdog took over while its
+    migration ran leaves no published savepoint; the run's own, still open, publishes."""
+    from flinkstate.manifest import manifest_from_savepoint
+    from flinkstate.migration.job import MigrationJob
+    from flinkstate.savepoint import Savepoint
+    from tests.test_one_verdict import CORPUS, SAVEPOINTS
+
+    source = str(CORPUS / SAVEPOINTS[0])
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(manifest_from_savepoint(Savepoint.open(source)).dump())
+    base = tmp_path / "base"
+    journal = UpgradeJournal.start(_plan(base), "resolve", run={**RUN, "task_id": "resolve"})
+    UpgradeJournal.claim(journal.uri, RUN, "migrate").advance("migrating", "migrate")
+    fence = (journal.uri, {"dag_id": RUN["dag_id"], "run_id": RUN["run_id"]})
+    MigrationJob(source, str(manifest), str(tmp_path / "own"), fence=fence).run()
+    assert (tmp_path / "own" / "_metadata").is_file()
+    watchdog = UpgradeJournal.for_deployment(str(base), "orders")
+    assert watchdog is not None
+    watchdog.touch("watchdog")
+    with pytest.raises(RunTakenOver, match="run r1 was taken over by watchdog"):
+        MigrationJob(source, str(manifest), str(tmp_path / "taken"), fence=fence).run()
+    assert not (tmp_path / "taken").exists() and not list(tmp_path.glob(".taken*"))

@@ -45,6 +45,10 @@ class MigrationJob:
     #: The migration's time (epoch milliseconds): the last access of values whose TTL is switched on, unless the
     #: manifest gives one. None: now, taken once when the job is built (Spark tasks get the driver's).
     now_ms: int | None = None
+    #: The upgrade run this migration works for, as (its journal's URI, the orchestrator's run: dag_id, run_id):
+    #: the journal must still be that run's, open, just before publishing, or nothing is published (a run the
+    #: watchdog took over while the migration ran must not leave a savepoint that looks like its result).
+    fence: tuple[str, dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         if self.allow_code is None:
@@ -140,7 +144,15 @@ class MigrationJob:
 
     def _output_check(self, manifest: Manifest) -> Callable[[Savepoint], list[str]]:
         """The check of the staged output against the manifest: as is or reconfigured, or nothing is published."""
-        return lambda staged: check_against_manifest(staged, manifest, self.allow_non_restored_state)
+        def staged_check(staged: Savepoint) -> list[str]:
+            problems = check_against_manifest(staged, manifest, self.allow_non_restored_state)
+            if self.fence is not None:  # the last step before the publish
+                from flinkstate.upgrades.journal import UpgradeJournal
+
+                UpgradeJournal.held_by(self.fence[0], self.fence[1])
+            return problems
+
+        return staged_check
 
     def _write_report(self, report: MigrationReport) -> None:
         try:

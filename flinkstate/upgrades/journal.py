@@ -341,6 +341,19 @@ class UpgradeJournal:
         journal and claims it with a compare-and-swap write, only while it is still this run's journal, last
         owned by this run, and (``open_only``) not closed. Otherwise raises :class:`RunTakenOver`, in one line
         naming who holds it: the caller must not stop, submit, cancel, publish or record anything."""
+        journal = cls.held_by(uri, run, open_only=open_only)
+        journal.owner_run, journal._writes_may_fail = run, tolerate_write_failures
+        try:
+            journal.touch(actor)
+        except JournalConflict:
+            raise RunTakenOver(f"{uri}: written by another actor while run {run.get('run_id')} claimed it") from None
+        return journal
+
+    @classmethod
+    def held_by(cls, uri: str, run: dict[str, Any], *, open_only: bool = True) -> UpgradeJournal:
+        """The journal, read, while it is still ``run``'s (its journal, last owned by it, and, ``open_only``, not
+        closed); else :class:`RunTakenOver`. Writes nothing: the fence of a step that works for the run without
+        owning it (the Spark migration's publish, inside the ``migrate`` task that claimed it)."""
         try:
             journal = cls.load(uri)
         except UpgradeError as exc:
@@ -356,11 +369,6 @@ class UpgradeJournal:
         if open_only and journal.finished:
             raise RunTakenOver(f"{uri}: run {run.get('run_id')} is already closed ({data.get('outcome')}, by "
                                f"{owner.get('actor')})")
-        journal.owner_run, journal._writes_may_fail = run, tolerate_write_failures
-        try:
-            journal.touch(actor)
-        except JournalConflict:
-            raise RunTakenOver(f"{uri}: written by another actor while run {run.get('run_id')} claimed it") from None
         return journal
 
     @classmethod
