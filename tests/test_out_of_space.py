@@ -12,6 +12,7 @@ import pytest
 
 from flinkstate import StorageError, UpgradeJournal
 from flinkstate.cli import main
+from flinkstate.errors import is_out_of_space
 from tests.support.small_disk import fill, small_disk
 
 SAVEPOINT = (Path(__file__).parent / "corpus" / "savepoints" / "flink-tests" / "src" / "test" / "resources"
@@ -62,3 +63,35 @@ def test_journal_writes_on_a_full_disk(tmp_path: Path):
         assert again["phase"] == "done" and again["outcome"] == "rolled back"
         assert again["revision"] == json.loads(stored)["revision"] + 1
         assert [s["phase"] for s in again["history"]][-2:] == ["rolling_back", "done"]
+
+
+def test_the_watchdog_recovers_a_dead_run_on_a_full_disk(tmp_path: Path):
+    """The watchdog's claim is a write too: on a full disk its compare passes and only the write fails, so the
+    recovery goes on (restoring needs only reads), and its account says what it could not record and how to."""
+    from flinkstate import recover
+
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        base = disk / "savepoints"
+        UpgradeJournal.start({"savepoint_base": str(base), "job_name": "orders", "run_id": "r1",
+                              "run_dir": str(base / "orders" / "r1"), "job_id": "0" * 32,
+                              "old": {"jar": "/a.jar", "manifest": "/a.yaml"},
+                              "new": {"jar": "/b.jar", "manifest": "/b.yaml"}}, "resolve")
+        journal = UpgradeJournal.for_deployment(str(base), "orders")
+        assert journal is not None
+        filler = fill(disk)
+        stored = Path(journal.uri).read_bytes()
+        result = recover(None, journal, "watchdog")  # type: ignore[arg-type]  # died before the stop: no Flink call
+        assert result.outcome == "unchanged" and result.running == {"version": "old", "job_id": "0" * 32}
+        assert f"NOT RECORDED (claim not written: {journal.uri}{OUT_OF_SPACE}; journal not written: " in result.account
+        assert Path(journal.uri).read_bytes() == stored
+        # Another error than a full disk is no licence to go on without the claim: here the journal's folder was
+        # replaced by a file after the read.
+        filler.unlink()
+        again = UpgradeJournal.for_deployment(str(base), "orders")
+        assert again is not None
+        folder = Path(journal.uri).parent
+        folder.rename(folder.with_name("moved"))
+        folder.write_text("not a folder")
+        with pytest.raises(OSError) as refused:
+            recover(None, again, "watchdog")  # type: ignore[arg-type]
+        assert not is_out_of_space(refused.value)

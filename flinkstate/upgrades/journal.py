@@ -187,7 +187,8 @@ def write_durably(uri: str, data: bytes) -> str:
     except OSError as exc:
         with contextlib.suppress(OSError):  # a full disk must not also keep the half-written copy
             partial.unlink()
-        raise StorageError(f"{path}: cannot write: {os_error_line(exc)}") from None
+        # the cause is kept: whether it was a full disk decides whether a recovery may go on (recovery.py)
+        raise StorageError(f"{path}: cannot write: {os_error_line(exc)}") from exc
     return str(path)
 
 

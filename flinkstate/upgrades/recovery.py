@@ -14,7 +14,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from flinkstate.engine.rest import TERMINAL_STATES, FlinkJobFailed, FlinkRestClient, FlinkRestError, FlinkUnreachable
-from flinkstate.errors import FlinkStateError
+from flinkstate.errors import FlinkStateError, is_out_of_space
+from flinkstate.storage.locations import StorageError
 from flinkstate.storage.s3 import s3_client, split_s3_uri
 from flinkstate.upgrades.journal import (
     DeploymentRegistry,
@@ -271,9 +272,29 @@ def recover(client: FlinkRestClient, journal: UpgradeJournal, actor: str, *, tim
     - the restore path was verified (VERIFIED, or later with a new job): finishes the upgrade;
     - anything else after the stop: restores the old version from the stop savepoint.
     """
-    # Claim the run before asking Flink anything: a compare-and-swap write, so that when the run (or another
-    # watchdog) wrote the journal after it was read, this actor learns it here and does nothing.
-    journal.touch(actor)
+    _claim_for_recovery(journal, actor)
+    result = _recover_claimed(client, journal, actor, timeout)
+    if journal.unsaved and "NOT RECORDED" not in result.account:
+        result.account += f"; {unrecorded(journal)}"
+    return result
+
+
+def _claim_for_recovery(journal: UpgradeJournal, actor: str) -> None:
+    """Claims the run before asking Flink anything: a compare-and-swap write, so that when the run (or another
+    watchdog) wrote the journal after it was read, this actor learns it here and does nothing. On a full disk the
+    compare passed (nobody wrote since the read) and only the write failed: nobody else can write either, and the
+    rollback needs only to read the stop savepoint, so the recovery goes on with its writes retried and noted."""
+    try:
+        journal.touch(actor)
+    except (StorageError, OSError) as exc:
+        cause = exc.__cause__ if isinstance(exc, StorageError) else exc
+        if cause is None or not is_out_of_space(cause):
+            raise
+        journal.tolerate_write_failures()
+        journal.unsaved.append(f"claim not written: {exc}")
+
+
+def _recover_claimed(client: FlinkRestClient, journal: UpgradeJournal, actor: str, timeout: float) -> Recovery:
     if journal.finished and journal.data.get("outcome") == Outcome.DOWN:
         # Production is down since a rollback failed (e.g. no TaskManager to run it): try the rollback again.
         return restore_old(client, journal, actor, timeout=timeout)
