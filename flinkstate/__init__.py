@@ -59,6 +59,7 @@ from flinkstate.format_errors import SavepointFormatError, StateNotFound, Unsupp
 from flinkstate.jsonify import to_json
 from flinkstate.limits import LimitExceeded
 from flinkstate.manifest import Manifest, ManifestError, load_manifest, manifest_from_savepoint, parse_manifest
+from flinkstate.manifest_overlay import OverlayContradiction, apply_overlay, manifest_of_jar, parse_overlay
 from flinkstate.migration.code_policy import (
     ALLOW_CODE_ENV,
     ALLOW_CODE_HELP,
@@ -173,6 +174,7 @@ __all__ = [
     "OperatorState",
     "OperatorStateElement",
     "Outcome",
+    "OverlayContradiction",
     "Phase",
     "Reader",
     "Recovery",
@@ -199,6 +201,7 @@ __all__ = [
     "YAMLRefused",
     "__version__",
     "add_allow_code_argument",
+    "apply_overlay",
     "check",
     "client_for",
     "configure",
@@ -213,6 +216,7 @@ __all__ = [
     "load_yaml",
     "local_path",
     "manifest_from_savepoint",
+    "manifest_of_jar",
     "migrate_in_units",
     "migrate_subtask",
     "not_writable",
@@ -220,6 +224,7 @@ __all__ = [
     "open_savepoint",
     "os_error_line",
     "parse_manifest",
+    "parse_overlay",
     "printable",
     "process_alive",
     "process_start",

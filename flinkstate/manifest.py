@@ -144,9 +144,19 @@ class Manifest:
     operators: dict[str, OperatorSchema]
     job: str | None = None
     path: str | None = None
+    #: The job jar whose operators registered these states (:mod:`flinkstate.engine.jar_schema`), when the manifest
+    #: is a jar's: a keyed state of the savepoint that it lacks is one the jar does not register when the operator
+    #: opens, which ``check`` reports as such instead of a state the manifest merely leaves out.
+    jar: str | None = None
 
     def find(self, operator_id: str) -> OperatorSchema | None:
         return next((op for op in self.operators.values() if op.operator_id == operator_id), None)
+
+    def origin(self) -> str | None:
+        """Where it comes from, for reports and logs: its file, or the job jar (with the overlay that completed it)."""
+        if self.jar is None or self.jar == self.path:
+            return self.path
+        return f"{self.jar} with the overlay {self.path}"
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = {"manifest_version": MANIFEST_VERSION}
@@ -248,7 +258,8 @@ MAX_MANIFEST_BYTES = MAX_YAML_BYTES
 MAX_NESTING = MAX_YAML_NESTING
 
 
-def load_manifest(path: str | os.PathLike[str]) -> Manifest:
+def read_manifest_text(path: str | os.PathLike[str]) -> str:
+    """The text of a manifest file (or an overlay: :mod:`flinkstate.manifest_overlay`), within the bounds."""
     file = os.fspath(path)
     try:
         with open(file, "rb") as handle:
@@ -259,21 +270,39 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
         raise ManifestError(file, "", f"larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB (a manifest is a few "
                                       f"KiB); refusing to parse it")
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ManifestError(file, f"byte {exc.start}", "not UTF-8 text") from None
-    manifest = parse_manifest(text, file)
+
+
+def load_manifest(path: str | os.PathLike[str]) -> Manifest:
+    file = os.fspath(path)
+    manifest = parse_manifest(read_manifest_text(file), file)
     manifest.path = file
     return manifest
 
 
 def parse_manifest(text: str, file: str = "<manifest>") -> Manifest:
+    return manifest_from_document(manifest_document(text, file), file)
+
+
+def manifest_document(text: str, file: str = "<manifest>") -> Any:
+    """The YAML document of a manifest, read by the one bounded loader (not validated yet)."""
     try:
-        data = load_yaml(text, file, max_bytes=MAX_MANIFEST_BYTES, max_nesting=MAX_NESTING)
+        return load_yaml(text, file, max_bytes=MAX_MANIFEST_BYTES, max_nesting=MAX_NESTING)
     except YAMLRefused as exc:
         where = f"line {exc.line}, column {exc.column}" if exc.line is not None else ""
         raise ManifestError(file, where, exc.problem) from None
+
+
+def manifest_from_document(data: Any, file: str = "<manifest>") -> Manifest:
+    """A manifest's YAML document validated into a :class:`Manifest` (every error names ``file`` and the path)."""
     return _Parser(file).manifest(data)
+
+
+def parse_type(notation: Any, file: str, path: str) -> TypeSerializerSnapshot:
+    """One type of a manifest, by its notation; an error names ``file`` and ``path`` inside it."""
+    return _Parser(file).type(notation, path)
 
 
 class _Parser:
@@ -427,4 +456,5 @@ def _show(value: Any) -> str:
 
 
 __all__ = ["KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "OperatorSchema", "StateSchema",
-           "load_manifest", "manifest_from_savepoint", "parse_manifest"]
+           "load_manifest", "manifest_document", "manifest_from_document", "manifest_from_savepoint",
+           "parse_manifest", "parse_type", "read_manifest_text"]

@@ -36,6 +36,7 @@ from flinkstate.compatibility import (
     Compatibility,
     Finding,
 )
+from flinkstate.engine.jar_schema import UnregisteredState
 from flinkstate.errors import FlinkStateError
 from flinkstate.format.changelog import ChangelogStream
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
@@ -121,8 +122,10 @@ class _Checker:
         self.backend = backend
         self.allow_non_restored = allow_non_restored_state
         self.renames = renames
+        self.jar: str | None = None  # the new manifest's jar, when it is a jar's (see Manifest.jar)
 
     def rows(self, new: Manifest) -> list[StateRow]:
+        self.jar = new.jar
         rows: list[StateRow] = []
         matched: set[str] = set()
         for op_schema in new.operators.values():
@@ -297,9 +300,16 @@ class _Checker:
 
     def _leftover_state_row(self, label: str, meta: StateMetaInfo, header: KeyedBackendHeader | None,
                             dropped: bool) -> StateRow:
-        row = StateRow(label, meta.name, "dropped" if dropped else "not-declared", old_kind=meta.kind,
-                       old_types=_old_types(meta))
-        if dropped:
+        unregistered = not dropped and self.jar is not None
+        row = StateRow(label, meta.name, "dropped" if dropped else "not-registered" if unregistered else
+                       "not-declared", old_kind=meta.kind, old_types=_old_types(meta))
+        if unregistered:
+            # The jar is the new version, and it does not say whether the state is registered lazily (restored,
+            # and checked only on first use) or gone: Flink restores it either way (as is), and a state kept or
+            # dropped unseen is how state is lost (a renamed one starts empty), so the user says which.
+            finding = Finding("STATE_NOT_REGISTERED", "", UnregisteredState(label, meta.name, meta.kind).reason(),
+                              AS_IS, operator=label, state=meta.name, silent_misread=True, migratable=False)
+        elif dropped:
             finding = Finding("STATE_DROPPED", "", "state dropped by the manifest: Flink itself would still restore "
                               "it (heap deserializes it with its old serializer) and keep it in later savepoints; "
                               "the migration removes it", AS_IS, operator=label, state=meta.name, migratable=True)

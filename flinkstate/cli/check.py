@@ -1,5 +1,6 @@
 """``flinkstate check SAVEPOINT --schema MANIFEST [--format json|markdown]``: what Flink will do with the savepoint's
-state when the version MANIFEST describes restores it, and why.
+state when the version MANIFEST describes restores it, and why. ``check SAVEPOINT --jar JAR [--schema OVERLAY]
+[-- ARGS...]``: the version is the job jar's (its ``main()`` runs in a JVM of its own), completed by the overlay.
 
 Exit status: 0 restorable as is or reconfigured; 3 migration required and possible (the plan ``flinkstate migrate``
 runs, and its output restores as is); 4 incompatible (``migrate`` refuses); 1 error; 2 usage.
@@ -16,6 +17,7 @@ from flinkstate import (
     CodePolicy,
     CodeRefused,
     FlinkStateError,
+    Manifest,
     MigrationJob,
     Report,
     Savepoint,
@@ -25,6 +27,7 @@ from flinkstate import (
     run_dry_run,
     write_file,
 )
+from flinkstate.cli.jar_options import JAR_WARNING, add_new_version_arguments, new_version_schema, schema_name
 from flinkstate.cli.verbose import log, phase
 
 
@@ -35,9 +38,12 @@ def register(subparsers: Any) -> None:
                                                "'flinkstate migrate' would run, and report both verdicts: the "
                                                "check's verdict is that plan. Exit status: 0 restorable (as is or "
                                                "reconfigured), 3 migration required and possible, 4 incompatible "
-                                               "(migrate refuses), 1 error, 2 usage.")
+                                               "(migrate refuses), 1 error, 2 usage. The new version's schema "
+                                               "is the job jar's (--jar), the manifest's (--schema), or the jar's "
+                                               "with the manifest as an overlay (both). "
+                                               f"Note: {JAR_WARNING}.")
     parser.add_argument("savepoint", metavar="SAVEPOINT", help="savepoint directory or its _metadata file")
-    parser.add_argument("--schema", required=True, metavar="MANIFEST", help="the new version's schema manifest")
+    add_new_version_arguments(parser)
     parser.add_argument("--previous", metavar="MANIFEST",
                         help="the manifest of the version that wrote the savepoint (knows Row field names)")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="report format")
@@ -63,8 +69,9 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     policy = CodePolicy.resolve(args.allow_code)
-    with phase(f"check {args.savepoint} against {args.schema}"):
-        report = check(args.savepoint, args.schema, previous=args.previous, backend=args.backend,
+    schema = new_version_schema(args)
+    with phase(f"check {args.savepoint} against {schema_name(schema)}"):
+        report = check(args.savepoint, schema, previous=args.previous, backend=args.backend,
                        allow_non_restored_state=args.allow_non_restored_state)
     for row in report.rows:
         log.info("  %s/%s: %s, Flink %s, verdict %s%s", row.operator, row.state or "-", row.status,
@@ -72,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     log.info("outcome: %s (exit status %d)", report.outcome, report.exit_code)
     if args.dry_run:
         with phase("dry run (decode and migrate every entry in memory)"):
-            report.dry_run = dry_run_section(report, args.savepoint, args.schema, args.previous,
+            report.dry_run = dry_run_section(report, args.savepoint, schema, args.previous,
                                              examples=args.examples, max_dead_letters=args.max_dead_letters,
                                              allow_code=policy)
         counts = {k: v for k, v in report.dry_run.items() if not isinstance(v, (list, dict))}  # not the examples
@@ -86,7 +93,8 @@ def _run(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def dry_run_section(report: Report, savepoint: str, schema: str, previous: str | None, *, examples: int = 5,
+def dry_run_section(report: Report, savepoint: str, schema: str | Manifest, previous: str | None, *,
+                    examples: int = 5,
                     max_dead_letters: int = 0, allow_code: CodePolicy | None = None) -> dict[str, Any]:
     """The dry run of the migration ``flinkstate migrate`` would run, in this process (the report's section). A
     migration function the code policy does not allow is an error (exit 1), not a verdict: nothing was judged."""

@@ -1,5 +1,6 @@
 """``flinkstate migrate SAVEPOINT --schema MANIFEST --output DIR``: rewrites a savepoint so that the version the
-manifest describes restores it as-is. The source is only read; the output appears only once verified."""
+manifest describes restores it as-is. The source is only read; the output appears only once verified. With ``--jar JAR
+[--schema OVERLAY] [-- ARGS...]`` the version is the job jar's, completed by the overlay (as ``check --jar``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from flinkstate import (
     migrate_subtask,
     track,
 )
+from flinkstate.cli.jar_options import JAR_WARNING, add_new_version_arguments, new_version_schema
 from flinkstate.cli.verbose import log, phase, savepoint_opened
 
 
@@ -28,9 +30,11 @@ def register(subparsers: Any) -> None:
         "migrate", help="rewrite a savepoint for a new job version",
         description="Rewrite SAVEPOINT into a new, self-contained savepoint directory that the job version "
                     "described by MANIFEST restores as-is, applying each state's migration: block. The output is "
-                    "written to a staging directory, re-read and checked, and only then renamed to OUTPUT.")
+                    "written to a staging directory, re-read and checked, and only then renamed to OUTPUT. The "
+                    "version is the job jar's (--jar), the manifest's (--schema), or the jar's with the manifest as "
+                    f"an overlay (both). Note: {JAR_WARNING}.")
     parser.add_argument("savepoint", metavar="SAVEPOINT", help="savepoint directory or its _metadata file")
-    parser.add_argument("--schema", required=True, metavar="MANIFEST", help="the new version's state manifest")
+    add_new_version_arguments(parser)
     parser.add_argument("--old-schema", metavar="MANIFEST",
                         help="the old version's manifest (names Row fields, which savepoints do not store)")
     parser.add_argument("--output", required=True, metavar="DIR", help="the new savepoint directory (must not exist)")
@@ -52,7 +56,7 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
+    job = MigrationJob(args.savepoint, new_version_schema(args), args.output, old_schema=args.old_schema,
                        metadata_version=args.metadata_version,
                        compression=None if args.compression is None else args.compression == "on",
                        report_dir=args.report, max_dead_letters=args.max_dead_letters,

@@ -8,26 +8,19 @@ main() and its operators' initializeState()/open() code, in a JVM of its own."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from flinkstate import (
-    DEFAULT_MAX_HEAP,
-    DEFAULT_TIMEOUT_SECONDS,
     FlinkStateError,
     Savepoint,
     TypeSerializerSnapshot,
-    inspect_jar,
     manifest_from_savepoint,
     printable,
     type_snapshot,
 )
+from flinkstate.cli.jar_options import JAR_WARNING, add_jar_arguments, inspect_jar_of
 from flinkstate.cli.verbose import phase, savepoint_opened
-
-JAR_WARNING = ("--jar runs the job's own main() and its operators' initializeState() and open() code (what runs in "
-               "production anyway) in a JVM of its own, limited by --timeout and --max-heap; sources are only "
-               "initialized, nothing is submitted, no record flows, no timer fires")
 
 
 def register(subparsers: Any) -> None:
@@ -46,23 +39,9 @@ def register(subparsers: Any) -> None:
                         help="the key type of an operator (uid or id) whose snapshot does not record it: a changelog "
                              "checkpoint never materialized, without timers (repeatable; e.g. --key "
                              "'my-uid=Tuple2<String, Long>')")
-    jar = parser.add_argument_group("a job jar instead of a savepoint (runs the job's main() and open() code)")
-    jar.add_argument("--jar", metavar="JAR", help="the job jar: its main() builds the job, each stateful operator "
-                                                  "is opened with empty state and snapshotted with Flink's classes")
-    jar.add_argument("--entry-class", metavar="CLASS", help="the class whose main() builds the job (default: the "
-                                                            "jar manifest's Main-Class, as 'flink run')")
-    jar.add_argument("--flink-home", metavar="DIR", help="the Flink distribution the jar is built for (default: "
-                                                         "$FLINK_HOME or .venv-flink's pyflink, Flink 2.3)")
-    jar.add_argument("--parallelism", type=int, default=1, metavar="N",
-                     help="the default parallelism 'flink run' gives (parallelism.default; default 1): it shapes the "
-                          "ids Flink generates for operators without a uid")
-    jar.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
-                     help=f"stop the JVM after this long (default {DEFAULT_TIMEOUT_SECONDS:g})")
-    jar.add_argument("--max-heap", default=DEFAULT_MAX_HEAP, metavar="SIZE",
-                     help=f"the JVM's heap limit, as -Xmx (default {DEFAULT_MAX_HEAP})")
-    jar.add_argument("--no-cache", dest="use_cache", action="store_false",
-                     help="run the JVM even when the cache has this jar's schema (by the jar's hash, the arguments "
-                          "and the Flink version): when main() reads files or the environment")
+    add_jar_arguments(parser, "a job jar instead of a savepoint (runs the job's main() and open() code)",
+                      "the job jar: its main() builds the job, each stateful operator is opened with empty state "
+                      "and snapshotted with Flink's classes")
     parser.set_defaults(handler=_run)
 
 
@@ -85,14 +64,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.key:
             raise FlinkStateError("--key is for savepoints whose snapshot does not record a key type; a jar's "
                                   "operators give theirs")
-        with phase("run the job's main() and open its operators (one JVM)"):
-            schema = inspect_jar(args.jar, entry_class=args.entry_class, program_args=args.inputs,
-                                 flink_home=args.flink_home, parallelism=args.parallelism, timeout=args.timeout,
-                                 max_heap=args.max_heap, use_cache=args.use_cache)
-        manifest = schema.manifest(args.job)
-        took = "from the cache" if schema.cached else f"in {schema.seconds:.1f} s (one JVM)"
-        print(f"flinkstate: schema of {printable(args.jar)} (Flink {schema.flink_version}): "
-              f"{len(manifest.operators)} stateful operators of {len(schema.operators)}, {took}", file=sys.stderr)
+        manifest = inspect_jar_of(args, args.inputs).manifest(args.job)
         text = (f"# State schema of the job in {args.jar}, written by 'flinkstate schema --jar': what its operators "
                 f"register when they open.\n"
                 "# Row field names are not stored in savepoints (f0, f1, ...): rename them to the job's names.\n"

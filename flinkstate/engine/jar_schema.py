@@ -92,7 +92,7 @@ class JarSchema:
             if inspected.keyed is not None:
                 add_keyed_states(schema, inspected.keyed)
             operators[inspected.label] = schema
-        return Manifest(operators, job or self.job_name or None, self.jar)
+        return Manifest(operators, job or self.job_name or None, self.jar, jar=self.jar)
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,13 @@ class UnregisteredState:
     kind: str
 
     def line(self) -> str:
-        return (f"operator {printable(self.operator)}, state {printable(self.state)} ({self.kind}): the savepoint "
-                f"holds it but the jar does not register it when the operator opens (registered lazily on first "
-                f"use, or removed): register it in open(), or declare it in the manifest (renamed_from, or "
-                f"dropped_states)")
+        return f"operator {printable(self.operator)}, state {printable(self.state)} ({self.kind}): {self.reason()}"
+
+    def reason(self) -> str:
+        """What it is and the way out (also ``check``'s finding on such a state, which names operator and state)."""
+        return ("the savepoint holds it but the jar does not register it when the operator opens (registered lazily "
+                "on first use, or removed): register it in open(), or declare it in the manifest (renamed_from, or "
+                "dropped_states)")
 
 
 def unregistered_states(savepoint: Manifest, jar: Manifest) -> list[UnregisteredState]:

@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class MigrationJob:
     savepoint: str
-    schema: str
+    #: The new version's manifest: a file, or one built in memory (a job jar's with its overlay:
+    #: :func:`flinkstate.manifest_overlay.manifest_of_jar`).
+    schema: str | Manifest
     output: str
     old_schema: str | None = None
     metadata_version: int | None = None
@@ -57,7 +59,8 @@ class MigrationJob:
             object.__setattr__(self, "now_ms", int(time.time() * 1000))
 
     def manifests(self) -> tuple[Manifest, Manifest | None]:
-        return load_manifest(self.schema), load_manifest(self.old_schema) if self.old_schema else None
+        new = self.schema if isinstance(self.schema, Manifest) else load_manifest(self.schema)
+        return new, load_manifest(self.old_schema) if self.old_schema else None
 
     def targets(self, source: Savepoint) -> list[OperatorTarget]:
         manifest, old_manifest = self.manifests()
