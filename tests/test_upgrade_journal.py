@@ -1,5 +1,6 @@
 """The upgrade journal without Airflow: durable writes, phases, liveness of the owner, the savepoint a failed
-stop-with-savepoint created (Flink's own message format), and the CLI on an empty base."""
+stop-with-savepoint created (Flink's own message format), the CLI on an empty base, and the run's downtime figures
+(run.json and the alert: until every subtask of the job that runs now was RUNNING, not until the gate passed)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flinkstate import JournalConflict, Outcome, Phase, UpgradeJournal, not_writable, recover
+from flinkstate import FlinkRestClient, JournalConflict, Outcome, Phase, UpgradeJournal, not_writable, recover
 from flinkstate.engine.rest import savepoint_created_before_stop_failed
 from flinkstate.upgrades.journal import journal_uri
 from flinkstate.upgrades.recovery import dead_runs, find_stop_savepoint
@@ -139,18 +140,63 @@ def test_sweep_leaves_a_journal_another_actor_took(tmp_path: Path):
         recover(None, taken, "watchdog")  # type: ignore[arg-type]  # never reaches Flink: the claim fails first
 
 
-def test_the_migrate_step_lasts_until_its_recheck(tmp_path: Path):
-    """run.json's durations: the migrate step ends when the re-check passed (VERIFIED, after MIGRATED), or at
-    MIGRATED where no re-check ran; ``down`` runs from the stop until the new job passed its gate."""
-    journal = UpgradeJournal.start(_plan(tmp_path), "resolve")
-    for phase in ("stopping", "stopped", "migrating", "migrated", "verified", "submitting", "submitted", "gating",
-                  "gate_passed"):
+def _upgraded_journal(base: Path, run: dict | None = None) -> UpgradeJournal:
+    """A journal through every phase of an upgrade that migrated, at fixed times: the stop at 100 s, the new job
+    submitted at 126 s, every subtask of it RUNNING at 133 s (as the gate's result records Flink's timestamps),
+    the gate passed at 140 s."""
+    journal = UpgradeJournal.start({**_plan(base), "run_id": (run or {}).get("run_id", "r1")}, "resolve", run=run)
+    for phase in ("stopping", "stopped", "migrating", "migrated", "verified", "submitting", "submitted", "gating"):
         journal.advance(phase, "test")
+    journal.advance("gate_passed", "test", running_again_at=133.0)
+    journal.finish(Outcome.UPGRADED, "record", running={"version": "new", "job_id": "1" * 32})
     times = {"stopping": 100.0, "stopped": 101.0, "migrating": 101.5, "migrated": 110.0, "verified": 125.0,
-             "submitting": 125.5, "submitted": 126.0, "gating": 126.0, "gate_passed": 140.0}
+             "submitting": 125.5, "submitted": 126.0, "gating": 126.0, "gate_passed": 140.0, "done": 140.5}
     for step in journal.data["history"]:
         step["epoch"] = times.get(step["phase"], 99.0)
-    journal.data.update(outcome="upgraded", running={"version": "new", "job_id": "1" * 32})
-    assert journal.durations() == {"stop": 1.0, "migrate": 23.5, "submit": 0.5, "gate": 14.0, "down": 40.0}
+    journal.save()
+    return journal
+
+
+def test_the_migrate_step_lasts_until_its_recheck(tmp_path: Path):
+    """run.json's durations: the migrate step ends when the re-check passed (VERIFIED, after MIGRATED), or at
+    MIGRATED where no re-check ran; ``down`` runs from the stop request until every subtask of the new job was
+    RUNNING (Flink's timestamps), not until the gate passed: the gate is its own figure."""
+    journal = _upgraded_journal(tmp_path)
+    assert journal.durations() == {"stop": 1.0, "migrate": 23.5, "submit": 0.5, "restore": 7.0, "gate": 14.0,
+                                   "down": 33.0}
     journal.data["history"] = [s for s in journal.data["history"] if s["phase"] != "verified"]
     assert journal.durations()["migrate"] == 8.5
+    # Where the time the job was back is unknown, there is no downtime figure rather than one stretched to the gate.
+    journal.data["running_again_at"] = None
+    assert "down" not in journal.durations() and journal.durations()["gate"] == 14.0
+
+
+def test_the_downtime_of_a_rollback_ends_when_the_old_version_runs_again(tmp_path: Path):
+    journal = UpgradeJournal.start(_plan(tmp_path), "resolve")
+    for phase in ("stopping", "stopped", "submitting", "submitted", "gating", "rolling_back"):
+        journal.advance(phase, "test")
+    journal.finish(Outcome.ROLLED_BACK, "conclude", running={"version": "old", "job_id": "2" * 32},
+                   running_again_at=171.0)
+    times = {"stopping": 100.0, "stopped": 101.0, "submitting": 101.5, "submitted": 102.0, "gating": 102.0,
+             "rolling_back": 160.0, "done": 175.0}
+    for step in journal.data["history"]:
+        step["epoch"] = times.get(step["phase"], 99.0)
+    assert journal.durations() == {"stop": 1.0, "submit": 0.5, "rollback": 15.0, "down": 71.0}
+
+
+def test_run_json_and_the_alert_give_the_downtime_until_the_job_ran_again(tmp_path: Path):
+    """conclude (the upgrade DAG's last task; it needs no Airflow) writes the honest figure to run.json and the
+    alert: 33 s down, the 14 s health gate on its own. The run's journal is closed: Flink is not asked."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
+    from flinkstate_airflow import upgrade
+
+    plan = {**_plan(tmp_path), "dag_id": "flink_state_upgrade", "run_id": "r1"}
+    journal = _upgraded_journal(tmp_path, run=upgrade.run_of(plan, "resolve"))
+    plan["journal"] = journal.uri
+    ok, alert = upgrade.conclude(plan, FlinkRestClient("http://127.0.0.1:9"), deployment="orders", failures=[],
+                                 logs="(logs)")
+    assert ok and alert is not None
+    record = json.loads((Path(plan["run_dir"]) / "run.json").read_text())
+    assert record["events"][-1]["durations"]["down"] == 33.0 and record["events"][-1]["durations"]["gate"] == 14.0
+    assert (" Down 33.0 s (from the stop request until every subtask of the job that runs now was RUNNING; the "
+            "health gate then took 14.0 s).") in alert.splitlines()[0], alert

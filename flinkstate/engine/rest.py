@@ -312,6 +312,24 @@ class FlinkRestClient:
                                        timestamp=int(body.get("timestamp") or 0), task_name=None))
         return result
 
+    def subtask_timestamps(self, job_id: str) -> list[dict[str, int]]:
+        """Flink's own per-subtask state timestamps (ms, the JobManager's clock) of every vertex of the job, one
+        map per subtask's current attempt: execution state -> when it was entered (0: not entered)
+        (``GET /jobs/<id>/vertices/<vertex>/subtasktimes``)."""
+        return [{str(state): int(ms) for state, ms in (subtask.get("timestamps") or {}).items()}
+                for vertex in self.job(job_id).get("vertices") or []
+                for subtask in self._object("GET", f"/jobs/{job_id}/vertices/{vertex['id']}/subtasktimes")
+                .get("subtasks") or []]
+
+    def all_subtasks_running_at(self, job_id: str) -> float | None:
+        """When the last subtask of the job turned RUNNING, in epoch seconds, i.e. when every subtask had restored
+        its state (Task.restoreAndInvoke: INITIALIZING -> restore -> RUNNING; the job's own status says RUNNING
+        before that). None while a subtask has not reached RUNNING. The end of an upgrade's downtime."""
+        times = self.subtask_timestamps(job_id)
+        if not times or any(t.get("RUNNING", 0) <= 0 for t in times):
+            return None
+        return max(t["RUNNING"] for t in times) / 1000
+
     def checkpoints(self, job_id: str) -> CheckpointStats:
         """Checkpoint statistics, including the path the job was restored from."""
         return CheckpointStats.from_json(self._object("GET", f"/jobs/{job_id}/checkpoints"))

@@ -325,7 +325,8 @@ class UpgradeJournal:
                 "allow_non_restored_state": bool(plan.get("allow_non_restored_state", False)),
                 "flink_url": plan.get("flink_url"), "phase": Phase.PLANNED, "outcome": None, "stop_savepoint": None,
                 "migrated_savepoint": None, "restore_path": None, "new_job_id": None, "rollback_job_id": None,
-                "running": None, "gate": None, "failures": [], "alert_sent": False, "history": []}
+                "running": None, "running_again_at": None, "gate": None, "failures": [], "alert_sent": False,
+                "history": []}
         previous = _read_versioned(uri)  # a finished journal is replaced, but only as it was read
         journal = cls(uri, data, previous[1] if previous else None)
         if previous:
@@ -481,23 +482,44 @@ class UpgradeJournal:
         return owner_liveness(self.data, stale_after=stale_after, probe=probe)
 
     def durations(self) -> dict[str, float]:
-        """Seconds per step, from the phases' times: stop, migrate (with its re-check), submit, gate, rollback, and
-        ``down``: from the stop until a job ran again (or until now when none does)."""
+        """Seconds per step, from the phases' times: stop, migrate (with its re-check), submit, restore (from the
+        submission until every subtask of the new job ran, its state restored), gate (the health gate's own time,
+        after the job was back), rollback; and ``down``: from the stop request until every subtask of the job that
+        runs now was RUNNING (``running_again_at``, Flink's own timestamps: see :meth:`note_running_again`).
+        ``down`` is absent while nothing runs, and when that time is unknown (it is never stretched to the gate)."""
         def span(start: str, *ends: str) -> float | None:
             began = self.entered_at(start)
             ended = min((t for t in (self.entered_at(e) for e in ends) if t is not None), default=None)
             return round(ended - began, 1) if began is not None and ended is not None else None
 
+        def since(start: str, ended: float | None) -> float | None:
+            began = self.entered_at(start)
+            return round(ended - began, 1) if began is not None and ended is not None else None
+
+        running_again = self.data.get("running_again_at")
         # The re-check (VERIFIED) comes after the migration (MIGRATED): the migrate step ends with it where it ran.
         migrate = span(Phase.MIGRATING, Phase.VERIFIED)
         spans = {"stop": span(Phase.STOPPING, Phase.STOPPED),
                  "migrate": migrate if migrate is not None else span(Phase.MIGRATING, Phase.MIGRATED),
-                 "submit": span(Phase.SUBMITTING, Phase.SUBMITTED), "gate": span(Phase.GATING, Phase.GATE_PASSED),
-                 "rollback": span(Phase.ROLLING_BACK, Phase.DONE)}
-        if self.reached(Phase.STOPPED):
-            running_again = Phase.GATE_PASSED if self.data.get("outcome") == Outcome.UPGRADED else Phase.DONE
-            spans["down"] = span(Phase.STOPPING, running_again) if self.data.get("running") else None
+                 "submit": span(Phase.SUBMITTING, Phase.SUBMITTED),
+                 "restore": since(Phase.SUBMITTED, running_again) if self.data.get("outcome") == Outcome.UPGRADED
+                 else None,
+                 "gate": span(Phase.GATING, Phase.GATE_PASSED), "rollback": span(Phase.ROLLING_BACK, Phase.DONE)}
+        if self.reached(Phase.STOPPED) and self.data.get("running"):
+            spans["down"] = since(Phase.STOPPING, running_again)
         return {k: v for k, v in spans.items() if v is not None}
+
+    def note_running_again(self, client: FlinkRestClient, job_id: str) -> float | None:
+        """Records when every subtask of ``job_id`` (the job the run leaves running) turned RUNNING, from Flink's
+        own timestamps (:meth:`FlinkRestClient.all_subtasks_running_at`): the end of the downtime. Not saved here:
+        the caller's next phase writes it. None (and no time recorded: an earlier job's would be wrong) while a
+        subtask is not RUNNING, or when Flink does not answer: a figure never fails the step that measures it."""
+        try:
+            at = client.all_subtasks_running_at(job_id)
+        except FlinkStateError:
+            at = None
+        self.data["running_again_at"] = at
+        return at
 
     def restore_command(self) -> str:
         """The command that restores production from this journal (what an alert tells a person to run)."""

@@ -193,6 +193,7 @@ def _restore_old_attempt(client: FlinkRestClient, journal: UpgradeJournal, actor
     if problem:
         journal.unsaved.append(f"deployment registry not written: {problem}")
     steps.append(f"restarted the old version ({old.jar}) as job {job_id} from {local_path(stop)}")
+    journal.note_running_again(client, job_id)
     journal.finish(Outcome.ROLLED_BACK, actor, running={"version": "old", "job_id": job_id}, rollback_job_id=job_id)
     return Recovery(Outcome.ROLLED_BACK, "; ".join(steps), journal.data["running"])
 
@@ -251,6 +252,7 @@ def finish_upgrade(client: FlinkRestClient, journal: UpgradeJournal, actor: str,
         _healthy(client, job_id, checkpoints=checkpoints, timeout=timeout)
         if not same_path(client.checkpoints(job_id).restored_from, path):
             raise UpgradeError(f"job {job_id} did not restore from {path}")
+        journal.note_running_again(client, job_id)
         journal.advance(Phase.GATE_PASSED, actor)
     except JournalConflict:
         raise  # another actor owns the run now: do nothing more

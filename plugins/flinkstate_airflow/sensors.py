@@ -46,7 +46,8 @@ class FlinkHealthGateSensor(BaseSensorOperator):
 
     A job that FAILED, restarted too often, lost a TaskManager or restored from another path fails the task at once
     with that reason, so a rollback can start without waiting out the sensor's timeout. On success the task's XCom
-    is the gate's result (checkpoints, seconds running, restarts, restored from).
+    is the gate's result (checkpoints, seconds running, restarts, restored from, and when every subtask was RUNNING:
+    ``all_subtasks_running_at``, epoch seconds).
     """
 
     template_fields: Sequence[str] = ("job_id", "expected_savepoint", "min_checkpoints", "max_restarts",
@@ -106,10 +107,15 @@ class FlinkHealthGateSensor(BaseSensorOperator):
                       "from %s", state, running_for, self.min_running_seconds, stats.completed, self.min_checkpoints,
                       "yes" if confirmed else "not yet", restarts, stats.restored_from)
         done = tasks_running and confirmed and stats.completed >= int(self.min_checkpoints)
+        if not done:
+            return PokeReturnValue(is_done=False)
+        # When the job was back (every subtask RUNNING, by Flink's own timestamps): the end of the downtime, which
+        # the gate's own time does not stretch.
         result = {"passed": True, "checkpoints": stats.completed, "running_seconds": round(running_for, 1),
                   "restarts": restarts, "restored_from": stats.restored_from, "taskmanagers": len(registered),
-                  "confirmed_by_checkpoint": stats.latest_completed_id}
-        return PokeReturnValue(is_done=done, xcom_value=result if done else None)
+                  "confirmed_by_checkpoint": stats.latest_completed_id,
+                  "all_subtasks_running_at": client.all_subtasks_running_at(self.job_id)}
+        return PokeReturnValue(is_done=True, xcom_value=result)
 
 
 def _normalise(path: str | None) -> str | None:

@@ -373,7 +373,7 @@ def task_succeeded(context: Any) -> None:
         Phase.MIGRATED: {"migrated_savepoint": f"{plan['run_dir']}/migrated/savepoint" if plan else None},
         Phase.VERIFIED: {"restore_path": value},
         Phase.SUBMITTED: {"new_job_id": value},
-        Phase.GATE_PASSED: {"gate": value},
+        Phase.GATE_PASSED: {"gate": value, "running_again_at": (value or {}).get("all_subtasks_running_at")},
     }[phase]
     journal.advance(phase, ti.task_id, **details)
 
@@ -484,9 +484,10 @@ def _conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, de
     data = journal.data
     outcome = data["outcome"]
     report = f"{plan['run_dir']}/preflight/{CHECK_REPORT_MARKDOWN}"
+    durations = journal.durations()
     problem = write_with_retries(lambda: write_run_record(plan, {
         "stage": "done", "outcome": outcome, "stop_savepoint": data.get("stop_savepoint"), "gate": data.get("gate"),
-        "durations": journal.durations(), "failures": failures, "running": data.get("running"),
+        "durations": durations, "failures": failures, "running": data.get("running"),
         "journal": journal.uri}))
     if problem:
         journal.unsaved.append(f"run record not written: {problem}")
@@ -500,13 +501,14 @@ def _conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, de
         rec = plan["recovered"]
         before = (f" Before starting, this run recovered the dead run {rec['run_id']} (died in phase "
                   f"{rec['phase']}): {rec['outcome']}: {rec['account']}.")
+    down = downtime_text(durations)
     text = {
-        Outcome.UPGRADED: f"{prefix} succeeded: {now}, restored from {data.get('restore_path')}.",
+        Outcome.UPGRADED: f"{prefix} succeeded: {now}, restored from {data.get('restore_path')}.{down}",
         Outcome.CHECKED: f"{prefix} checked (check-only: nothing changed). {now}.",
         Outcome.REFUSED: f"{prefix} REFUSED: the new version cannot restore the state; nothing was stopped. {now}.",
         Outcome.UNCHANGED: f"{prefix} FAILED before the old job was stopped: {failed}. Nothing changed. {now}.",
         Outcome.ROLLED_BACK: f"{prefix} FAILED and was ROLLED BACK: {failed}. {now}, restored from the stop savepoint "
-                     f"{data.get('stop_savepoint')}.",
+                     f"{data.get('stop_savepoint')}.{down}",
         Outcome.DOWN: f"{prefix} FAILED AND THE ROLLBACK FAILED: {failed}. {now}",
     }[outcome]
     if journal.unsaved:
@@ -516,6 +518,16 @@ def _conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, de
     preflight = f"{plan['run_dir']}/preflight"
     details = f"\n\n{report_markdown(preflight)}" if outcome in (Outcome.REFUSED, Outcome.CHECKED) else ""
     return outcome in (Outcome.UPGRADED, Outcome.CHECKED), f"{text}{before}\n{files}{details}"
+
+
+def downtime_text(durations: dict[str, float]) -> str:
+    """The alert's figure of the downtime (``durations.down``: stop request -> every subtask of the job that runs
+    now RUNNING, from Flink's timestamps), with the health gate's own time beside it; empty when it is unknown."""
+    if "down" not in durations:
+        return ""
+    gate = f"; the health gate then took {durations['gate']:.1f} s" if "gate" in durations else ""
+    return (f" Down {durations['down']:.1f} s (from the stop request until every subtask of the job that runs now "
+            f"was RUNNING{gate}).")
 
 
 def taken_over_alert(plan: dict[str, Any], exc: RunTakenOver, where: str) -> str | None:
