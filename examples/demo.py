@@ -24,7 +24,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from flinkstate import FlinkRestClient, FlinkStateError, LocalFlinkCluster, open_savepoint, to_json
+from flinkstate import (
+    FlinkRestClient,
+    FlinkStateError,
+    LocalFlinkCluster,
+    Phase,
+    UpgradeJournal,
+    describe_outcome,
+    open_savepoint,
+    to_json,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".work" / "demo"
@@ -121,6 +130,18 @@ def downtime(record: dict[str, Any]) -> str:
             + ", ".join(f"{name} {seconds:.1f}" for name, seconds in steps.items()) + gate)
 
 
+def stop_account(record: dict[str, Any]) -> str:
+    """Whether the run stopped the running job, as its journal says (read now: the deployment's next run replaces
+    the journal)."""
+    journal = UpgradeJournal.load(record["plan"]["journal"])
+    if journal.data["run_id"] != record["plan"]["run_id"]:
+        return f"(the journal {journal.uri} is another run's now: what this run stopped is not known)"
+    if not journal.reached(Phase.STOPPING):
+        return "its journal records no stop: nothing was stopped"
+    stop = journal.data.get("stop_savepoint") or "no stop savepoint recorded"
+    return f"its journal records a stop ({stop}); {describe_outcome(journal)}"
+
+
 def cancel_earlier_demo_jobs(client: FlinkRestClient) -> None:
     for job in client.list_jobs():
         if job["name"].startswith("keyed-stats-") and job["state"] not in {"FINISHED", "CANCELED", "FAILED"}:
@@ -179,7 +200,7 @@ def main() -> int:
     findings = json.loads((run_dir / "preflight" / "check-report.json").read_text())["findings"]
     print(f"   outcome: {record.get('outcome')}: "
           + "; ".join(f"{f['code']} at {f['state']}/{f['path']}" for f in findings if f["verdict"] == "INCOMPATIBLE"))
-    print(f"   v2 (job {v2_job}) is still {client.job_state(v2_job)}, its state untouched; nothing was stopped")
+    print(f"   v2 (job {v2_job}) is {client.job_state(v2_job)}; {stop_account(record)}")
     print(f"   the run's folder: {run_dir}\n   its report: {run_dir / 'preflight' / 'check-report.md'}")
 
     step("Left running")

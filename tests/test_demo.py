@@ -1,5 +1,6 @@
-"""What `make demo` prints about a run comes from the run's own record: its downtime is run.json's (the journal's
-durations, one computation). On run records written by the upgrade's own conclude step; no cluster."""
+"""What `make demo` prints about a run comes from the run's own record, not from fixed text: its downtime is run.json's
+(the journal's durations, one computation), and whether it stopped anything is what the journal says. On run
+records written by the upgrade's own conclude step; no cluster."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from flinkstate import FlinkRestClient
+from flinkstate import FlinkRestClient, Outcome, UpgradeJournal
 from tests.support.airflow_env import ROOT
 from tests.test_upgrade_journal import _plan, _upgraded_journal
 
@@ -42,3 +43,17 @@ def test_the_demo_prints_the_downtime_run_json_records(tmp_path: Path):
         "downtime (stop request -> every v2 subtask RUNNING): 33.0 s = stop 1.0, Spark migration with its re-check "
         "23.5, submit 0.5, restore (submitted -> every subtask RUNNING) 7.0, Airflow between tasks 1.0; then the "
         "health gate, 14.0 s")
+
+
+def test_the_demo_says_what_the_journal_says_was_stopped(tmp_path: Path):
+    demo = _demo()
+    upgraded = _concluded(tmp_path / "upgraded", _upgraded_journal)
+    assert demo.stop_account(upgraded).startswith("its journal records a stop")
+
+    def refused(base: Path, run: dict) -> UpgradeJournal:
+        journal = UpgradeJournal.start(_plan(base), "resolve", run=run)
+        journal.finish(Outcome.REFUSED, "alert_incompatible", running={"version": "old", "job_id": "0" * 32})
+        return journal
+
+    assert demo.stop_account(_concluded(tmp_path / "refused", refused)) == \
+        "its journal records no stop: nothing was stopped"
