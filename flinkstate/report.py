@@ -123,9 +123,9 @@ class Report:
             headline += " (the dry run shows the migration would fail)"
         lines = [f"# Compatibility check: {headline}", "",
                  f"- savepoint: `{escape_markdown(self.savepoint)}`", _manifest_line(self.manifest),
-                 f"- Flink's verdict: **{self.flink_verdict.name}**; verdict: **{self.verdict.name}**"
-                 + _verdict_note(self), "",
-                 "| operator | state | kind | old type | new type | Flink | verdict | migration |",
+                 _verdict_line(self),
+                 f"- Flink on its own, restoring the savepoint as it is: {self.flink_verdict.name}", "",
+                 "| operator | state | kind | old type | new type | Flink as is | verdict | migration |",
                  "|---|---|---|---|---|---|---|---|"]
         for row in self.rows:
             kind = row.kind or row.old_kind or ""
@@ -172,16 +172,15 @@ _SHORT = {Verdict.COMPATIBLE_AS_IS: "as is", Verdict.COMPATIBLE_WITH_RECONFIGURE
           Verdict.COMPATIBLE_AFTER_MIGRATION: "after migration", INCOMPATIBLE: "**INCOMPATIBLE**"}
 
 
-def _verdict_note(report: Report) -> str:
-    """Why the outcome differs from the verdict, so that the two never read as a contradiction."""
-    if report.outcome == "migrate" and report.flink_verdict is INCOMPATIBLE:
-        return (" (Flink's is what it does with the savepoint as it is; the verdict is `flinkstate migrate`'s plan, "
-                "whose output the new version restores as is)")
-    if report.outcome == "migrate":
-        return " (`flinkstate migrate` runs the plan; the new version restores its output as is)"
+def _verdict_line(report: Report) -> str:
+    """The verdict under the headline, always the headline's: the tool's, i.e. the plan ``flinkstate migrate`` runs
+    (Flink's own verdict follows on its own line, named as such)."""
     if report.outcome == "incompatible" and report.verdict < INCOMPATIBLE:
-        return " (but the migration would not get through: see the dry run)"
-    return ""
+        return (f"- verdict: **{INCOMPATIBLE.name}**: the planned migration fails in the dry run (below), although "
+                f"the serializer snapshots alone allow it ({report.verdict.name})")
+    note = {"migrate": ": `flinkstate migrate` runs the plan; the new version restores its output as is",
+            "incompatible": ": `flinkstate migrate` refuses (see the findings)"}.get(report.outcome, "")
+    return f"- verdict: **{report.verdict.name}**{note}"
 
 
 def _short(verdict: Verdict) -> str:

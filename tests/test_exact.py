@@ -333,10 +333,10 @@ def test_the_report_never_contradicts_itself(source: Path, capsys: pytest.Captur
     assert main(["check", str(source), "--schema", str(manifests / "v3-with-conversion.yaml")]) == 3
     report = capsys.readouterr().out
     assert report.startswith("# Compatibility check: migration required and possible")
-    # Flink's own verdict on the savepoint as it is, and the verdict of migrate's plan: never an INCOMPATIBLE verdict
-    # under a "possible" headline
-    assert "- Flink's verdict: **INCOMPATIBLE**; verdict: **COMPATIBLE_AFTER_MIGRATION** (Flink's is what it does " \
-           "with the savepoint as it is; the verdict is `flinkstate migrate`'s plan" in report
+    # The verdict of migrate's plan under the headline, and Flink's own on the savepoint as it is, named as such:
+    # never an INCOMPATIBLE verdict under a "possible" headline
+    assert "- verdict: **COMPATIBLE_AFTER_MIGRATION**: `flinkstate migrate` runs the plan; the new version restores " \
+           "its output as is\n- Flink on its own, restoring the savepoint as it is: INCOMPATIBLE\n" in report
 
 
 def test_check_writes_its_report_to_a_file(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
