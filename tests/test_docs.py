@@ -1,5 +1,6 @@
-"""The docs in docs/ cannot rot: every YAML example of the manifest reference loads with the real manifest loader,
-and what it declares is what the page says; no document links outside the repository."""
+"""The docs cannot rot: every YAML example of the manifest reference loads with the real manifest loader,
+and what it declares is what the page says; no document links outside the repository; every README section and
+docs page the CLI's help points to exists."""
 
 from __future__ import annotations
 
@@ -75,3 +76,45 @@ def test_links_stay_inside_the_repository(page: Path) -> None:
             continue
         path = (page.parent / target.split("#")[0]).resolve()
         assert path.is_relative_to(DOCS.parent) and path.exists(), f"{page.name} links to {target}"
+
+
+def _github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation but ``-`` and ``_`` dropped, spaces as
+    ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _help_texts() -> dict[str, str]:
+    """``flinkstate --help`` and the help of every command and sub-command, by command line."""
+    import argparse
+
+    from flinkstate.cli import build_parser
+
+    texts, pending = {}, [("flinkstate", build_parser())]
+    while pending:
+        name, parser = pending.pop()
+        texts[name] = parser.format_help()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                pending += [(f"{name} {sub}", child) for sub, child in action.choices.items()]
+    return texts
+
+
+def test_every_readme_section_the_cli_help_points_to_exists() -> None:
+    readme = (DOCS.parent / "README.md").read_text()
+    anchors = {_github_anchor(line.lstrip("#")) for line in readme.splitlines() if re.match(r"#{1,6} ", line)}
+    assert "checking-compatibility-schema-and-check" in anchors  # the slug rule, on a heading with code in it
+    pointers = 0
+    for command, text in _help_texts().items():
+        flat = " ".join(text.split())
+        for mention in re.finditer(r"README(\S*)", flat):
+            target = mention.group(1).rstrip(".,;:)")
+            assert target.startswith(".md#"), f"`{command} --help` names the README without a section: " \
+                                              f"...{flat[max(mention.start() - 60, 0):mention.end() + 40]}..."
+            assert target.removeprefix(".md#") in anchors, f"`{command} --help` points to a README section that " \
+                                                           f"does not exist: README{target}"
+            pointers += 1
+        for page in re.findall(r"\bdocs/[\w.-]+\.md\b", flat):
+            assert (DOCS.parent / page).is_file(), f"`{command} --help` points to {page}, which does not exist"
+    assert pointers >= 1
+

@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  flinkstate migrate SAVEPOINT --schema v2.yaml --output migrated/\n"
                "  flinkstate -v describe SAVEPOINT                # -v: what it does, on stderr\n"
                '  eval "$(flinkstate completion bash)"            # tab completion (zsh, fish too)\n'
-               "The manifest format and the exit statuses are in the README (State schema manifests).",
+               "The manifest format: docs/manifest.md; the check report and the exit statuses:\n"
+               "README.md#checking-compatibility-schema-and-check",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=version_text())
     _global_options(parser, suppress=False)
