@@ -231,7 +231,7 @@ with DAG(
                                      logs=task_log_folder(ti),
                                      timeout=float((params or {}).get("rollback_timeout") or 300))
         if alert:
-            send_alert(alert)
+            send_alert(alert, succeeded=ok)  # a success is logged at INFO, anything else at WARNING
         if not ok:  # the run fails on purpose, its alert sent: the headline in one log line, not a traceback
             raise TaskRefused(alert.splitlines()[0] if alert else "the upgrade did not complete")
 

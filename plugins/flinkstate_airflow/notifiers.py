@@ -50,9 +50,11 @@ class WebhookReportNotifier(BaseNotifier):
         send_alert(compose(self.message, self.report), http_conn_id=self.http_conn_id, endpoint=self.endpoint)
 
 
-def send_alert(text: str, *, http_conn_id: str = "flink_upgrade_webhook", endpoint: str | None = None) -> None:
+def send_alert(text: str, *, http_conn_id: str = "flink_upgrade_webhook", endpoint: str | None = None,
+               succeeded: bool = False) -> None:
     """Posts one alert (already composed) to the webhook, and logs it."""
-    log.warning("flink upgrade alert:\n%s", text)
+    # A run that succeeded is news, not a problem: INFO; any other alert (a refusal, a failure, a rollback) WARNING.
+    log.log(logging.INFO if succeeded else logging.WARNING, "flink upgrade alert:\n%s", text)
     hook = HttpHook(method="POST", http_conn_id=http_conn_id)
     if endpoint is None:
         endpoint = (hook.get_connection(http_conn_id).extra_dejson or {}).get("endpoint", "")
