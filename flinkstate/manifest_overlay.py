@@ -174,7 +174,7 @@ class _Completion:
 
     def unregistered(self, where: str, name: str, jar_op: OperatorSchema, declared: Mapping[Any, Any]) -> str:
         """The contradiction of a state the overlay declares and the jar does not register."""
-        registered = ", ".join(printable(n) for n in jar_op.states) or "none"
+        registered = ", ".join(printable(n) for n in sorted(jar_op.states)) or "none"
         message = (f"{where}, state {printable(name)}: the overlay declares it, but the jar does not register it when "
                    f"the operator opens (it registers: {registered})")
         new_names = [n for n in jar_op.states if n not in declared]

@@ -94,9 +94,9 @@ CONTRADICTIONS = {
     "a state the jar renamed": (
         "v1", ("recent", "recent-tx"), (MANIFESTS / "v1.yaml").read_text().split("manifest_version: 1\n", 1)[1],
         "operators.stats.states.recent: contradicts the jar sample-job.jar: operator stats, state recent: the overlay "
-        "declares it, but the jar does not register it when the operator opens (it registers: stats, count, "
-        "recent-tx, buckets, _timer_state/processing_user-timers, _timer_state/event_user-timers); if the jar renamed "
-        "it, declare the new name with renamed_from: recent (e.g. recent-tx)"),
+        "declares it, but the jar does not register it when the operator opens (it registers: "
+        "_timer_state/event_user-timers, _timer_state/processing_user-timers, buckets, count, recent-tx, stats); if "
+        "the jar renamed it, declare the new name with renamed_from: recent (e.g. recent-tx)"),
     "a field the jar added": (
         "v2", None, "operators:\n  stats:\n    states:\n      stats:\n        value: {pojo: sample.Stats, fields: "
                     "{count: Long, key: String, total: Long}}\n",
