@@ -32,6 +32,11 @@ def test_second_cluster_runs_beside_the_first_and_stops_cleanly(flink_cluster: L
         assert second.start().status()["pids"] == status["pids"]
         pids = list(status["pids"].values())
         assert len(pids) == 2 and all(_pid_alive(pid) for pid in pids)
+        # `cluster stop` says what it stopped (not the status afterwards, which says that none runs)
+        stop = subprocess.run([sys.executable, "-m", "flinkstate", "cluster", "stop", "--work-dir",
+                               str(tmp_path / "second")], capture_output=True, text=True)
+        assert stop.returncode == 0 and stop.stdout == (f"stopped the Flink cluster in {status['work_dir']} (pids "
+                                                        f"{', '.join(map(str, sorted(pids)))})\n"), stop
     finally:
         second.stop()
     assert not any(_pid_alive(pid) for pid in pids), "stop left Flink processes running"
@@ -63,6 +68,13 @@ def test_cli_status_of_a_stopped_cluster(tmp_path: Path):
                              str(tmp_path)], capture_output=True, text=True, env={**os.environ})
     assert result.returncode == 1
     assert "no Flink cluster running" in result.stdout
+
+
+def test_cli_stop_of_a_stopped_cluster_says_nothing_was_running(tmp_path: Path):
+    result = subprocess.run([sys.executable, "-m", "flinkstate", "cluster", "stop", "--work-dir", str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0
+    assert result.stdout == f"no Flink cluster was running in {tmp_path.resolve()}: nothing to stop\n"
 
 
 def test_unreachable_flink_is_a_one_line_error(tmp_path: Path):

@@ -46,10 +46,10 @@ def _run(args: argparse.Namespace) -> int:
         cluster = LocalFlinkCluster(args.work_dir, flink_home=args.flink_home, rest_port=args.rest_port,
                                     rpc_port=args.rpc_port, slots=args.slots, options=options)
         cluster.start()
+    elif args.action == "stop":
+        return _stop(LocalFlinkCluster(args.work_dir), json_output=args.json)
     else:
         cluster = LocalFlinkCluster(args.work_dir)
-        if args.action == "stop":
-            cluster.stop()
     status = cluster.status()
     health = status.get("health", "stopped")
     if args.json:
@@ -69,6 +69,16 @@ def _run(args: argparse.Namespace) -> int:
                          f"{overview.get('slots-available', '?')} free of {overview.get('slots-total', '?')}, "
                          f"jobs running: {overview.get('jobs-running', '?')}")
         print("\n".join(lines))
-    if args.action == "stop":
-        return 0
     return {"running": 0, "degraded": EXIT_DEGRADED}.get(health, 1)
+
+
+def _stop(cluster: LocalFlinkCluster, *, json_output: bool) -> int:
+    """Stops the cluster and says what it stopped (status after a stop would always say that none runs)."""
+    stopped = cluster.stop()
+    if json_output:
+        print(json.dumps({**cluster.status(), "stopped_pids": stopped}, indent=2, default=str))
+    elif stopped:
+        print(f"stopped the Flink cluster in {cluster.work_dir} (pids {', '.join(map(str, stopped))})")
+    else:
+        print(f"no Flink cluster was running in {cluster.work_dir}: nothing to stop")
+    return 0

@@ -363,8 +363,9 @@ class LocalFlinkCluster:
                 return f": {errors[-1].strip()[:300]}"
         return ""
 
-    def stop(self, *, timeout: float = 30.0) -> None:
-        """Stops exactly the processes this work folder started (SIGTERM, then SIGKILL after ``timeout``)."""
+    def stop(self, *, timeout: float = 30.0) -> list[int]:
+        """Stops exactly the processes this work folder started (SIGTERM, then SIGKILL after ``timeout``); returns
+        the pids it stopped (empty: none of them ran)."""
         pids = set(self._read_pids().values())
         state = self.state()
         if state:
@@ -390,6 +391,7 @@ class LocalFlinkCluster:
             pid_file.unlink()
         if self.state_file.exists():
             self.state_file.unlink()
+        return sorted(owned)
 
     def status(self) -> dict[str, Any]:
         """A summary for people and scripts: running or not, ports, pids, version, and the REST overview."""
