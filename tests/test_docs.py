@@ -118,3 +118,14 @@ def test_every_readme_section_the_cli_help_points_to_exists() -> None:
             assert (DOCS.parent / page).is_file(), f"`{command} --help` points to {page}, which does not exist"
     assert pointers >= 1
 
+
+def test_the_readme_says_what_v2s_label_restores_as() -> None:
+    """The sample job's v2 adds `label`: Flink alone restores it as null, the upgrade (migrate with the manifest's
+    declared default, what `make demo` shows) as that default. The README's v2 line says both."""
+    from flinkstate.migration.spec import parse_migration
+
+    v2 = parse_manifest((DOCS.parent / "examples" / "sample-job" / "manifests" / "v2.yaml").read_text())
+    default = parse_migration(dict(v2.operators["stats"].states["stats"].migration or {})).fields["label"].default
+    readme = (DOCS.parent / "README.md").read_text()
+    line = " ".join(readme.split("\n- **v2**:", 1)[1].split("\n- **v3**:", 1)[0].split())
+    assert "restores it as null" in line and f'restores as `"{default}"`' in line, line

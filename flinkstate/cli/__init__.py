@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Examples:\n"
                "  flinkstate describe s3://bucket/savepoints/savepoint-1a2b3c\n"
                "  flinkstate schema SAVEPOINT -o v1.yaml          # then edit it into the next version's manifest\n"
+               "  flinkstate check SAVEPOINT --jar job-v2.jar --schema v2-overlay.yaml -- ARGS   # runs its main()\n"
                "  flinkstate check SAVEPOINT --schema v2.yaml --dry-run\n"
                "  flinkstate migrate SAVEPOINT --schema v2.yaml --output migrated/\n"
                "  flinkstate -v describe SAVEPOINT                # -v: what it does, on stderr\n"
