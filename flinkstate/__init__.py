@@ -78,7 +78,7 @@ from flinkstate.migration.verdict import check
 from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.progress import showing as progress_shown
 from flinkstate.progress import track
-from flinkstate.report import Report
+from flinkstate.report import Report, slack_text
 from flinkstate.resolution import BACKENDS
 from flinkstate.savepoint import KeyedStateInfo, Savepoint, open_savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
@@ -88,7 +88,14 @@ from flinkstate.storage import settings as _settings
 from flinkstate.storage.locations import HandleRefused, StorageError
 from flinkstate.storage.outputs import SavepointOutput
 from flinkstate.storage.settings import S3Options
-from flinkstate.storage.uri import copy_savepoint, exists, open_output, read_file, write_file
+from flinkstate.storage.uri import (
+    copy_savepoint,
+    exists,
+    open_output,
+    read_file,
+    refuse_output_in_source,
+    write_file,
+)
 from flinkstate.typenotation import to_snapshot as type_snapshot
 from flinkstate.upgrades.journal import (
     DeploymentRegistry,
@@ -101,9 +108,9 @@ from flinkstate.upgrades.journal import (
     UpgradeJournal,
     local_path,
     not_writable,
-    safe_name,
     write_with_retries,
 )
+from flinkstate.upgrades.names import NameRefused, safe_name
 from flinkstate.upgrades.ownership import Liveness, RunProbe, describe_run, process_alive, process_start
 from flinkstate.upgrades.recovery import (
     DEFAULT_GRACE,
@@ -171,6 +178,7 @@ __all__ = [
     "MigrationJob",
     "MigrationPlan",
     "MigrationReport",
+    "NameRefused",
     "OperatorState",
     "OperatorStateElement",
     "Outcome",
@@ -231,11 +239,13 @@ __all__ = [
     "progress_shown",
     "read_file",
     "recover",
+    "refuse_output_in_source",
     "register_serializer_snapshot",
     "restore_old",
     "run_dry_run",
     "run_dry_run_unit",
     "safe_name",
+    "slack_text",
     "source_split",
     "split_units",
     "sweep",

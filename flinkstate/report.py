@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flinkstate.compatibility import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, Finding, Verdict
+from flinkstate.errors import printable
 
 REPORT_VERSION = 1
 EXIT_OK = 0
@@ -204,9 +205,20 @@ def _cell(text: str) -> str:
 
 def escape_markdown(text: str) -> str:
     """Text from a savepoint or manifest (names, types, errors) made safe for one Markdown line: control characters
-    escaped, table pipes and backticks neutralised."""
-    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(text))
-    return text.replace("|", "\\|").replace("`", "'")
+    escaped (:func:`~flinkstate.errors.printable`), table pipes and backticks neutralised."""
+    return printable(text).replace("|", "\\|").replace("`", "'")
+
+
+def slack_text(text: str) -> str:
+    """A message for a Slack-style chat (Slack's incoming webhooks, and those compatible with them), whatever names
+    it carries: each line made printable (:func:`~flinkstate.errors.printable`), ``&``, ``<`` and ``>`` written
+    as Slack asks (``&amp;``, ``&lt;``, ``&gt;``: no ``<!channel>`` or ``<!everyone>`` mention, no ``<@user>``, no
+    ``<url|text>`` link whose text hides its target), and Markdown's link ``[text](url)`` broken (``] (``) for the
+    chats that render Markdown. Every alert goes out through this rule; Slack shows ``&lt;`` as ``<``, so the text
+    reads as written, as plain text."""
+    lines = (printable(line) for line in str(text).split("\n"))
+    return "\n".join(line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("](", "] (")
+                     for line in lines)
 
 
 # -- the dry run's section (its figures come from flinkstate.migration.dry_run.summarize) ----------------
@@ -245,4 +257,4 @@ def render_dry_run(section: dict[str, Any], runner: str = "one process") -> str:
 
 
 __all__ = ["EXIT_INCOMPATIBLE", "EXIT_MIGRATION", "EXIT_OK", "REPORT_VERSION", "Report", "StateRow", "escape_markdown",
-           "outcome_after_dry_run", "render_dry_run"]
+           "outcome_after_dry_run", "render_dry_run", "slack_text"]

@@ -38,6 +38,7 @@ from flinkstate import (
     Savepoint,
     add_allow_code_argument,
     check,
+    refuse_output_in_source,
     run_dry_run,
     run_dry_run_unit,
 )
@@ -108,6 +109,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     for name in ("savepoint", "schema", "previous", "verify_against", "verify_old_schema"):
         setattr(args, name, shared(getattr(args, name)))
+    refuse_output_in_source(args.report_dir, args.savepoint, "--report-dir")
     policy = CodePolicy.resolve(args.allow_code)
     # With --verify-against, SAVEPOINT is a migration's output for SCHEMA (its renames are done).
     report = check(args.savepoint, args.schema, previous=args.previous, backend=args.backend,

@@ -35,7 +35,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
 
-from flinkstate import ALLOW_CODE_HELP, CodePolicy, FlinkStateError, MigrationJob, add_allow_code_argument
+from flinkstate import (
+    ALLOW_CODE_HELP,
+    CodePolicy,
+    FlinkStateError,
+    MigrationJob,
+    add_allow_code_argument,
+    refuse_output_in_source,
+)
 from spark_jobs.common import (
     Recheck,
     recheck,
@@ -97,6 +104,8 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     for name in ("savepoint", "schema", "old_schema", "output", "report", "recheck_report_dir"):
         setattr(args, name, shared(getattr(args, name)))
+    if args.recheck_report_dir:
+        refuse_output_in_source(args.recheck_report_dir, args.savepoint, "--recheck-report-dir")
     policy = CodePolicy.resolve(args.allow_code)
     job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
                        metadata_version=args.metadata_version,

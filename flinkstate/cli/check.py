@@ -24,6 +24,7 @@ from flinkstate import (
     add_allow_code_argument,
     check,
     printable,
+    refuse_output_in_source,
     run_dry_run,
     write_file,
 )
@@ -69,6 +70,8 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     policy = CodePolicy.resolve(args.allow_code)
+    if args.output:
+        refuse_output_in_source(args.output, args.savepoint, "-o")
     schema = new_version_schema(args)
     with phase(f"check {args.savepoint} against {schema_name(schema)}"):
         report = check(args.savepoint, schema, previous=args.previous, backend=args.backend,

@@ -8,7 +8,6 @@ main() and its operators' initializeState()/open() code, in a JVM of its own."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from flinkstate import (
@@ -17,7 +16,9 @@ from flinkstate import (
     TypeSerializerSnapshot,
     manifest_from_savepoint,
     printable,
+    refuse_output_in_source,
     type_snapshot,
+    write_file,
 )
 from flinkstate.cli.jar_options import JAR_WARNING, add_jar_arguments, inspect_jar_of
 from flinkstate.cli.verbose import phase, savepoint_opened
@@ -72,6 +73,8 @@ def _run(args: argparse.Namespace) -> int:
     else:
         if len(args.inputs) != 1:
             raise FlinkStateError("give one SAVEPOINT, or a job jar with --jar (its main()'s arguments after --)")
+        if args.output:
+            refuse_output_in_source(args.output, args.inputs[0], "-o")
         with phase("read _metadata"):
             savepoint = Savepoint.open(args.inputs[0])
         savepoint_opened(savepoint)
@@ -81,10 +84,7 @@ def _run(args: argparse.Namespace) -> int:
                 "# Row field names are not stored in savepoints (f0, f1, ...): rename them to the job's names.\n"
                 + manifest.dump())
     if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise FlinkStateError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+        write_file(args.output, text.encode("utf-8"))
     else:
         print(text, end="")
     return 0

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
+from flinkstate import printable
+
 log = logging.getLogger("flinkstate.cli")
 
 
@@ -26,7 +28,9 @@ class _Elapsed(logging.Formatter):
         self.start = start
 
     def format(self, record: logging.LogRecord) -> str:
-        return f"flinkstate [+{record.created - self.start:.3f}s] {record.getMessage()}"
+        # One printable line whatever the record carries (names from savepoints and manifests): no escape sequence
+        # reaches the terminal and no name forges a line of its own, as in every other output of the CLI.
+        return f"flinkstate [+{record.created - self.start:.3f}s] {printable(record.getMessage())}"
 
 
 @contextmanager

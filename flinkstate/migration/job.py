@@ -20,7 +20,7 @@ from flinkstate.migration.plan import MigrationError, MigrationPlan, OperatorTar
 from flinkstate.migration.runner import MigrationReport, UnitRunner, migrate_savepoint, run_units_locally
 from flinkstate.migration.verdict import blocking_finding, check, check_against_manifest
 from flinkstate.savepoint import Savepoint
-from flinkstate.storage.uri import open_output, write_file
+from flinkstate.storage.uri import is_within, location_parts, open_output, refuse_output_in_source, write_file
 
 if TYPE_CHECKING:
     from flinkstate.migration.units import MapUnits
@@ -98,15 +98,10 @@ class MigrationJob:
     def check_locations(self) -> None:
         """Refuses an output or report inside the source savepoint (the source is never written), or inside each
         other: one line, before anything is written."""
-        source = _place(self.savepoint, strip_metadata=True)
-        output = _place(self.output)
-        report = _place(self.report_path)
-        for what, place in (("--output", output), ("--report", report)):
-            if _within(place, source) or _within(source, place):
-                raise MigrationError(f"{what} {self.output if what == '--output' else self.report_path} is inside "
-                                     f"the source savepoint {self.savepoint} (or contains it): the source is never "
-                                     f"written to")
-        if _within(report, output) or _within(output, report):
+        for option, place in (("--output", self.output), ("--report", self.report_path)):
+            refuse_output_in_source(place, self.savepoint, option)
+        output, report = location_parts(self.output), location_parts(self.report_path)
+        if is_within(report, output) or is_within(output, report):
             raise MigrationError(f"--report {self.report_path} and --output {self.output} must not contain each "
                                  f"other")
         if output[0] == "file":
@@ -166,19 +161,6 @@ class MigrationJob:
                                  f"written to {self.report_path}: {detail}") from None
 
 
-def _place(location: str, strip_metadata: bool = False) -> tuple[str, ...]:
-    """A location as path parts for containment tests: ``("s3", bucket, *key parts)`` or the resolved local path's
-    parts (symlinks followed, so that a link into the source is seen as the source)."""
-    if location.startswith("s3://"):
-        parts = tuple(p for p in location[5:].split("/") if p)
-    else:
-        path = Path(location.removeprefix("file://").removeprefix("file:")).resolve()
-        parts = ("file", *path.parts)
-        return parts[:-1] if strip_metadata and path.name == "_metadata" else parts
-    result = ("s3", *parts)
-    return result[:-1] if strip_metadata and result[-1] == "_metadata" else result
-
-
 def _check_local_folder(folder: Path, label: str) -> None:
     """One line, before anything is written, when ``folder`` cannot become a directory we may write: it or an
     ancestor is a file, or the nearest existing ancestor is not writable. ``label`` names the option and value."""
@@ -191,10 +173,6 @@ def _check_local_folder(folder: Path, label: str) -> None:
         raise MigrationError(f"{label}: {existing} is a file, not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise MigrationError(f"{label}: {existing} is not writable (permission denied)")
-
-
-def _within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
-    return len(inner) >= len(outer) and inner[:len(outer)] == outer
 
 
 def write_report(report: MigrationReport, directory: str) -> None:

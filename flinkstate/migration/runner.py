@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from flinkstate.errors import printable
 from flinkstate.migration.assemble import assemble_metadata, check_metadata_version
 from flinkstate.migration.code_policy import CodePolicy
 from flinkstate.migration.plan import MigrationError, MigrationPlan, OperatorTarget, plan_migration
@@ -57,7 +58,9 @@ class MigrationReport:
         lines += [f"    {line}" for line in self.verification]
         lines.append(f"  report: {report_dir}/report.json ({len(self.dead_letters)} dead letters in "
                      f"dead-letters.jsonl)")
-        return "\n".join(lines)
+        # Names from the savepoint are in these lines: printed as one printable line each (no escape sequence
+        # reaches the terminal, no name starts a line of its own), as describe, check and errors print them.
+        return "\n".join(printable(line) for line in lines)
 
 
 def merge_counts(plan: MigrationPlan, results: list[SubtaskResult]) -> dict[str, dict[str, StateCount]]:

@@ -7,12 +7,14 @@ leftovers are cleared). Local directories here (publish is a rename); ``s3://`` 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import io
 import json
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -145,22 +147,27 @@ class _StagedLocalLocation(LocalSavepointLocation):
         return super()._resolve(STAGED_METADATA if name == METADATA_FILE else name)
 
 
+#: A file the tool creates: new (``O_EXCL``: an existing file, or a symbolic link, even a dangling one, is an error,
+#: never opened), and never through a link (``O_NOFOLLOW``, said again for the reader).
+NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
 class _OutputLock:
     """An exclusive ``flock`` on ``.NAME.lock`` beside a local output: a second run to the same output fails at
     once, naming the holder. The lock file is removed on release; acquiring checks that the locked file is still
-    the one at the path (a run that opened it just before it was removed would otherwise lock a deleted file)."""
+    the one at the path (a run that opened it just before it was removed would otherwise lock a deleted file).
+
+    The lock file is created exclusively and only that new file is written. One that exists already is never
+    written: it is a run's that holds it (refused, naming the holder), or one left by a run that died (the kernel
+    released its lock, the file stays), which is removed and created anew; anything else at that path (a symbolic
+    link, a file with other hard links, not a regular file, not an owner record: planted to make us write through
+    it) is refused in one line."""
 
     def __init__(self, path: Path, owner: Owner, output: Path) -> None:
         self.path = path
         self._fd: int | None = None
         while True:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-            except IsADirectoryError:
-                raise WriteError(f"{output}: cannot lock the output: {path} is a directory") from None
-            except OSError as exc:  # e.g. a parent that root may not write either (a read-only file system)
-                raise WriteError(f"{output}: cannot create the output: {path.parent} is not writable "
-                                 f"({exc.strerror or exc})") from None
+            fd, created = self._open(path, output)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -169,21 +176,66 @@ class _OutputLock:
                 raise WriteError(f"{output}: another migration is writing this output (lock {path} held by "
                                  f"{holder.describe() if holder else 'another process'})") from None
             try:
-                same = os.path.samestat(os.fstat(fd), os.stat(path))
+                same = os.path.samestat(os.fstat(fd), os.lstat(path))
             except FileNotFoundError:
                 same = False
-            if same:
+            if same and created:
                 break
+            if same:  # locked by nobody: left by a run that is over, if it is ours at all
+                try:
+                    self._refuse_unless_left_by_a_run(fd, path)
+                    os.unlink(path)  # while locked: a run that opened it meanwhile sees it gone, and starts again
+                finally:
+                    os.close(fd)
+                continue
             os.close(fd)  # the file was removed by its previous holder between our open and our lock: again
         try:
-            os.ftruncate(fd, 0)
             os.pwrite(fd, owner.to_json(), 0)
         except OSError as exc:  # a full disk: its error names no file, a person must learn which one
             with suppress(OSError):
-                os.unlink(path)  # ours: locked above
+                os.unlink(path)  # ours: created and locked above
             os.close(fd)
             raise WriteError(f"{path}: cannot write: {os_error_line(exc)}") from None
         self._fd = fd
+
+    @staticmethod
+    def _open(path: Path, output: Path) -> tuple[int, bool]:
+        """The lock file: created (and True), or the existing one opened to lock and read only (and False)."""
+        while True:
+            try:
+                return os.open(path, (NEW_FILE_FLAGS & ~os.O_WRONLY) | os.O_RDWR, 0o644), True
+            except FileExistsError:
+                pass
+            except OSError as exc:  # e.g. a parent that root may not write either (a read-only file system)
+                raise WriteError(f"{output}: cannot create the output: {path.parent} is not writable "
+                                 f"({exc.strerror or exc})") from None
+            try:  # O_NONBLOCK: a FIFO planted there must not hang the run
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                continue  # removed meanwhile: create it
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise _not_our_lock(path, "a symbolic link") from None
+                raise WriteError(f"{output}: cannot lock the output: {os_error_line(exc, path)}") from None
+            status = os.fstat(fd)
+            if stat.S_ISDIR(status.st_mode):
+                os.close(fd)
+                raise WriteError(f"{output}: cannot lock the output: {path} is a directory")
+            if not stat.S_ISREG(status.st_mode):
+                os.close(fd)
+                raise _not_our_lock(path, "not a regular file")
+            return fd, False
+
+    @staticmethod
+    def _refuse_unless_left_by_a_run(fd: int, path: Path) -> None:
+        """A lock file nobody holds is removed only when it is one a run of flinkstate left: a file of its own (one
+        link) holding an owner record, or empty (a run killed between creating and writing it)."""
+        status = os.fstat(fd)
+        if status.st_nlink != 1:
+            raise _not_our_lock(path, f"a file with {status.st_nlink} hard links")
+        content = os.pread(fd, 4096, 0)
+        if content and Owner.from_json(content) is None:
+            raise _not_our_lock(path, "a file without flinkstate's owner record")
 
     def release(self) -> None:
         if self._fd is None:
@@ -192,6 +244,11 @@ class _OutputLock:
             os.unlink(self.path)  # while still locked: a waiting run then sees a new file, never this one
         os.close(self._fd)
         self._fd = None
+
+
+def _not_our_lock(path: Path, what: str) -> WriteError:
+    return WriteError(f"{path}: {what}, not the lock flinkstate keeps beside the output: nothing was written; remove "
+                      f"it if nothing needs it")
 
 
 class LocalSavepointOutput(SavepointOutput):
@@ -221,7 +278,8 @@ class LocalSavepointOutput(SavepointOutput):
             except OSError as exc:
                 raise WriteError(f"{self.staging}: cannot create the staging directory: "
                                  f"{exc.strerror or exc}") from None
-            (self.staging / OWNER_MARKER).write_bytes(self.owner.to_json())
+            with io.BufferedWriter(_StagedFile(self.staging / OWNER_MARKER)) as marker:  # new, in our new folder
+                marker.write(self.owner.to_json())
         except OSError as exc:  # a full disk: its error names no file, a person must learn which one
             self._release()
             raise WriteError(f"{self.staging / OWNER_MARKER}: cannot write: {os_error_line(exc)}") from None
@@ -335,5 +393,5 @@ def _prepare_parent(parent: Path, directory: Path) -> None:
         raise WriteError(f"{directory}: cannot create the output: {parent} is not writable (permission denied)")
 
 
-__all__ = ["OWNER_MARKER", "S3_LOCK_HEARTBEAT_SECONDS", "S3_LOCK_STALE_SECONDS", "STAGED_METADATA",
+__all__ = ["NEW_FILE_FLAGS", "OWNER_MARKER", "S3_LOCK_HEARTBEAT_SECONDS", "S3_LOCK_STALE_SECONDS", "STAGED_METADATA",
            "LocalSavepointOutput", "Owner", "SavepointOutput"]

@@ -5,12 +5,15 @@ copy a savepoint, read, write or test a single file. Each dispatches on the sche
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import uuid
+from contextlib import suppress
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from flinkstate.errors import WriteError
+from flinkstate.errors import WriteError, os_error_line
 from flinkstate.storage.locations import (
     METADATA_FILE,
     LocalSavepointLocation,
@@ -18,7 +21,7 @@ from flinkstate.storage.locations import (
     StorageError,
     local_path,
 )
-from flinkstate.storage.outputs import LocalSavepointOutput, SavepointOutput
+from flinkstate.storage.outputs import NEW_FILE_FLAGS, LocalSavepointOutput, SavepointOutput
 from flinkstate.storage.s3 import S3SavepointLocation, s3_client, split_s3_uri
 from flinkstate.storage.s3_output import S3SavepointOutput
 
@@ -88,30 +91,85 @@ def copy_savepoint(source: str | os.PathLike[str], target: str | os.PathLike[str
         raise StorageError(f"{local}: already exists; refusing to overwrite a savepoint")
     local.mkdir(parents=True)
     for name in names:
-        with src.open_stream(name) as stream, open(local / name, "wb") as out:
+        with src.open_stream(name) as stream, open(local / name, "xb") as out:  # new, never through a link
             shutil.copyfileobj(stream, out, 1 << 20)
     return str(local)
 
 
-def write_file(uri: str | os.PathLike[str], data: bytes) -> str:
+def write_file(uri: str | os.PathLike[str], data: bytes, *, durable: bool = False) -> str:
     """Writes one file (a report, say) to a local path or ``s3://bucket/key``, creating local folders as needed;
-    returns where it went. Local files appear whole: written beside, then renamed."""
+    returns where it went. Local files appear whole: written to a new file beside (a name of its own, created
+    exclusively, never through a symbolic link), then renamed over the target, which replaces the target's directory
+    entry: a link at the target is replaced, never followed, and a file hard-linked to it keeps its bytes.
+    ``durable``: the file and the rename are fsync'ed, so a crash leaves the old or the new content. An ``s3://``
+    object is one PUT, which S3 applies whole."""
     text = os.fspath(uri)
     if urlparse(text).scheme in ("s3", "s3a"):
         bucket, key = split_s3_uri(text)
         s3_client().put_object(Bucket=bucket, Key=key, Body=data)
         return f"s3://{bucket}/{key}"
     path = Path(local_path(text) if text.startswith("file:") else text)
-    partial = path.with_name(f".{path.name}.inprogress")
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.inprogress")
+    created = False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_bytes(data)
+        fd = os.open(partial, NEW_FILE_FLAGS, 0o644)
+        created = True
+        try:
+            written = 0
+            while written < len(data):  # os.write may write less (a filling device): the rest, or its error
+                count = os.write(fd, data[written:])
+                if count == 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += count
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(partial, path)
+        if durable:
+            folder = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
     except OSError as exc:
-        if partial.is_file():
-            partial.unlink()
-        raise StorageError(f"{text}: cannot write: {exc.strerror or exc}") from None
+        if created:
+            with suppress(OSError):  # a full disk must not also keep the half-written copy
+                partial.unlink()
+        # The reason without the file the error names: the partial one, gone now; ``path`` is the one to name.
+        reason = os_error_line(OSError(exc.errno, exc.strerror) if exc.errno else exc)
+        # The cause is kept: whether it was a full disk decides whether a recovery may go on (upgrades/recovery.py).
+        raise StorageError(f"{path}: cannot write: {reason}") from exc
     return str(path)
+
+
+def location_parts(location: str, *, savepoint: bool = False) -> tuple[str, ...]:
+    """A location as path parts for containment tests: ``("s3", bucket, *key parts)``, or ``("file", *parts)`` of
+    the local path resolved (every symbolic link on the way followed, to a file or a folder, so that a path through
+    a link into the source is seen as inside the source). ``savepoint``: a trailing ``_metadata`` names its
+    folder."""
+    if urlparse(location).scheme in ("s3", "s3a"):
+        parts: tuple[str, ...] = ("s3", *(p for p in location.split("://", 1)[1].split("/") if p))
+    else:
+        parts = ("file", *Path(local_path(location) if location.startswith("file:") else location).resolve().parts)
+    return parts[:-1] if savepoint and parts[-1] == METADATA_FILE else parts
+
+
+def is_within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
+    """Whether location parts ``inner`` are ``outer`` or below it."""
+    return len(inner) >= len(outer) and inner[:len(outer)] == outer
+
+
+def refuse_output_in_source(output: str, source: str, option: str) -> None:
+    """The one check of every path a command writes (``-o`` of each command, ``migrate``'s output and report):
+    refused in one line, before anything is written, when it is the source savepoint (a folder or its
+    ``_metadata``), inside it, or contains it, also when it gets there through symbolic links. ``option`` names
+    the option in the message."""
+    target, folder = location_parts(output), location_parts(source, savepoint=True)
+    if is_within(target, folder) or is_within(folder, target):
+        raise WriteError(f"{option} {output} is inside the source savepoint {source} (or contains it): the source "
+                         f"is never written to")
 
 
 def read_file(uri: str | os.PathLike[str]) -> bytes:
@@ -143,4 +201,5 @@ def exists(uri: str | os.PathLike[str]) -> bool:
     return Path(local_path(text) if text.startswith("file:") else text).exists()
 
 
-__all__ = ["copy_savepoint", "exists", "open_location", "open_output", "read_file", "write_file"]
+__all__ = ["copy_savepoint", "exists", "is_within", "location_parts", "open_location", "open_output", "read_file",
+           "refuse_output_in_source", "write_file"]

@@ -15,7 +15,6 @@ Layout beside the savepoints (``savepoint_base`` is a local folder or ``s3://buc
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -28,10 +27,10 @@ from typing import Any, Final
 from urllib.parse import urlparse
 
 from flinkstate.engine.rest import FlinkRestClient
-from flinkstate.errors import FlinkStateError, os_error_line
-from flinkstate.storage.locations import StorageError
+from flinkstate.errors import FlinkStateError
 from flinkstate.storage.s3 import s3_client, split_s3_uri
 from flinkstate.storage.uri import exists, read_file, write_file
+from flinkstate.upgrades.names import safe_name
 from flinkstate.upgrades.ownership import Liveness, RunProbe, owner_liveness, process_start
 
 REGISTRY_FILE = "deployments.json"
@@ -142,13 +141,6 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def safe_name(text: str) -> str:
-    """A run id or job name as one path segment."""
-    import re
-
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
-
-
 def local_path(location: str) -> str:
     """Flink reports savepoints as ``file:/path``; the Spark jobs and the REST API take the path as it is."""
     return location.removeprefix("file://").removeprefix("file:")
@@ -163,33 +155,10 @@ def same_path(a: str | None, b: str | None) -> bool:
 
 def write_durably(uri: str, data: bytes) -> str:
     """Writes a small file so that a crash leaves either the old or the new content, never a torn one: local files
-    go to a temporary file beside, are fsync'ed, renamed over the target, and the folder is fsync'ed (so the rename
-    itself survives a power loss); ``s3://`` objects are one PUT, which S3 applies whole."""
-    if urlparse(uri).scheme in ("s3", "s3a"):
-        return write_file(uri, data)
-    path = Path(local_path(uri))
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            if os.write(fd, data) != len(data):  # a short write: the device filled up under it
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(partial, path)
-        folder = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
-    except OSError as exc:
-        with contextlib.suppress(OSError):  # a full disk must not also keep the half-written copy
-            partial.unlink()
-        # the cause is kept: whether it was a full disk decides whether a recovery may go on (recovery.py)
-        raise StorageError(f"{path}: cannot write: {os_error_line(exc)}") from exc
-    return str(path)
+    go to a new file beside, are fsync'ed, renamed over the target, and the folder is fsync'ed (so the rename
+    itself survives a power loss); ``s3://`` objects are one PUT, which S3 applies whole. See
+    :func:`flinkstate.storage.uri.write_file`: links at the target are replaced, never followed."""
+    return write_file(uri, data, durable=True)
 
 
 def write_with_retries(write: Callable[[], object], *, attempts: int = 3, pause: float = 1.0) -> str | None:
@@ -251,7 +220,8 @@ def _read_versioned(uri: str) -> tuple[bytes, str] | None:
 def _local_lock(path: Path) -> Iterator[None]:
     """An exclusive lock beside a local journal for one read-compare-write (processes on this host)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    # Never through a link (O_NOFOLLOW): opening with O_CREAT would create whatever file a dangling one names.
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

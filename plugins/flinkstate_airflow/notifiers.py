@@ -15,6 +15,8 @@ from typing import Any
 from airflow.providers.http.hooks.http import HttpHook
 from airflow.sdk import BaseNotifier
 
+from flinkstate import printable, slack_text
+
 log = logging.getLogger(__name__)
 
 #: Slack limits a message's text; longer reports are cut with a note of where the full one is.
@@ -52,9 +54,13 @@ class WebhookReportNotifier(BaseNotifier):
 
 def send_alert(text: str, *, http_conn_id: str = "flink_upgrade_webhook", endpoint: str | None = None,
                succeeded: bool = False) -> None:
-    """Posts one alert (already composed) to the webhook, and logs it."""
+    """Posts one alert (already composed) to the webhook, and logs it. The one exit of every alert: names from
+    savepoints, manifests and DAG params in it (the check report's among them) go out as plain text
+    (:func:`flinkstate.slack_text`), and to the log printable."""
     # A run that succeeded is news, not a problem: INFO; any other alert (a refusal, a failure, a rollback) WARNING.
-    log.log(logging.INFO if succeeded else logging.WARNING, "flink upgrade alert:\n%s", text)
+    log.log(logging.INFO if succeeded else logging.WARNING, "flink upgrade alert:\n%s",
+            "\n".join(printable(line) for line in text.split("\n")))
+    text = slack_text(text)
     hook = HttpHook(method="POST", http_conn_id=http_conn_id)
     if endpoint is None:
         endpoint = (hook.get_connection(http_conn_id).extra_dejson or {}).get("endpoint", "")
