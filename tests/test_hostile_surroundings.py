@@ -245,7 +245,8 @@ def test_migrate_prints_names_escaped_on_stdout_and_in_verbose_stderr(tmp_path: 
 
 
 HOSTILE_NAMES = ["..", ".", "orders/eu", "orders_eu", "orders eu", "orders:eu", "orders~2Feu", "orders.eu",
-                 ".hidden", "a/../..", "~", "~h", "x" * 300, "x" * 301, "é", "e\u0301", "\x00", "run"]
+                 ".hidden", "a/../..", "~", "~h", "x" * 300, "x" * 301, "é", "e\u0301", "\x00", "run", "journal",
+                 "~6Aournal", "deployments.json"]
 
 
 def test_deployment_and_run_names_map_one_to_one_onto_safe_folder_names():
@@ -253,6 +254,7 @@ def test_deployment_and_run_names_map_one_to_one_onto_safe_folder_names():
     assert len(set(folders)) == len(HOSTILE_NAMES), dict(zip(HOSTILE_NAMES, folders, strict=True))
     for name, folder in zip(HOSTILE_NAMES, folders, strict=True):
         assert folder not in ("", ".", "..") and not folder.startswith(".") and "/" not in folder, (name, folder)
+        assert folder not in ("journal", "deployments.json"), (name, folder)  # the base's own entries
         assert len(folder.encode()) <= 200 and folder.isascii() and folder.isprintable(), (name, folder)
     # Names of [A-Za-z0-9_-] are their own folder: existing deployments keep their journals and run folders.
     for plain in ("keyed-stats-v1", "orders_eu", "manual__2024", "A-1_b"):
