@@ -2,8 +2,14 @@
 
     spark-submit --master local[2] spark_jobs/check_compatibility.py SAVEPOINT --schema MANIFEST \\
         --report-dir DIR_OR_S3 [--previous MANIFEST] [--backend hashmap|rocksdb] \\
+        [--jar JAR [--entry-class CLASS] [--program-args-json JSON]] \\
         [--allow-non-restored-state [true|false]] [--dry-run auto|always|never] [--examples N] [--exit-code] \\
         [--allow-code[=MODULES|all]]
+
+The new version's schema is ``--schema``'s manifest, or ``--jar``'s (what its operators register when they open:
+its ``main()`` runs in a JVM of its own on the driver, cached by the jar's hash), completed by ``--schema`` as an
+overlay when both are given, exactly as ``flinkstate check --jar`` takes it; a manifest that contradicts the jar is
+refused in one line before anything else runs.
 
 1. The verdict (driver, header-only: its time does not depend on the number of entries): flinkstate's check, with
    declared migrations judged by flinkstate's own migration planner.
@@ -45,8 +51,10 @@ from flinkstate import (
 from spark_jobs.common import (
     REPORT_JSON,
     REPORT_MARKDOWN,
+    add_new_version_arguments,
     collect_guarded,
     guarded,
+    new_version_schema,
     report_files,
     run_main,
     shared,
@@ -83,7 +91,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="check_compatibility", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("savepoint")
-    parser.add_argument("--schema", required=True)
+    add_new_version_arguments(parser)
     parser.add_argument("--previous")
     parser.add_argument("--report-dir", required=True)
     parser.add_argument("--backend", choices=BACKENDS)
@@ -102,14 +110,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--units", type=int, help="Spark tasks for --verify-against (default: three per core)")
     add_allow_code_argument(parser, ALLOW_CODE_HELP + " (for the dry run and --verify-against, which run the "
                                     "migration; the verdict imports nothing)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.schema = new_version_schema(parser, args)
+    return args
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    for name in ("savepoint", "schema", "previous", "verify_against", "verify_old_schema"):
+    for name in ("savepoint", "previous", "verify_against", "verify_old_schema"):
         setattr(args, name, shared(getattr(args, name)))
-    refuse_output_in_source(args.report_dir, args.savepoint, "--report-dir")
+    refuse_output_in_source(args.report_dir, args.savepoint, "--report-dir", report_folder=True)
     policy = CodePolicy.resolve(args.allow_code)
     # With --verify-against, SAVEPOINT is a migration's output for SCHEMA (its renames are done).
     report = check(args.savepoint, args.schema, previous=args.previous, backend=args.backend,

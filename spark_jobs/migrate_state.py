@@ -1,11 +1,15 @@
 """Spark job: rewrite a savepoint for a new job version, its work split by key-group ranges into Spark tasks.
 
     spark-submit --master local[2] spark_jobs/migrate_state.py SAVEPOINT --schema MANIFEST --output DIR \\
+        [--jar JAR [--entry-class CLASS] [--program-args-json JSON]] \\
         [--old-schema MANIFEST] [--metadata-version 3|4|5|6] [--compression on|off] [--report DIR] [--json] \\
         [--units N] [--allow-code[=MODULES|all]] [--recheck-report-dir DIR [--recheck-exit-code]] \\
         [--fence-journal URI --fence-run JSON]
 
-The same migration as ``flinkstate migrate`` (flinkstate.migration.job.MigrationJob), run as
+The new version's schema is ``--schema``'s manifest, or ``--jar``'s completed by ``--schema`` as an overlay, as
+``flinkstate migrate --jar`` takes it (its ``main()`` runs in a JVM of its own on the driver, before Spark starts;
+the upgrade DAG passes the schema it resolved before the stop, so no JVM runs while the job is down). The same
+migration as ``flinkstate migrate`` (flinkstate.migration.job.MigrationJob), run as
 :mod:`flinkstate.migration.units` describes: every rewritten keyed stream is cut into key-group ranges of about
 equal size (``--units``, default three per core: a parallelism-1 savepoint uses every executor too); each Spark task
 rebuilds the plan from the same inputs (header reads only, once per Python worker), rewrites its range's blocks into
@@ -45,6 +49,8 @@ from flinkstate import (
 )
 from spark_jobs.common import (
     Recheck,
+    add_new_version_arguments,
+    new_version_schema,
     recheck,
     run_main,
     shared,
@@ -59,7 +65,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="migrate_state", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("savepoint")
-    parser.add_argument("--schema", required=True)
+    add_new_version_arguments(parser)
     parser.add_argument("--old-schema")
     parser.add_argument("--output", required=True)
     parser.add_argument("--metadata-version", type=int, choices=(3, 4, 5, 6))
@@ -97,15 +103,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(f"--fence-run: not JSON: {args.fence_run[:200]!r}")
         if not isinstance(args.fence_run, dict) or not {"dag_id", "run_id"} <= set(args.fence_run):
             parser.error("--fence-run: expected a JSON object with dag_id and run_id")
+    args.schema = new_version_schema(parser, args)
     return args
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    for name in ("savepoint", "schema", "old_schema", "output", "report", "recheck_report_dir"):
+    for name in ("savepoint", "old_schema", "output", "report", "recheck_report_dir"):
         setattr(args, name, shared(getattr(args, name)))
     if args.recheck_report_dir:
-        refuse_output_in_source(args.recheck_report_dir, args.savepoint, "--recheck-report-dir")
+        refuse_output_in_source(args.recheck_report_dir, args.savepoint, "--recheck-report-dir",
+                                report_folder=True)
     policy = CodePolicy.resolve(args.allow_code)
     job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
                        metadata_version=args.metadata_version,

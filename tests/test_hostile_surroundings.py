@@ -187,6 +187,21 @@ def test_the_spark_jobs_report_folders_are_refused_inside_the_source(tmp_path: P
     assert tree_hash(source) == before and not (tmp_path / "out").exists()
 
 
+def test_a_report_folder_may_hold_the_source_beside_its_reports(tmp_path: Path):
+    """The upgrade's preflight/ folder holds the preflight savepoint and, beside it, the check's report files: a
+    report folder that contains the source is no write into it (its named files are written, never the folder
+    replaced); one that is the source or inside it still is refused."""
+    from flinkstate import refuse_output_in_source
+
+    source = copy_source(tmp_path)
+    refuse_output_in_source(str(tmp_path), str(source), "--report-dir", report_folder=True)
+    with pytest.raises(WriteError, match="is inside the source savepoint"):
+        refuse_output_in_source(str(tmp_path), str(source), "--output")
+    for inside in (source, source / "reports"):
+        with pytest.raises(WriteError, match="is inside the source savepoint"):
+            refuse_output_in_source(str(inside), str(source), "--report-dir", report_folder=True)
+
+
 def test_an_output_elsewhere_is_written_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """The refusal is about the source only: -o beside it writes what stdout would show."""
     source = copy_source(tmp_path)

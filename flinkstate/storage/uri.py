@@ -161,13 +161,15 @@ def is_within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
     return len(inner) >= len(outer) and inner[:len(outer)] == outer
 
 
-def refuse_output_in_source(output: str, source: str, option: str) -> None:
+def refuse_output_in_source(output: str, source: str, option: str, *, report_folder: bool = False) -> None:
     """The one check of every path a command writes (``-o`` of each command, ``migrate``'s output and report):
     refused in one line, before anything is written, when it is the source savepoint (a folder or its
     ``_metadata``), inside it, or contains it, also when it gets there through symbolic links. ``option`` names
-    the option in the message."""
+    the option in the message. ``report_folder``: ``output`` is a folder the command writes its own named report
+    files into, never replaced as a whole, so it may contain the source (the upgrade's ``preflight/`` folder holds
+    the preflight savepoint and, beside it, the check's report)."""
     target, folder = location_parts(output), location_parts(source, savepoint=True)
-    if is_within(target, folder) or is_within(folder, target):
+    if is_within(target, folder) or (is_within(folder, target) and not report_folder):
         raise WriteError(f"{option} {output} is inside the source savepoint {source} (or contains it): the source "
                          f"is never written to")
 
