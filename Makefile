@@ -8,12 +8,16 @@ demo: setup
 	.venv/bin/python examples/demo.py
 
 # Two runs: the tests that start no Flink, Spark or Airflow spread over every core (pytest-xdist), then the others
-# one at a time (they share one Flink cluster per session, and their timings assume the machine to themselves). A
-# run that selects nothing (exit status 5, e.g. PYTEST_ARGS naming one module) is no failure.
+# in INTEGRATION_WORKERS processes, whole modules each (--dist loadfile: a module's fixtures, its job runs and DAG
+# runs stay in one process; each process has its own Flink cluster, Airflow home and Spark). They wait on JVMs and
+# clusters more than they compute, so two of them share two cores well. A run that selects nothing (exit status 5,
+# e.g. PYTEST_ARGS naming one module) is no failure.
 INTEGRATION_MARKERS = flink or spark or airflow
+INTEGRATION_WORKERS ?= 2
 test: setup
 	.venv/bin/pytest -m "not ($(INTEGRATION_MARKERS))" -n auto $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	.venv/bin/pytest -m "$(INTEGRATION_MARKERS)" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	.venv/bin/pytest -m "$(INTEGRATION_MARKERS)" -n $(INTEGRATION_WORKERS) --dist loadfile $(PYTEST_ARGS) \
+		|| [ $$? -eq 5 ]
 
 # The quick loop: every test that needs no Flink cluster, Spark or Airflow (markers: tests/conftest.py), except the
 # fault-injection suite (its mutants of Flink's own savepoints alone take 15 s), spread over every core
