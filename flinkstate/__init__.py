@@ -59,7 +59,13 @@ from flinkstate.format_errors import SavepointFormatError, StateNotFound, Unsupp
 from flinkstate.jsonify import to_json
 from flinkstate.limits import LimitExceeded
 from flinkstate.manifest import Manifest, ManifestError, load_manifest, manifest_from_savepoint, parse_manifest
-from flinkstate.manifest_overlay import OverlayContradiction, apply_overlay, manifest_of_jar, parse_overlay
+from flinkstate.manifest_overlay import (
+    OverlayContradiction,
+    apply_overlay,
+    manifest_of_jar,
+    parse_overlay,
+    schema_of_jar,
+)
 from flinkstate.migration.code_policy import (
     ALLOW_CODE_ENV,
     ALLOW_CODE_HELP,
@@ -245,6 +251,7 @@ __all__ = [
     "run_dry_run",
     "run_dry_run_unit",
     "safe_name",
+    "schema_of_jar",
     "slack_text",
     "source_split",
     "split_units",

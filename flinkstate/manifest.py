@@ -2,6 +2,8 @@
 
     manifest_version: 1
     job: keyed-stats                      # optional, for people
+    jar: /jobs/keyed-stats-2.jar          # optional: the job jar these are the states of (see Manifest.jar), and
+    overlay: /jobs/keyed-stats-2.yaml     #   the overlay that completed its schema (as the upgrade DAG writes them)
     operators:
       stats:                              # operator uid (or any label plus `id: <32 hex>`, or the 32-hex id)
         max_parallelism: 128              # optional; when set, the savepoint's must be equal
@@ -31,6 +33,7 @@ import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlparse
 
 import yaml
 
@@ -47,6 +50,7 @@ from flinkstate.serializers.namespaces import VoidNamespaceSnapshot
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.timer import TimerSnapshot
 from flinkstate.snapshotnotation import to_notation
+from flinkstate.storage.uri import read_file
 from flinkstate.typenotation import TypeNotationError, to_snapshot
 
 MANIFEST_VERSION = 1
@@ -148,25 +152,36 @@ class Manifest:
     #: is a jar's: a keyed state of the savepoint that it lacks is one the jar does not register when the operator
     #: opens, which ``check`` reports as such instead of a state the manifest merely leaves out.
     jar: str | None = None
+    #: With ``jar``: the overlay that completed the jar's schema (:mod:`flinkstate.manifest_overlay`), if any.
+    overlay: str | None = None
 
     def find(self, operator_id: str) -> OperatorSchema | None:
         return next((op for op in self.operators.values() if op.operator_id == operator_id), None)
 
     def origin(self) -> str | None:
         """Where it comes from, for reports and logs: its file, or the job jar (with the overlay that completed it)."""
-        if self.jar is None or self.jar == self.path:
+        if self.jar is None:
             return self.path
-        return f"{self.jar} with the overlay {self.path}"
+        overlay = self.overlay or (self.path if self.path != self.jar else None)
+        return f"{self.jar} with the overlay {overlay}" if overlay else self.jar
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, sources: bool = False) -> dict[str, Any]:
+        """The manifest's YAML document; ``sources``: with the jar and the overlay it was made of (top-level ``jar``
+        and ``overlay``), so that the file read back judges as the jar's (a savepoint state it lacks is one the jar
+        does not register) and names where its types came from."""
         result: dict[str, Any] = {"manifest_version": MANIFEST_VERSION}
         if self.job:
             result["job"] = self.job
+        if sources and self.jar is not None:
+            result["jar"] = self.jar
+            overlay = self.overlay or (self.path if self.path != self.jar else None)
+            if overlay:
+                result["overlay"] = overlay
         result["operators"] = {label: op.to_dict() for label, op in self.operators.items()}
         return result
 
-    def dump(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, width=120, allow_unicode=True)
+    def dump(self, *, sources: bool = False) -> str:
+        return yaml.safe_dump(self.to_dict(sources=sources), sort_keys=False, width=120, allow_unicode=True)
 
 
 # -- describing a savepoint ------------------------------------------------------------------------------------------
@@ -261,11 +276,17 @@ MAX_NESTING = MAX_YAML_NESTING
 def read_manifest_text(path: str | os.PathLike[str]) -> str:
     """The text of a manifest file (or an overlay: :mod:`flinkstate.manifest_overlay`), within the bounds."""
     file = os.fspath(path)
-    try:
-        with open(file, "rb") as handle:
-            data = handle.read(MAX_MANIFEST_BYTES + 1)
-    except OSError as exc:
-        raise ManifestError(file, "", f"cannot read: {exc.strerror or exc}") from None
+    if urlparse(file).scheme in ("s3", "s3a"):  # e.g. the schema the upgrade DAG resolved into its run folder
+        try:
+            data = read_file(file)
+        except FlinkStateError as exc:  # the storage's one line names the object
+            raise ManifestError("", "", str(exc)) from None
+    else:
+        try:
+            with open(file, "rb") as handle:
+                data = handle.read(MAX_MANIFEST_BYTES + 1)
+        except OSError as exc:
+            raise ManifestError(file, "", f"cannot read: {exc.strerror or exc}") from None
     if len(data) > MAX_MANIFEST_BYTES:
         raise ManifestError(file, "", f"larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB (a manifest is a few "
                                       f"KiB); refusing to parse it")
@@ -338,7 +359,7 @@ class _Parser:
             raise self.fail(f"{path}.{exc.path}" if exc.path else path, exc.message) from None
 
     def manifest(self, data: Any) -> Manifest:
-        top = self.mapping(data, "", {"manifest_version", "job", "operators"})
+        top = self.mapping(data, "", {"manifest_version", "job", "jar", "overlay", "operators"})
         if "manifest_version" not in top:
             raise self.fail("manifest_version", "missing (this format is version 1)")
         if top["manifest_version"] != MANIFEST_VERSION:
@@ -347,6 +368,10 @@ class _Parser:
         job = top.get("job")
         if job is not None and not isinstance(job, str):
             raise self.fail("job", f"expected a string, got {_show(job)}")
+        jar = self.text(top["jar"], "jar") if top.get("jar") is not None else None
+        overlay = self.text(top["overlay"], "overlay") if top.get("overlay") is not None else None
+        if overlay is not None and jar is None:
+            raise self.fail("overlay", "an overlay completes a jar's schema: give the jar too (jar: ...)")
         operators: dict[str, OperatorSchema] = {}
         seen_ids: dict[str, str] = {}
         for label, body in self.mapping(top.get("operators"), "operators").items():
@@ -355,7 +380,7 @@ class _Parser:
                 raise self.fail(f"operators.{label}", f"same operator as operators.{seen_ids[op.operator_id]}")
             seen_ids[op.operator_id] = op.label
             operators[op.label] = op
-        return Manifest(operators, job)
+        return Manifest(operators, job, jar=jar, overlay=overlay)
 
     def operator(self, label: str, body: Any, path: str) -> OperatorSchema:
         spec = self.mapping(body, path, _OPERATOR_KEYS)

@@ -1,5 +1,5 @@
 """The new version's manifest from its job jar, completed by an overlay: what ``check --jar`` and ``migrate --jar``
-judge and run (and, later, the upgrade DAG).
+judge and run, and what the upgrade DAG checks and migrates with (:func:`schema_of_jar`).
 
 The jar says what Flink will see (:mod:`flinkstate.engine.jar_schema`): the operators, each key type, every state
 its operators register when they open, each serializer snapshot. It cannot say what a person decides: how values
@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
-from flinkstate.engine.jar_schema import JarSchema
+from flinkstate.engine.jar_schema import JarSchema, inspect_jar
 from flinkstate.errors import printable
 from flinkstate.identity import OperatorRef
 from flinkstate.manifest import (
@@ -67,6 +67,15 @@ def manifest_of_jar(schema: JarSchema, overlay: str | os.PathLike[str] | None = 
     return manifest if overlay is None else apply_overlay(manifest, overlay)
 
 
+def schema_of_jar(jar: str | os.PathLike[str], overlay: str | os.PathLike[str] | None = None, *,
+                  entry_class: str | None = None, program_args: Sequence[str] = (), parallelism: int = 1) -> Manifest:
+    """A job version's manifest from its jar as ``flink run JAR ARGS`` builds it (:func:`inspect_jar`: its ``main()``
+    and operators' ``open()`` in a JVM of its own, cached by the jar's hash), completed by ``overlay`` when given:
+    what the upgrade DAG's ``preflight_checks`` and the Spark jobs' ``--jar`` judge."""
+    schema = inspect_jar(jar, entry_class=entry_class, program_args=program_args, parallelism=parallelism)
+    return manifest_of_jar(schema, overlay)
+
+
 def apply_overlay(jar: Manifest, overlay: str | os.PathLike[str]) -> Manifest:
     """``jar`` (a jar's manifest) completed by the overlay file ``overlay``; its path is the overlay's, whose
     declarations (renames, migrations) later errors name."""
@@ -80,6 +89,7 @@ def parse_overlay(jar: Manifest, text: str, file: str = "<overlay>") -> Manifest
     manifest = manifest_from_document(document, file)
     manifest.path = file
     manifest.jar = jar.jar or jar.path
+    manifest.overlay = file
     return manifest
 
 

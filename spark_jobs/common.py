@@ -4,6 +4,7 @@ application with ``--recheck-report-dir``)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -15,11 +16,13 @@ from typing import Any
 from flinkstate import (
     CodePolicy,
     FlinkStateError,
+    Manifest,
     MigrationJob,
     Report,
     check,
     os_error_line,
     printable,
+    schema_of_jar,
     verify_published,
     write_file,
 )
@@ -132,7 +135,48 @@ def unit_count(spark: Any, requested: int | None) -> int:
     return requested if requested is not None else default_unit_count(spark.sparkContext.defaultParallelism)
 
 
-def verify_against(spark: Any, source_path: str, migrated_path: str, schema: str, old_schema: str | None,
+def add_new_version_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--schema`` and ``--jar`` as ``flinkstate check`` and ``migrate`` take them: the new version's schema is the
+    manifest's, the jar's, or the jar's completed by the manifest as an overlay (both given)."""
+    parser.add_argument("--schema", metavar="MANIFEST",
+                        help="the new version's schema manifest; with --jar, an overlay: what the jar cannot say "
+                             "(migrations, renames, dropped states, Row field names), refused if it contradicts it")
+    parser.add_argument("--jar", help="the new version's job jar: its schema is what its operators register when "
+                                      "they open (its main() and open() code runs in a JVM of its own, on the driver, "
+                                      "before Spark starts; cached by the jar's hash)")
+    parser.add_argument("--entry-class", metavar="CLASS",
+                        help="with --jar: the class whose main() builds the job (default: the jar's Main-Class)")
+    parser.add_argument("--program-args-json", metavar="JSON", help='with --jar: main()\'s arguments, as a JSON '
+                                                                    'list of strings, e.g. ["--keys", "10"]')
+    parser.add_argument("--jar-parallelism", type=int, default=1, metavar="N",
+                        help="with --jar: the default parallelism 'flink run' would give (it shapes the generated "
+                             "ids of operators without a uid; default 1)")
+
+
+def new_version_schema(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | Manifest:
+    """The new version's schema the arguments give (see :func:`add_new_version_arguments`): the manifest file, or
+    the jar's, completed by the manifest (:func:`flinkstate.schema_of_jar`, the merge ``flinkstate check --jar``
+    runs). A manifest that contradicts the jar is refused in one line, before Spark starts."""
+    if args.jar is None:
+        if args.schema is None:
+            parser.error("give the new version's schema: --schema MANIFEST, --jar JAR, or both (the manifest is then "
+                         "an overlay of the jar's)")
+        if args.entry_class or args.program_args_json:
+            parser.error("--entry-class and --program-args-json go with --jar")
+        return str(shared(args.schema))
+    program_args: Any = []
+    if args.program_args_json:
+        try:
+            program_args = json.loads(args.program_args_json)
+        except ValueError:
+            parser.error(f"--program-args-json: not JSON: {printable(args.program_args_json[:200])!r}")
+        if not isinstance(program_args, list) or not all(isinstance(a, str) for a in program_args):
+            parser.error("--program-args-json: expected a JSON list of strings")
+    return schema_of_jar(str(shared(args.jar)), shared(args.schema), entry_class=args.entry_class,
+                         program_args=program_args, parallelism=args.jar_parallelism)
+
+
+def verify_against(spark: Any, source_path: str, migrated_path: str, schema: str | Manifest, old_schema: str | None,
                    allow_code: CodePolicy | None = None, units: int | None = None,
                    now_ms: int | None = None) -> list[str]:
     """The independent verifier on a migrated savepoint and its source (the DAG's re-check), its entries compared
@@ -182,7 +226,7 @@ class Recheck:
         return 1 if self.error is not None else int(self.body["exit_code"])
 
 
-def recheck(spark: Any, migrated: str, schema: str, source: str, old_schema: str | None,
+def recheck(spark: Any, migrated: str, schema: str | Manifest, source: str, old_schema: str | None,
             allow_code: CodePolicy | None = None, units: int | None = None, now_ms: int | None = None,
             allow_non_restored_state: bool = False) -> Recheck:
     """What ``check_compatibility.py MIGRATED --schema SCHEMA --dry-run never --exit-code --verify-against SOURCE

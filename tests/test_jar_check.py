@@ -14,7 +14,6 @@ job (and a variant of v1 that renames a state), on the session's v1 savepoints.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ import pytest
 from flinkstate.cli import main as cli_main
 from flinkstate.engine.local import LocalFlinkCluster
 from tests.support import sample_job
-from tests.support.java_build import build_jar
 
 pytestmark = pytest.mark.flink  # the inspector's JVM on Flink's runtime, the session cluster's savepoints
 
@@ -47,14 +45,7 @@ def _jar_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def renamed_jar(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sample job's v1 with its ListState ``recent`` renamed ``recent-tx`` (the issue's first mistake)."""
-    sources = tmp_path_factory.mktemp("renamed-src")
-    for part in ("common", "v1"):
-        shutil.copytree(sample_job.JOB_DIR / "src" / part, sources, dirs_exist_ok=True)
-    job = sources / "sample" / "KeyedStatsJob.java"
-    text = job.read_text()
-    assert text.count('"recent", new TypeHint') == 1
-    job.write_text(text.replace('"recent", new TypeHint', '"recent-tx", new TypeHint'))
-    return build_jar(sources, sources.parent / "sample-job-v1-renamed.jar", sample_job.ENTRY_CLASS)
+    return sample_job.renamed_state_jar(tmp_path_factory.mktemp("renamed"))
 
 
 def report(tmp_path: Path, capsys: pytest.CaptureFixture[str], savepoint: Path, *schema: str | Path,
@@ -178,3 +169,32 @@ def test_migrate_jar_with_the_v2_overlay_restores_on_flink(
         assert record["version"] == "v2"
         assert record["stats"].pop("label") == "migrated", record  # the overlay's default, not Flink's null
         assert sample_job.check_audit_record(record, "v1") > 0  # every other value as v1 wrote it
+
+
+def test_the_spark_jobs_take_the_jar_as_the_cli_does(
+        flink_savepoints: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # check_compatibility.py and migrate_state.py with --jar (and --schema as the overlay) run the CLI's merge: the
+    # same verdict and origin as `check --jar` (no dry run: no Spark starts), the same one-line refusal before Spark
+    # starts (migrate's included).
+    from spark_jobs import check_compatibility, migrate_state
+    from spark_jobs.common import run_main
+
+    savepoint, overlay, v2 = flink_savepoints["heap-p2"], MANIFESTS / "v2-overlay.yaml", sample_job.jar("v2")
+    jar_args = ["--program-args-json", json.dumps(PROGRAM[1:]), "--entry-class", sample_job.ENTRY_CLASS]
+    status = check_compatibility.main([str(savepoint), "--jar", str(v2), "--schema", str(overlay), *jar_args,
+                                       "--report-dir", str(tmp_path / "spark"), "--dry-run", "never", "--exit-code"])
+    spark = json.loads((tmp_path / "spark" / "check-report.json").read_text())
+    cli = report(tmp_path, capsys, savepoint, "--schema", overlay, jar=v2)
+    assert status == cli[0] == 3 and verdicts(spark) == verdicts(cli[1])
+    assert spark["manifest"] == cli[1]["manifest"] == f"{v2} with the overlay {overlay}"
+
+    v3 = sample_job.jar("v3")
+    line = (f"{MANIFESTS / 'v2.yaml'}: operators.stats.states.stats.value: contradicts the jar {v3}: operator stats, "
+            f"state stats, value, field count: the overlay says Long, the jar registers String")
+    for name, job, output in (("check_compatibility", check_compatibility, "--report-dir"),
+                              ("migrate_state", migrate_state, "--output")):
+        with pytest.raises(SystemExit) as ended:
+            run_main(name, job.main, [str(savepoint), "--jar", str(v3), "--schema", str(MANIFESTS / "v2.yaml"),
+                                      *jar_args, output, str(tmp_path / name)])
+        assert ended.value.code == 1 and capsys.readouterr().err == f"{name}: error: {line}\n", name
+        assert not (tmp_path / name).exists()

@@ -168,3 +168,30 @@ def test_the_documented_overlay_is_the_sample_jobs() -> None:
     assert len(blocks) == 1
     documented = parse_overlay(jar_manifest("v2"), blocks[0], "docs/manifest.md")
     assert documented.to_dict() == apply_overlay(jar_manifest("v2"), V2_OVERLAY).to_dict()
+
+
+def test_a_resolved_schema_written_with_its_sources_reads_back_as_the_jars() -> None:
+    # What the upgrade DAG's preflight_checks writes into the run's folder, for the Spark jobs: the merged manifest
+    # with the jar and overlay it was made of, so that read back it judges as the jar's (Manifest.jar: a savepoint
+    # state it lacks is STATE_NOT_REGISTERED, not merely undeclared) and its origin names both.
+    merged = apply_overlay(jar_manifest("v2"), V2_OVERLAY)
+    text = merged.dump(sources=True)
+    assert text.startswith(f"manifest_version: 1\njob: keyed-stats\njar: {JAR}\noverlay: {V2_OVERLAY}\n"), text
+    again = parse_manifest(text, "run/new-schema.yaml")
+    assert (again.jar, again.overlay, again.origin()) == (JAR, str(V2_OVERLAY), f"{JAR} with the overlay {V2_OVERLAY}")
+    assert again.to_dict() == merged.to_dict() and "jar" not in merged.dump()  # only when asked for
+    jar_alone = parse_manifest(jar_manifest("v2").dump(sources=True), "run/new-schema.yaml")
+    assert (jar_alone.jar, jar_alone.overlay, jar_alone.origin()) == (JAR, None, JAR)
+    # without the keys it is a plain manifest again (the comparison can fail)
+    assert parse_manifest(merged.dump(), "m.yaml").jar is None
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("manifest_version: 1\noverlay: o.yaml\n", "m.yaml: overlay: an overlay completes a jar's schema: give the jar "
+                                               "too (jar: ...)"),
+    ("manifest_version: 1\njar: [a.jar]\n", "m.yaml: jar: expected a non-empty string, got "),
+])
+def test_the_sources_keys_are_validated(text: str, message: str) -> None:
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(text, "m.yaml")
+    assert str(info.value).startswith(message), str(info.value)

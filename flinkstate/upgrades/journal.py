@@ -84,24 +84,26 @@ class RunTakenOver(JournalConflict):
 
 @dataclass(frozen=True)
 class JobVersion:
-    """Everything needed to (re)start one version of a job: rollback never guesses."""
+    """Everything needed to (re)start one version of a job: rollback never guesses. ``manifest`` is optional: the
+    version's state schema is its jar's, and a manifest, when given, is an overlay of it
+    (:mod:`flinkstate.manifest_overlay`)."""
 
     jar: str
-    manifest: str
+    manifest: str | None = None
     entry_class: str | None = None
     program_args: list[str] = field(default_factory=list)
     parallelism: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> JobVersion:
-        missing = [k for k in ("jar", "manifest") if not data.get(k)]
-        if missing:
-            raise UpgradeError(f"{where}: missing {', '.join(missing)}")
+        if not data.get("jar"):
+            raise UpgradeError(f"{where}: missing jar")
         args = data.get("program_args") or []
         if isinstance(args, str):
             args = args.split()
         parallelism = data.get("parallelism")
-        return cls(str(data["jar"]), str(data["manifest"]), data.get("entry_class") or None, [str(a) for a in args],
+        return cls(str(data["jar"]), str(data["manifest"]) if data.get("manifest") else None,
+                   data.get("entry_class") or None, [str(a) for a in args],
                    int(parallelism) if parallelism not in (None, "") else None)
 
     def submit(self, client: FlinkRestClient, savepoint: str, *, allow_non_restored_state: bool = False) -> str:

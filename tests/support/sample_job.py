@@ -35,6 +35,23 @@ def jar(version: str, build_dir: Path | None = None) -> Path:
     return path
 
 
+def renamed_state_jar(folder: Path) -> Path:
+    """The sample job's v1 with its ListState ``recent`` renamed ``recent-tx`` (issue 25's first user mistake: a
+    manifest, otherwise right, that keeps the old name), built into ``folder``."""
+    import shutil
+
+    from tests.support.java_build import build_jar
+
+    sources = folder / "src"
+    for part in ("common", "v1"):
+        shutil.copytree(JOB_DIR / "src" / part, sources, dirs_exist_ok=True)
+    job = sources / "sample" / "KeyedStatsJob.java"
+    text = job.read_text()
+    assert text.count('"recent", new TypeHint') == 1
+    job.write_text(text.replace('"recent", new TypeHint', '"recent-tx", new TypeHint'))
+    return build_jar(sources, folder / "sample-job-v1-renamed.jar", ENTRY_CLASS)
+
+
 def key_name(index: int) -> str:
     return f"key-{index}"
 
