@@ -30,6 +30,7 @@ from flinkstate import check
 from flinkstate.cli import main
 from flinkstate.compatibility import INCOMPATIBLE
 from flinkstate.engine import LocalFlinkCluster
+from flinkstate.engine.jar_schema import inspect_jar
 from flinkstate.jsonify import to_json
 from flinkstate.migration.plan import OperatorTarget
 from flinkstate.migration.runner import migrate_savepoint
@@ -38,6 +39,7 @@ from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.rowdata import RowDataSnapshot
 from flinkstate.storage.uri import open_output
 from tests.support import sql_job
+from tests.support.jar_truth import differences
 from tests.support.one_verdict import assert_one_verdict
 from tests.support.sql_job import (
     AGG_SCALED_UID,
@@ -249,6 +251,21 @@ def test_every_accumulator_and_row_is_recomputed_from_n(savepoints: dict[str, Pa
     check_every_value(savepoints[backend])
 
 
+def test_the_jar_gives_the_schema_of_the_savepoints_it_writes(savepoints: dict[str, Path], jar: Path,
+                                                              tmp_path: Path) -> None:
+    """Issue 25: ``schema --jar`` of the SQL job (main() builds the planner's operators from the compiled plan; each
+    opened with empty state registers its RowData states) is ``schema`` of the savepoints it wrote on HashMap and
+    RocksDB, every operator with its planner uid, every state's meta info the same bytes."""
+    schema = inspect_jar(jar, entry_class=sql_job.ENTRY_CLASS, cache_dir=tmp_path)
+    keyed = {op.label: [meta.name for meta in op.keyed.states] for op in schema.operators if op.keyed}
+    assert set(keyed) == {AGG_UID, AGG_SCALED_UID, DEDUP_UID, JOIN_UID, BITMAPS_UID, LATEST_UID, RETRACTING_UID,
+                          RECENT_UID}
+    assert set(RETRACTING_STATES) <= set(keyed[RETRACTING_UID]) and set(RECENT_STATES) <= set(keyed[RECENT_UID])
+    assert [op.label for op in schema.operators if op.operator] == [sql_job.SOURCE_UID]
+    for backend, savepoint in savepoints.items():
+        assert differences(schema, savepoint) == [], backend
+
+
 def test_describe_and_schema_show_the_sql_states(savepoints: dict[str, Path], tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     savepoint = savepoints["hashmap"]
@@ -450,7 +467,7 @@ def _raw(savepoint: Path, uid: str, state: str) -> dict[bytes, bytes]:
 
 
 def test_a_variant_column_reads_and_reencodes_to_flinks_bytes(flink_cluster: LocalFlinkCluster, jar: Path,
-                                                              tmp_path: Path,
+                                                              tmp_path: Path, savepoints: dict[str, Path],
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Flink 2.x's VARIANT in a RowData: the VARIANT job keeps the last row per d with PARSE_JSON of
     {"id": id, "k": k}. Every row is the recomputed one, `dump` shows the document, and decoding and re-encoding
@@ -483,6 +500,14 @@ def test_a_variant_column_reads_and_reencodes_to_flinks_bytes(flink_cluster: Loc
     assert report.counts[op.uid or op.operator_id][DEDUP_STATE].written == sql_job.DEDUP_KEYS
     uid = op.uid or op.operator_id
     assert _raw(migrated, uid, DEDUP_STATE) == _raw(savepoint, uid, DEDUP_STATE)
+
+    # Issue 25: the jar's schema of this uid-less SQL job (the operators' ids the hashes Flink generates from the
+    # graph) is its savepoint's; the savepoint of the other job of the same jar differs from it
+    variant_schema = inspect_jar(jar, entry_class=sql_job.ENTRY_CLASS, program_args=["--job", "variant"],
+                                 cache_dir=tmp_path)
+    assert op.uid is None and variant_schema.manifest().find(op.operator_id) is not None
+    assert differences(variant_schema, savepoint) == []
+    assert differences(variant_schema, savepoints["hashmap"])[0].startswith("operators: ")
 
 
 @pytest.mark.parametrize("change", ["none", "accumulator-type", "grouping-key", "accumulator-field-added"])
