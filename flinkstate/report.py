@@ -43,6 +43,8 @@ class StateRow:
     verdict: Verdict = AS_IS
     migration: str | None = None  # "flink", "declared", "declared (possible: ...)", ...
     findings: list[Finding] = field(default_factory=list)
+    #: Flink's own answer in the trial restore (``check --trial``: :mod:`flinkstate.migration.trial`), when one ran.
+    trial: str | None = None
 
     @property
     def migration_possible(self) -> bool:
@@ -54,7 +56,8 @@ class StateRow:
                 "old_kind": self.old_kind, "old_types": self.old_types, "new_types": self.new_types,
                 "flink_verdict": self.flink_verdict.name, "verdict": self.verdict.name,
                 "migration": self.migration, "migration_possible": self.migration_possible,
-                "findings": [f.code for f in self.findings]}
+                "findings": [f.code for f in self.findings],
+                **({"flink_trial": self.trial} if self.trial is not None else {})}
 
 
 @dataclass
@@ -68,6 +71,8 @@ class Report:
     dry_run: dict[str, Any] | None = None
     #: Where the dry run ran, for the Markdown ("one process", "Spark").
     dry_run_runner: str = "one process"
+    #: The trial restore's section (``check --trial``: jar, backend, key groups, seconds, disagreements), when one ran.
+    trial: dict[str, Any] | None = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -113,6 +118,7 @@ class Report:
             "states": [row.to_json() for row in self.rows],
             "findings": [f.to_json() for f in self.findings],
             **({"dry_run": self.dry_run} if self.dry_run is not None else {}),
+            **({"trial": self.trial} if self.trial is not None else {}),
         }
 
     def render_json(self) -> str:
@@ -125,9 +131,15 @@ class Report:
         lines = [f"# Compatibility check: {headline}", "",
                  f"- savepoint: `{escape_markdown(self.savepoint)}`", _manifest_line(self.manifest),
                  _verdict_line(self),
-                 f"- Flink on its own, restoring the savepoint as it is: {self.flink_verdict.name}", "",
-                 "| operator | state | kind | old type | new type | Flink as is | verdict | migration |",
-                 "|---|---|---|---|---|---|---|---|"]
+                 f"- Flink on its own, restoring the savepoint as it is: {self.flink_verdict.name}"]
+        trial = self.trial is not None
+        if self.trial is not None:
+            lines.append(f"- Flink's own trial restore ({escape_markdown(str(self.trial['backend']))}, "
+                         f"{_KEY_GROUPS[self.trial['key_groups']]}, {self.trial['seconds']} s): "
+                         f"{self.trial['disagreements']} disagreements with the tool")
+        lines += ["", "| operator | state | kind | old type | new type | Flink as is | verdict | migration |"
+                  + (" Flink's trial |" if trial else ""),
+                  "|---|---|---|---|---|---|---|---|" + ("---|" if trial else "")]
         for row in self.rows:
             kind = row.kind or row.old_kind or ""
             if row.old_kind and row.kind and row.old_kind != row.kind:
@@ -135,7 +147,7 @@ class Report:
             lines.append("| " + " | ".join([
                 _cell(row.operator), _cell(row.state or "—"), kind, _cell(_types(row.old_types)),
                 _cell(_types(row.new_types)), _short(row.flink_verdict), _short(row.verdict),
-                _cell(row.migration or "")]) + " |")
+                _cell(row.migration or ""), *([_cell(row.trial or "")] if trial else [])]) + " |")
         findings = self.findings
         lines += ["", f"## Findings ({len(findings)})", ""]
         if not findings:
@@ -167,6 +179,7 @@ class Report:
         return text
 
 
+_KEY_GROUPS = {"one": "one key group of each operator", "all": "all key groups"}
 _OUTCOME_TEXT = {"restore": "restorable", "migrate": "migration required and possible",
                  "incompatible": "INCOMPATIBLE"}
 _SHORT = {Verdict.COMPATIBLE_AS_IS: "as is", Verdict.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER: "reconfigured",

@@ -188,6 +188,24 @@ def flink_matrix_savepoints(tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 @pytest.fixture(scope="session")
+def compat_matrix_base_savepoints(flink_cluster: LocalFlinkCluster,
+                                  tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """backend ("hashmap", "rocksdb") -> savepoint of the compatibility matrix's base version (examples/compat-matrix)
+    after every key saw a few events, written on the session cluster. Read-only: copy one before changing it."""
+    from tests.support import compat_matrix
+
+    work = tmp_path_factory.mktemp("compat-matrix")
+    savepoints = {}
+    for backend in ("hashmap", "rocksdb"):
+        run = compat_matrix.submit(flink_cluster.client, "base", work / f"audit-{backend}", backend=backend)
+        flink_cluster.client.wait_until_running(run.job_id, timeout=120)
+        run.wait_for_keys()
+        location = flink_cluster.client.stop_with_savepoint(run.job_id, str(work / f"raw-{backend}"))
+        savepoints[backend] = Path(shutil.move(location.removeprefix("file:"), work / f"savepoint-{backend}"))
+    return savepoints
+
+
+@pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A real S3 endpoint on 127.0.0.1 (moto's server), with AWS_* variables pointing boto3 at it."""
     from moto.server import ThreadedMotoServer

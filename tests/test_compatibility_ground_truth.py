@@ -18,7 +18,6 @@ Test ids read as the matrix: ``variant-FLINK_VERDICT-backend``.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -110,17 +109,10 @@ def _case_id(case: Case) -> str:
 
 
 @pytest.fixture(scope="module")
-def base_savepoints(flink_cluster: LocalFlinkCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """backend -> savepoint of the base version after every key saw a few events."""
-    work = tmp_path_factory.mktemp("compat-matrix")
-    savepoints = {}
-    for backend in BACKENDS:
-        run = compat_matrix.submit(flink_cluster.client, "base", work / f"audit-{backend}", backend=backend)
-        flink_cluster.client.wait_until_running(run.job_id, timeout=120)
-        run.wait_for_keys()
-        location = flink_cluster.client.stop_with_savepoint(run.job_id, str(work / f"raw-{backend}"))
-        savepoints[backend] = Path(shutil.move(location.removeprefix("file:"), work / f"savepoint-{backend}"))
-    return savepoints
+def base_savepoints(compat_matrix_base_savepoints: dict[str, Path]) -> dict[str, Path]:
+    """backend -> savepoint of the base version after every key saw a few events (the session's: check --trial's
+    tests restore the same ones)."""
+    return compat_matrix_base_savepoints
 
 
 def _verdict(savepoint: Path, variant: str, backend: str, **options: object) -> Report:

@@ -30,6 +30,8 @@ from flinkstate import (
 )
 from flinkstate.cli.jar_options import JAR_WARNING, add_new_version_arguments, new_version_schema, schema_name
 from flinkstate.cli.verbose import log, phase
+from flinkstate.engine.jar_schema import TrialRestore, trial_restore
+from flinkstate.migration.trial import apply_trial
 
 
 def register(subparsers: Any) -> None:
@@ -61,6 +63,12 @@ def register(subparsers: Any) -> None:
                         help="with --dry-run: entries a dead-letter policy may skip before the migration counts "
                              "as failing (default 0)")
     parser.add_argument("--examples", type=int, default=5, metavar="N", help="failing entries kept as examples")
+    parser.add_argument("--trial", nargs="?", const="one", choices=("one", "full"), metavar="full",
+                        help="with --jar: also restore the savepoint into the jar's operators with Flink's own "
+                             "classes (one key group of each operator's keyed state; --trial=full: all of them), on "
+                             "the backend the job configures (or --backend), in the same kind of JVM, and report "
+                             "Flink's answer per state beside the check's; a disagreement is the finding "
+                             "TRIAL_DISAGREES and fails the check (exit 4)")
     add_allow_code_argument(parser, "the code --dry-run may import (the manifest's migration functions): "
                                     "--allow-code MODULES (comma-separated) or --allow-code=all (any but the "
                                     "standard library); default $FLINKSTATE_ALLOW_CODE, else none. Without "
@@ -72,10 +80,19 @@ def _run(args: argparse.Namespace) -> int:
     policy = CodePolicy.resolve(args.allow_code)
     if args.output:
         refuse_output_in_source(args.output, args.savepoint, "-o")
+    if args.trial is not None and args.jar is None:
+        args.usage_error("--trial restores the savepoint into the jar's operators: give the jar (--jar JAR)")
     schema = new_version_schema(args)
+    trial = _trial(args) if args.trial is not None else None
+    # The check judges the backend Flink's trial ran on (the job's), unless --backend names one.
+    backend = args.backend or (trial.backend_name if trial is not None else None)
     with phase(f"check {args.savepoint} against {schema_name(schema)}"):
-        report = check(args.savepoint, schema, previous=args.previous, backend=args.backend,
+        report = check(args.savepoint, schema, previous=args.previous, backend=backend,
                        allow_non_restored_state=args.allow_non_restored_state)
+    if trial is not None:
+        disagreements = apply_trial(report, trial, allow_non_restored_state=args.allow_non_restored_state)
+        print(f"flinkstate: Flink's trial restore ({trial.backend}, {trial.key_groups} key group(s) of each "
+              f"operator, {trial.seconds:.1f} s): {disagreements} disagreements with the check", file=sys.stderr)
     for row in report.rows:
         log.info("  %s/%s: %s, Flink %s, verdict %s%s", row.operator, row.state or "-", row.status,
                  row.flink_verdict.name, row.verdict.name, f", migration {row.migration}" if row.migration else "")
@@ -94,6 +111,14 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(text, end="")
     return report.exit_code
+
+
+def _trial(args: argparse.Namespace) -> TrialRestore:
+    with phase("restore the savepoint into the jar's operators with Flink's own classes (one JVM)"):
+        return trial_restore(args.jar, args.savepoint, full=args.trial == "full", backend=args.backend,
+                             entry_class=args.entry_class, program_args=args.program_args,
+                             flink_home=args.flink_home, parallelism=args.parallelism, timeout=args.timeout,
+                             max_heap=args.max_heap)
 
 
 def dry_run_section(report: Report, savepoint: str, schema: str | Manifest, previous: str | None, *,

@@ -212,14 +212,32 @@ def inspect_jar(jar: str | os.PathLike[str], *, entry_class: str | None = None, 
     if use_cache and cached_file.is_file():
         return parse_inspection(cached_file.read_bytes(), str(jar), str(cached_file), 0.0, cached=True)
 
+    data, seconds = _run_inspector(home, inspector, jar_path, entry_class=entry_class, program_args=program_args,
+                                   parallelism=parallelism, timeout=timeout, max_heap=max_heap)
+    try:  # written even when not read (use_cache False): the fresh schema replaces what the cache held
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=cache, delete=False, suffix=".tmp") as handle:
+            handle.write(data)
+        os.replace(handle.name, cached_file)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next run its JVM
+    return parse_inspection(data, str(jar), f"{jar} (inspector output)", seconds, cached=False)
+
+
+def _run_inspector(home: Path, inspector: Path, jar_path: Path, *, entry_class: str | None,
+                   program_args: Sequence[str], parallelism: int, timeout: float, max_heap: str,
+                   options: Sequence[str] = ()) -> tuple[bytes, float]:
+    """One inspector JVM (``options``: its mode's, e.g. ``--trial``): its output file's bytes and its wall time. A
+    main() or an operator that fails, or a run that outlasts the limit, raises one line."""
     java, _ = require_java()
+    jar = str(jar_path)
     with tempfile.TemporaryDirectory(prefix="flinkstate-jar-schema-") as work:
         out = Path(work) / "schema.bin"
         command = [java, f"-Xmx{max_heap}", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
                    "-Dorg.apache.logging.log4j.level=OFF", "-Dlog4j2.level=OFF", f"-Djava.io.tmpdir={work}",
                    *_java_options(home), "-cp", os.pathsep.join([str(inspector), str(home / "lib" / "*")]),
                    INSPECTOR_MAIN, "--jar", str(jar_path.resolve()), "--out", str(out),
-                   "--parallelism", str(parallelism)]
+                   "--parallelism", str(parallelism), *options]
         if entry_class:
             command += ["--entry-class", entry_class]
         command += ["--", *program_args]
@@ -233,15 +251,7 @@ def inspect_jar(jar: str | os.PathLike[str], *, entry_class: str | None = None, 
         seconds = time.monotonic() - started
         if result.returncode != 0 or not out.exists():
             raise FlinkStateError(f"{jar}: {_failure_line(result, max_heap)}")
-        data = out.read_bytes()
-    try:  # written even when not read (use_cache False): the fresh schema replaces what the cache held
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=cache, delete=False, suffix=".tmp") as handle:
-            handle.write(data)
-        os.replace(handle.name, cached_file)
-    except OSError:
-        pass  # a cache that cannot be written only costs the next run its JVM
-    return parse_inspection(data, str(jar), f"{jar} (inspector output)", seconds, cached=False)
+        return out.read_bytes(), seconds
 
 
 def _failure_line(result: subprocess.CompletedProcess[str], max_heap: str) -> str:
@@ -312,5 +322,134 @@ def _block(reader: Reader) -> bytes:
     return reader.bytes(length)
 
 
-__all__ = ["DEFAULT_MAX_HEAP", "DEFAULT_TIMEOUT_SECONDS", "InspectedOperator", "JarSchema", "UnregisteredState",
-           "default_cache_dir", "inspect_jar", "inspector_jar", "parse_inspection", "unregistered_states"]
+# -- Flink's own restore of a savepoint into the jar's operators (check --trial) --------------------------------------
+
+#: What the inspector's trial mode writes first (TrialRestore.MAGIC, FORMAT_VERSION).
+TRIAL_MAGIC = "flinkstate-jar-trial"
+TRIAL_VERSION = 1
+#: Flink's outcomes for a state (TrialRestore): restored (as is, reconfigured, values migrated by the backend),
+#: registered new, failed, or restored and never registered by the operator.
+TRIAL_OUTCOMES = ("AS_IS", "RECONFIGURED", "AFTER_MIGRATION", "NEW", "FAILED", "NOT_REGISTERED")
+#: Flink's names of its backends, as ``check --backend`` names them.
+BACKEND_NAMES = {"HashMapStateBackend": "hashmap", "EmbeddedRocksDBStateBackend": "rocksdb"}
+
+
+@dataclass(frozen=True)
+class TrialState:
+    """Flink's answer for one keyed state of an operator: ``outcome`` one of :data:`TRIAL_OUTCOMES`, and the
+    exception (class: message) when it failed."""
+
+    name: str
+    outcome: str
+    error: str | None
+
+    @property
+    def restorable(self) -> bool:
+        return self.outcome != "FAILED"
+
+
+@dataclass(frozen=True)
+class TrialOperator:
+    """One operator of the savepoint that the jar has, restored by Flink: ``restore_failure`` when the backend's
+    restore failed (the key serializer, values that no longer read: the whole operator fails), ``open_failure``
+    when its initialization or ``open()`` failed outside a state registration, else each state's answer."""
+
+    operator_id: str
+    uid: str | None
+    name: str
+    key_groups: int  # how many key groups of its keyed state were restored
+    restore_failure: str | None
+    open_failure: str | None
+    states: list[TrialState]
+
+    @property
+    def labels(self) -> set[str]:
+        return {label for label in (self.uid, self.operator_id) if label}
+
+    def state(self, name: str) -> TrialState | None:
+        return next((state for state in self.states if state.name == name), None)
+
+
+@dataclass(frozen=True)
+class TrialRestore:
+    """Flink's own restore of a savepoint into the operators of a jar (the inspector's trial mode)."""
+
+    jar: str
+    savepoint: str
+    flink_version: str
+    backend: str  # Flink's class name (HashMapStateBackend, EmbeddedRocksDBStateBackend)
+    key_groups: str  # "one" or "all"
+    operators: list[TrialOperator]
+    seconds: float
+
+    @property
+    def backend_name(self) -> str | None:
+        """The backend as ``check --backend`` names it (None: another backend)."""
+        return BACKEND_NAMES.get(self.backend)
+
+    def find(self, label: str) -> TrialOperator | None:
+        return next((op for op in self.operators if label in op.labels), None)
+
+
+def trial_restore(jar: str | os.PathLike[str], savepoint: str | os.PathLike[str], *, full: bool = False,
+                  backend: str | None = None, entry_class: str | None = None, program_args: Sequence[str] = (),
+                  flink_home: str | os.PathLike[str] | None = None, parallelism: int = 1,
+                  timeout: float = DEFAULT_TIMEOUT_SECONDS, max_heap: str = DEFAULT_MAX_HEAP) -> TrialRestore:
+    """Restores ``savepoint`` (a local directory, or its ``_metadata``) into the operators of ``jar`` with Flink's
+    own classes, in one inspector JVM (its ``main()`` run as for :func:`inspect_jar`): per operator one key group
+    of its keyed state (the one with the most bytes), or all of them (``full``), on the backend the job configures
+    (``backend``: "hashmap" or "rocksdb" instead), each of its states registered by the operator as it initializes
+    and opens. Not cached: the answer depends on the savepoint."""
+    jar_path = Path(jar)
+    if not jar_path.is_file():
+        raise FlinkStateError(f"{jar}: no such jar file")
+    location = str(savepoint)
+    if "://" in location and not location.startswith("file://"):
+        raise FlinkStateError(f"{location}: the trial restore reads a local savepoint directory (copy it here "
+                              f"first)")
+    local = Path(location.removeprefix("file://"))
+    if not (local / "_metadata").is_file() and not (local.name == "_metadata" and local.is_file()):
+        raise FlinkStateError(f"{location}: no savepoint here (no _metadata file)")
+    home = find_flink_home(flink_home)
+    options = ["--trial", str(local.resolve()), "--key-groups", "all" if full else "one",
+               "--backend", backend or "job"]
+    data, seconds = _run_inspector(home, inspector_jar(home), jar_path, entry_class=entry_class,
+                                   program_args=program_args, parallelism=parallelism, timeout=timeout,
+                                   max_heap=max_heap, options=options)
+    return parse_trial(data, str(jar), location, seconds)
+
+
+def parse_trial(data: bytes, jar: str, savepoint: str, seconds: float) -> TrialRestore:
+    """The inspector's trial output (TrialRestore's format)."""
+    reader = Reader(data, 0, f"{jar} (trial output)")
+    try:
+        magic = reader.utf()
+        if magic != TRIAL_MAGIC:
+            raise reader.error(f"not the trial restore's output (starts with {printable(magic[:40])!r})", 0)
+        version = reader.i32()
+        if version != TRIAL_VERSION:
+            raise reader.error(f"trial output format {version}, expected {TRIAL_VERSION} (rebuild the inspector)", 0)
+        flink, backend, key_groups = reader.utf(), reader.utf(), reader.utf()
+        operators = []
+        for _ in range(reader.i32()):
+            operator_id, uid, name = reader.utf(), reader.utf() or None, reader.utf()
+            restored_groups = reader.i32()
+            restore_failure, open_failure = reader.utf() or None, reader.utf() or None
+            states = []
+            for _ in range(reader.i32()):
+                state, outcome, error = reader.utf(), reader.utf(), reader.utf() or None
+                if outcome not in TRIAL_OUTCOMES:
+                    raise reader.error(f"unknown outcome {printable(outcome)!r} of state {printable(state)!r}")
+                states.append(TrialState(state, outcome, error))
+            operators.append(TrialOperator(operator_id, uid, name, restored_groups, restore_failure, open_failure,
+                                           states))
+        if reader.remaining():
+            raise reader.error(f"{reader.remaining()} bytes after the last operator")
+    except SavepointFormatError as exc:
+        raise FlinkStateError(f"{jar}: the trial restore's output is unreadable: {exc}") from None
+    return TrialRestore(jar, savepoint, flink, backend, key_groups, operators, seconds)
+
+
+__all__ = ["DEFAULT_MAX_HEAP", "DEFAULT_TIMEOUT_SECONDS", "InspectedOperator", "JarSchema", "TrialOperator",
+           "TrialRestore", "TrialState", "UnregisteredState", "default_cache_dir", "inspect_jar", "inspector_jar",
+           "parse_inspection", "parse_trial", "trial_restore", "unregistered_states"]

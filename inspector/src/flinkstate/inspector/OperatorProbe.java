@@ -15,6 +15,7 @@ import org.apache.flink.runtime.checkpoint.SavepointType;
 import org.apache.flink.runtime.execution.Environment;
 import org.apache.flink.runtime.executiongraph.ExecutionAttemptID;
 import org.apache.flink.runtime.externalresource.ExternalResourceInfoProvider;
+import org.apache.flink.runtime.io.disk.iomanager.IOManagerAsync;
 import org.apache.flink.runtime.io.network.api.writer.ResultPartitionWriter;
 import org.apache.flink.runtime.io.network.partition.consumer.IndexedInputGate;
 import org.apache.flink.runtime.jobgraph.JobGraph;
@@ -110,6 +111,9 @@ final class OperatorProbe {
     private final ClassLoader userClassLoader;
     private final int defaultParallelism;
     private final Map<String, Object> environmentSlots = new HashMap<>();
+    private PrioritizedOperatorSubtaskState restoreState = PrioritizedOperatorSubtaskState.emptyNotRestored();
+    private long restoreCheckpointId = -1;
+    private int restoredMaxParallelism = -1;
 
     OperatorProbe(JobGraph jobGraph, JobVertex vertex, StreamConfig config, ExecutionConfig executionConfig,
                   ClassLoader userClassLoader, int defaultParallelism) {
@@ -121,18 +125,33 @@ final class OperatorProbe {
         this.defaultParallelism = defaultParallelism;
     }
 
+    /**
+     * Makes the probe's subtask restore ``state`` (its TaskStateManager hands it to the operator's state
+     * initialization, as a TaskManager hands a savepoint's), with the savepoint's max parallelism: the trial restore
+     * ({@link TrialRestore}). Without it, every operator starts from empty state.
+     */
+    OperatorProbe restoring(PrioritizedOperatorSubtaskState state, long checkpointId, int maxParallelism) {
+        this.restoreState = state;
+        this.restoreCheckpointId = checkpointId;
+        this.restoredMaxParallelism = maxParallelism;
+        return this;
+    }
+
+    /** The operator, created by its own factory inside a task that runs nothing; its state not yet initialized. */
     @SuppressWarnings({"unchecked", "rawtypes"})
-    Result inspect(OperatorID operatorId, String uid) throws Exception {
-        Environment environment = environment();
+    StreamOperator<Object> createOperator(Environment environment) throws Exception {
         ProbeTask task = new ProbeTask(environment);
         StreamOperatorFactory<Object> factory = config.getStreamOperatorFactory(userClassLoader);
         Output<Object> output = nothing(Output.class);
         OperatorEventDispatcherImpl dispatcher =
                 new OperatorEventDispatcherImpl(userClassLoader, nothing(TaskOperatorEventGateway.class));
-        StreamOperator<Object> operator =
-                (StreamOperator<Object>) StreamOperatorFactoryUtil.createOperator(
-                        factory, (StreamTask) task, config, (Output) output, dispatcher).f0;
+        return (StreamOperator<Object>) StreamOperatorFactoryUtil.createOperator(
+                factory, (StreamTask) task, config, (Output) output, dispatcher).f0;
+    }
 
+    Result inspect(OperatorID operatorId, String uid) throws Exception {
+        Environment environment = environment();
+        StreamOperator<Object> operator = createOperator(environment);
         operator.initializeState(new StreamTaskStateInitializerImpl(environment, new HashMapStateBackend()));
         // A source's open() starts reading (and registers with its coordinator): its state is registered in
         // initializeState() already, so it is not opened.
@@ -221,7 +240,10 @@ final class OperatorProbe {
         return vertex.getParallelism() > 0 ? vertex.getParallelism() : defaultParallelism;
     }
 
-    private int maxParallelism() {
+    int maxParallelism() {
+        if (restoredMaxParallelism > 0) {
+            return restoredMaxParallelism;  // a job restored with no max parallelism set takes the savepoint's
+        }
         return vertex.getMaxParallelism() > 0
                 ? vertex.getMaxParallelism()
                 : KeyGroupRangeAssignment.computeDefaultMaxParallelism(parallelism());
@@ -234,7 +256,7 @@ final class OperatorProbe {
      * does not know answers null (or false, 0, an empty Optional), so the same code serves Flink versions whose
      * Environment has more methods.
      */
-    private Environment environment() throws Exception {
+    Environment environment() throws Exception {
         ExecutionAttemptID attempt = ExecutionAttemptID.randomId();
         File tmp = Files.createTempDirectory("flinkstate-inspector").toFile();
         tmp.deleteOnExit();
@@ -252,6 +274,8 @@ final class OperatorProbe {
         answers.put("getTaskManagerInfo", taskManagerInfo(tmp));
         answers.put("getMetricGroup", UnregisteredMetricGroups.createUnregisteredTaskMetricGroup());
         answers.put("getUserCodeClassLoader", SimpleUserCodeClassLoader.create(userClassLoader));
+        // The RocksDB backend restores with the IO manager's executor (the trial restore, TrialRestore)
+        answers.put("getIOManager", new IOManagerAsync(tmp.getAbsolutePath()));
         answers.put("getMemoryManager", MemoryManager.create(MANAGED_MEMORY, MemoryManager.DEFAULT_PAGE_SIZE));
         answers.put("getSharedResources", new SharedResources());
         answers.put("getDistributedCacheEntries", Collections.emptyMap());
@@ -296,10 +320,14 @@ final class OperatorProbe {
         return answering(TaskManagerRuntimeInfo.class, answers);
     }
 
-    /** Nothing to restore: every operator starts from empty state, as a job started without a savepoint. */
-    private static TaskStateManager taskStateManager() {
+    /** The state to restore: none (every operator starts empty, as a job started without a savepoint), or the
+     * trial's. */
+    private TaskStateManager taskStateManager() {
         Map<String, Object> answers = new HashMap<>();
-        answers.put("prioritizedOperatorState", PrioritizedOperatorSubtaskState.emptyNotRestored());
+        answers.put("prioritizedOperatorState", restoreState);
+        if (restoreCheckpointId >= 0) {
+            answers.put("getRestoreCheckpointId", Optional.of(restoreCheckpointId));
+        }
         answers.put("createLocalRecoveryConfig", LocalRecoveryConfig.BACKUP_AND_RECOVERY_DISABLED);
         answers.put("getInputRescalingDescriptor", InflightDataRescalingDescriptor.NO_RESCALE);
         answers.put("getOutputRescalingDescriptor", InflightDataRescalingDescriptor.NO_RESCALE);

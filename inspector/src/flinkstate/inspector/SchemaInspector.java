@@ -92,6 +92,9 @@ public final class SchemaInspector {
         String out = null;
         String entryClass = null;
         int parallelism = 1;
+        String trialSavepoint = null;  // --trial: Flink's own restore of this savepoint (TrialRestore)
+        String keyGroups = "one";
+        String backendChoice = "job";
         String[] programArgs = new String[0];
         for (int i = 0; i < args.length; i++) {
             String arg = args[i];
@@ -108,12 +111,19 @@ public final class SchemaInspector {
                 case "--out": out = value; break;
                 case "--entry-class": entryClass = value; break;
                 case "--parallelism": parallelism = Integer.parseInt(value); break;
+                case "--trial": trialSavepoint = value; break;
+                case "--key-groups": keyGroups = value; break;
+                case "--backend": backendChoice = value; break;
                 default: throw new Failure(EXIT_ERROR, "usage: unknown option " + arg);
             }
         }
         if (jar == null || out == null) {
             throw new Failure(EXIT_ERROR, "usage: --jar JAR --out FILE [--entry-class CLASS] [--parallelism N]"
+                    + " [--trial SAVEPOINT [--key-groups one|all] [--backend job|hashmap|rocksdb]]"
                     + " [-- PROGRAM ARGS...]");
+        }
+        if (!keyGroups.equals("one") && !keyGroups.equals("all")) {
+            throw new Failure(EXIT_ERROR, "usage: --key-groups one|all, not " + keyGroups);
         }
 
         PackagedProgram.Builder builder = PackagedProgram.newBuilder()
@@ -151,6 +161,19 @@ public final class SchemaInspector {
         ExecutionConfig executionConfig = jobGraph.getSerializedExecutionConfig().deserializeValue(userClassLoader);
 
         List<OperatorProbe.Result> results = new ArrayList<>();
+        TrialRestore trial = null;
+        List<TrialRestore.Result> trials = new ArrayList<>();
+        if (trialSavepoint != null) {
+            JobVertex first = jobGraph.getVerticesSortedTopologicallyFromSources().get(0);
+            try {
+                trial = new TrialRestore(new File(trialSavepoint), userClassLoader, keyGroups.equals("all"),
+                        backendChoice, new StreamConfig(first.getConfiguration()), jobGraph.getJobConfiguration(),
+                        executionConfig);
+            } catch (java.io.IOException e) {
+                throw new Failure(EXIT_ERROR, trialSavepoint + ": Flink cannot load the savepoint's metadata: "
+                        + describe(e));
+            }
+        }
         for (JobVertex vertex : jobGraph.getVerticesSortedTopologicallyFromSources()) {
             StreamConfig head = new StreamConfig(vertex.getConfiguration());
             // by stream node id: the order the job defined its operators in
@@ -161,6 +184,12 @@ public final class SchemaInspector {
                 String uid = node == null ? null : node.getTransformationUID();
                 OperatorProbe probe = new OperatorProbe(jobGraph, vertex, config, executionConfig, userClassLoader,
                         parallelism);
+                if (trial != null) {
+                    if (trial.hasState(operatorId)) {
+                        trials.add(trial.trial(probe, operatorId, uid, config.getOperatorName()));
+                    }
+                    continue;
+                }
                 try {
                     results.add(probe.inspect(operatorId, uid));
                 } catch (Throwable e) {
@@ -169,7 +198,19 @@ public final class SchemaInspector {
                 }
             }
         }
+        if (trial != null) {
+            writeTrial(Path.of(out), trial, trials);
+            return;
+        }
         write(Path.of(out), jobGraph.getName(), results);
+    }
+
+    private static void writeTrial(Path out, TrialRestore trial, List<TrialRestore.Result> results) throws Exception {
+        Path tmp = Files.createTempFile(out.toAbsolutePath().getParent(), ".inspector", ".tmp");
+        try (DataOutputStream data = new DataOutputStream(new BufferedOutputStream(new FileOutputStream(tmp.toFile())))) {
+            trial.write(data, EnvironmentInformation.getVersion(), results);
+        }
+        Files.move(tmp, out, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
     }
 
     /**

@@ -1,0 +1,528 @@
+package flinkstate.inspector;
+
+import org.apache.flink.api.common.ExecutionConfig;
+import org.apache.flink.api.common.state.StateDescriptor;
+import org.apache.flink.api.common.typeutils.TypeSerializer;
+import org.apache.flink.api.common.typeutils.TypeSerializerSchemaCompatibility;
+import org.apache.flink.api.common.typeutils.TypeSerializerSnapshot;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.runtime.checkpoint.Checkpoints;
+import org.apache.flink.runtime.checkpoint.OperatorState;
+import org.apache.flink.runtime.checkpoint.OperatorSubtaskState;
+import org.apache.flink.runtime.checkpoint.PrioritizedOperatorSubtaskState;
+import org.apache.flink.runtime.checkpoint.StateObjectCollection;
+import org.apache.flink.runtime.checkpoint.metadata.CheckpointMetadata;
+import org.apache.flink.runtime.execution.Environment;
+import org.apache.flink.runtime.jobgraph.OperatorID;
+import org.apache.flink.runtime.state.KeyGroupRange;
+import org.apache.flink.runtime.state.KeyGroupsStateHandle;
+import org.apache.flink.runtime.state.KeyedStateHandle;
+import org.apache.flink.runtime.state.OperatorStateHandle;
+import org.apache.flink.runtime.state.RegisteredKeyValueStateBackendMetaInfo;
+import org.apache.flink.runtime.state.StateBackend;
+import org.apache.flink.runtime.state.StateBackendLoader;
+import org.apache.flink.runtime.state.hashmap.HashMapStateBackend;
+import org.apache.flink.streaming.api.graph.StreamConfig;
+import org.apache.flink.streaming.api.operators.SourceOperator;
+import org.apache.flink.streaming.api.operators.StreamOperator;
+import org.apache.flink.streaming.api.operators.StreamTaskStateInitializerImpl;
+import org.slf4j.LoggerFactory;
+
+import java.io.BufferedInputStream;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.File;
+import java.io.FileInputStream;
+import java.lang.reflect.Field;
+import java.lang.reflect.InvocationHandler;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.lang.reflect.Proxy;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * Flink's own verdict on a savepoint for the new version of a job (``flinkstate check --trial``): each stateful
+ * operator of the new job graph is created as {@link OperatorProbe} creates it, but its subtask restores the
+ * savepoint's state of that operator (one key group of its keyed state, or all of them), on the state backend the
+ * job configures, through Flink's own {@link StreamTaskStateInitializerImpl} and the backend's own restore operation;
+ * then the operator initializes its state and opens, registering its states, so that Flink itself resolves every
+ * registered state's compatibility against the restored serializer snapshot (migrating its values, or failing).
+ *
+ * <p>Each registration is watched (the keyed backend is wrapped): the state it registered, and Flink's answer: the
+ * compatibility Flink's own {@code resolveSchemaCompatibility} gives (as is, reconfigured, after migration: which
+ * the backend then carried out), or the exception the registration threw. A registration that fails continues on an
+ * empty HashMap backend, so that the operator's later states are resolved too. A restore that fails (the key
+ * serializer, values that no longer read) fails the whole operator, as it would fail the task.
+ *
+ * <p>Output (big-endian, {@link DataOutputStream}): the magic {@code flinkstate-jar-trial}, format version 1, the
+ * Flink version, the backend's name, the key groups mode, then per operator of the savepoint that the job has: its
+ * id, uid, name, the number of key groups restored, the restore failure (empty: none), the failure of its
+ * initialization or open outside a state registration (empty: none), then per state its name, Flink's outcome
+ * ({@code AS_IS}, {@code RECONFIGURED}, {@code AFTER_MIGRATION}, {@code NEW}, {@code FAILED}, {@code NOT_REGISTERED})
+ * and the exception (empty: none).
+ */
+final class TrialRestore {
+
+    static final String MAGIC = "flinkstate-jar-trial";
+    static final int FORMAT_VERSION = 1;
+    /** Flink's own priority queue states (timers) in a keyed backend: not the job's states. */
+    private static final String TIMER_STATE_PREFIX = "_timer_state/";
+
+    /** What Flink answered for one state. */
+    static final class StateOutcome {
+        final String name;
+        final String outcome;
+        final String error;
+
+        StateOutcome(String name, String outcome, String error) {
+            this.name = name;
+            this.outcome = outcome;
+            this.error = error;
+        }
+    }
+
+    /** One operator's trial. */
+    static final class Result {
+        final OperatorID operatorId;
+        final String uid;
+        final String name;
+        int keyGroups;
+        String restoreFailure = "";
+        String openFailure = "";
+        final List<StateOutcome> states = new ArrayList<>();
+
+        Result(OperatorID operatorId, String uid, String name) {
+            this.operatorId = operatorId;
+            this.uid = uid;
+            this.name = name;
+        }
+    }
+
+    private final Map<OperatorID, OperatorState> savedOperators = new HashMap<>();
+    private final long checkpointId;
+    private final boolean allKeyGroups;
+    private final StateBackend backend;
+    private final String backendName;
+    private final ExecutionConfig executionConfig;
+
+    TrialRestore(File savepoint, ClassLoader userClassLoader, boolean allKeyGroups, String backendChoice,
+                 StreamConfig anyConfig, Configuration jobConfiguration, ExecutionConfig executionConfig)
+            throws Exception {
+        File metadata = savepoint.isDirectory() ? new File(savepoint, "_metadata") : savepoint;
+        File directory = metadata.getAbsoluteFile().getParentFile();
+        CheckpointMetadata loaded;
+        try (DataInputStream in = new DataInputStream(new BufferedInputStream(new FileInputStream(metadata)))) {
+            loaded = Checkpoints.loadCheckpointMetadata(in, userClassLoader, directory.getAbsolutePath());
+        }
+        for (OperatorState state : loaded.getOperatorStates()) {
+            savedOperators.put(state.getOperatorID(), state);
+        }
+        this.checkpointId = loaded.getCheckpointId();
+        this.allKeyGroups = allKeyGroups;
+        this.executionConfig = executionConfig;
+        this.backend = backend(backendChoice, anyConfig, jobConfiguration, userClassLoader);
+        this.backendName = backend.getName();
+    }
+
+    /** The backend the job configures (in its code, or its configuration; HashMap by default), or the one asked for. */
+    private static StateBackend backend(String choice, StreamConfig config, Configuration jobConfiguration,
+                                        ClassLoader userClassLoader) throws Exception {
+        if (choice == null || choice.equals("job")) {
+            StateBackend fromApplication = config == null ? null : config.getStateBackend(userClassLoader);
+            return StateBackendLoader.fromApplicationOrConfigOrDefault(fromApplication, jobConfiguration,
+                    new Configuration(), userClassLoader, LoggerFactory.getLogger(TrialRestore.class));
+        }
+        Configuration forced = new Configuration();
+        forced.setString("state.backend.type", choice);
+        return StateBackendLoader.loadStateBackendFromConfig(forced, userClassLoader,
+                LoggerFactory.getLogger(TrialRestore.class));
+    }
+
+    String backendName() {
+        return backendName;
+    }
+
+    boolean hasState(OperatorID id) {
+        return savedOperators.containsKey(id);
+    }
+
+    /** Restores the savepoint's state of the operator into a new instance of it, and records Flink's answers. */
+    Result trial(OperatorProbe probe, OperatorID id, String uid, String name) throws Exception {
+        OperatorState saved = savedOperators.get(id);
+        Result result = new Result(id, uid, name);
+        List<KeyedStateHandle> managedKeyed = new ArrayList<>();
+        List<KeyedStateHandle> rawKeyed = new ArrayList<>();
+        List<OperatorStateHandle> managedOperator = new ArrayList<>();
+        List<OperatorStateHandle> rawOperator = new ArrayList<>();
+        for (OperatorSubtaskState subtask : saved.getStates()) {
+            managedKeyed.addAll(subtask.getManagedKeyedState());
+            rawKeyed.addAll(subtask.getRawKeyedState());
+            managedOperator.addAll(subtask.getManagedOperatorState());
+            rawOperator.addAll(subtask.getRawOperatorState());
+        }
+        KeyGroupRange restored = allKeyGroups ? null : chosenKeyGroup(managedKeyed);
+        if (restored != null) {
+            managedKeyed = intersect(managedKeyed, restored);
+            rawKeyed = intersect(rawKeyed, restored);
+        }
+        result.keyGroups = restored != null ? 1 : countKeyGroups(managedKeyed);
+        OperatorSubtaskState state = OperatorSubtaskState.builder()
+                .setManagedKeyedState(new StateObjectCollection<>(managedKeyed))
+                .setRawKeyedState(new StateObjectCollection<>(rawKeyed))
+                .setManagedOperatorState(new StateObjectCollection<>(managedOperator))
+                .setRawOperatorState(new StateObjectCollection<>(rawOperator))
+                .build();
+        PrioritizedOperatorSubtaskState prioritized =
+                new PrioritizedOperatorSubtaskState.Builder(state, Collections.emptyList(), checkpointId).build();
+        probe.restoring(prioritized, checkpointId, saved.getMaxParallelism());
+
+        Watch watch = new Watch();
+        Environment environment = probe.environment();
+        StreamOperator<Object> operator = probe.createOperator(environment);
+        try {
+            operator.initializeState(new StreamTaskStateInitializerImpl(environment, watchedBackend(watch)));
+            if (!(operator instanceof SourceOperator)) {  // a source's open() starts reading (OperatorProbe)
+                operator.open();
+            }
+        } catch (Throwable e) {
+            if (watch.restoreFailure != null) {
+                result.restoreFailure = SchemaInspector.oneLine(SchemaInspector.describe(watch.restoreFailure));
+            } else {
+                result.openFailure = SchemaInspector.oneLine(SchemaInspector.describe(innermost(e)));
+            }
+        }
+        for (Map.Entry<String, StateOutcome> entry : watch.outcomes.entrySet()) {
+            result.states.add(entry.getValue());
+        }
+        for (String restoredName : watch.restoredStates()) {
+            if (!watch.outcomes.containsKey(restoredName)) {
+                result.states.add(new StateOutcome(restoredName, "NOT_REGISTERED", ""));
+            }
+        }
+        return result;
+    }
+
+    /**
+     * The one key group to restore: the one whose bytes are the most (of the largest handle), so that as many
+     * states as possible have values in it for the backend to read (a value that no longer reads fails the heap
+     * backend's restore only if there is one). Null when the keyed state is not in key-group handles (a native
+     * savepoint's incremental handles): then all of it is restored.
+     */
+    private static KeyGroupRange chosenKeyGroup(List<KeyedStateHandle> handles) {
+        int best = -1;
+        long bestSize = -1;
+        for (KeyedStateHandle handle : handles) {
+            if (!(handle instanceof KeyGroupsStateHandle)) {
+                return null;
+            }
+            KeyGroupsStateHandle groups = (KeyGroupsStateHandle) handle;
+            // A canonical savepoint writes the non-empty key groups only: the others keep offset 0 (the header is
+            // there). A group's bytes run to the next group's offset, the last group's to the end of the stream.
+            List<long[]> written = new ArrayList<>();
+            for (int group : groups.getKeyGroupRange()) {
+                long offset = groups.getOffsetForKeyGroup(group);
+                if (offset > 0) {
+                    written.add(new long[] {offset, group});
+                }
+            }
+            written.sort((a, b) -> Long.compare(a[0], b[0]));
+            long streamEnd = groups.getDelegateStateHandle().getStateSize();
+            for (int i = 0; i < written.size(); i++) {
+                long next = i + 1 < written.size() ? written.get(i + 1)[0] : streamEnd;
+                long size = next - written.get(i)[0];
+                if (size > bestSize) {
+                    bestSize = size;
+                    best = (int) written.get(i)[1];
+                }
+            }
+        }
+        return best < 0 ? null : KeyGroupRange.of(best, best);
+    }
+
+    private static List<KeyedStateHandle> intersect(List<KeyedStateHandle> handles, KeyGroupRange range) {
+        List<KeyedStateHandle> kept = new ArrayList<>();
+        for (KeyedStateHandle handle : handles) {
+            KeyedStateHandle part = handle.getIntersection(range);
+            if (part != null) {
+                kept.add(part);
+            }
+        }
+        return kept;
+    }
+
+    private static int countKeyGroups(List<KeyedStateHandle> handles) {
+        int count = 0;
+        for (KeyedStateHandle handle : handles) {
+            count += handle.getKeyGroupRange().getNumberOfKeyGroups();
+        }
+        return count;
+    }
+
+    // -- watching the backend ------------------------------------------------------------------------------------------
+
+    /** What the watched backends saw: the keyed backend's restore failure, and each state's registration. */
+    private final class Watch {
+        Throwable restoreFailure;
+        Object keyedBackend;
+        Object scratchBackend;
+        final Map<String, StateOutcome> outcomes = new LinkedHashMap<>();
+
+        /** The states the keyed backend restored (its registered states after the restore), timers aside. */
+        Set<String> restoredStates() {
+            Set<String> names = new LinkedHashSet<>();
+            Map<?, ?> states = keyedBackend == null ? null : registeredStates(keyedBackend);
+            if (states != null) {
+                for (Object key : states.keySet()) {
+                    if (!String.valueOf(key).startsWith(TIMER_STATE_PREFIX)) {
+                        names.add(String.valueOf(key));
+                    }
+                }
+            }
+            return names;
+        }
+    }
+
+    /** The backend, with its keyed backends watched: the restore's failure, and every state registration. */
+    private StateBackend watchedBackend(Watch watch) {
+        InvocationHandler handler = (proxy, method, args) -> {
+            if (method.getName().equals("createKeyedStateBackend") && args != null && args.length == 1) {
+                Object keyed;
+                try {
+                    keyed = method.invoke(backend, args);
+                } catch (InvocationTargetException e) {
+                    watch.restoreFailure = innermost(e.getCause());
+                    throw e.getCause();
+                }
+                watch.keyedBackend = keyed;
+                watch.scratchBackend = new HashMapStateBackend().createKeyedStateBackend(
+                        withoutStateHandles((StateBackend.KeyedStateBackendParameters<?>) args[0]));
+                return watchedKeyedBackend(keyed, watch);
+            }
+            try {
+                return method.invoke(backend, args);
+            } catch (InvocationTargetException e) {
+                throw e.getCause();
+            }
+        };
+        return (StateBackend) Proxy.newProxyInstance(TrialRestore.class.getClassLoader(),
+                new Class<?>[] {StateBackend.class}, handler);
+    }
+
+    /** The same parameters, with nothing to restore: the scratch backend a failed registration continues on. */
+    @SuppressWarnings("unchecked")
+    private static <K> StateBackend.KeyedStateBackendParameters<K> withoutStateHandles(
+            StateBackend.KeyedStateBackendParameters<K> parameters) {
+        InvocationHandler handler = (proxy, method, args) -> {
+            if (method.getName().equals("getStateHandles")) {
+                return Collections.emptyList();
+            }
+            try {
+                return method.invoke(parameters, args);
+            } catch (InvocationTargetException e) {
+                throw e.getCause();
+            }
+        };
+        return (StateBackend.KeyedStateBackendParameters<K>) Proxy.newProxyInstance(
+                TrialRestore.class.getClassLoader(), new Class<?>[] {StateBackend.KeyedStateBackendParameters.class},
+                handler);
+    }
+
+    /** The keyed backend, each registration of a state watched (every interface of the backend kept). */
+    private Object watchedKeyedBackend(Object keyed, Watch watch) {
+        Set<Class<?>> interfaces = new LinkedHashSet<>();
+        for (Class<?> c = keyed.getClass(); c != null; c = c.getSuperclass()) {
+            collectInterfaces(c, interfaces);
+        }
+        InvocationHandler handler = (proxy, method, args) -> {
+            StateDescriptor<?, ?> descriptor = registration(method, args);
+            if (descriptor == null) {
+                try {
+                    return method.invoke(keyed, args);
+                } catch (InvocationTargetException e) {
+                    throw e.getCause();
+                }
+            }
+            String name = descriptor.getName();
+            boolean first = !watch.outcomes.containsKey(name);
+            String before = first ? resolvedBefore(keyed, descriptor) : null;
+            try {
+                Object state = method.invoke(keyed, args);
+                if (first) {
+                    String after = before == null || before.equals("INCOMPATIBLE") ? resolvedAfter(keyed, name) : before;
+                    watch.outcomes.put(name, new StateOutcome(name, after == null ? "AS_IS" : after, ""));
+                }
+                return state;
+            } catch (InvocationTargetException e) {
+                Throwable failure = innermost(e.getCause());
+                if (first) {
+                    watch.outcomes.put(name, new StateOutcome(name, "FAILED",
+                            SchemaInspector.oneLine(SchemaInspector.describe(failure))));
+                }
+                // Continue on an empty backend, so that the operator's later registrations are resolved too.
+                try {
+                    return method.invoke(watch.scratchBackend, args);
+                } catch (InvocationTargetException again) {
+                    throw e.getCause();
+                }
+            }
+        };
+        return Proxy.newProxyInstance(TrialRestore.class.getClassLoader(), interfaces.toArray(new Class<?>[0]),
+                handler);
+    }
+
+    private static void collectInterfaces(Class<?> type, Set<Class<?>> into) {
+        for (Class<?> i : type.getInterfaces()) {
+            if (java.lang.reflect.Modifier.isPublic(i.getModifiers()) && into.add(i)) {
+                collectInterfaces(i, into);
+            }
+        }
+    }
+
+    /** The state descriptor a keyed backend call registers (getPartitionedState, getOrCreateKeyedState), or null. */
+    private static StateDescriptor<?, ?> registration(Method method, Object[] args) {
+        String name = method.getName();
+        if (args == null || !(name.equals("getPartitionedState") || name.equals("getOrCreateKeyedState")
+                || name.equals("createOrUpdateInternalState"))) {
+            return null;
+        }
+        for (Object arg : args) {
+            if (arg instanceof StateDescriptor) {
+                return (StateDescriptor<?, ?>) arg;
+            }
+        }
+        return null;
+    }
+
+    /**
+     * Flink's own resolution of the state's new serializer (the descriptor's, initialized as the backend does)
+     * against the snapshot the backend restored: the answer the backend acts on when it registers the state. Null
+     * when the state was not restored, or is kept with TTL (the backend wraps its serializer: resolved after).
+     */
+    private String resolvedBefore(Object keyed, StateDescriptor<?, ?> descriptor) {
+        try {
+            RegisteredKeyValueStateBackendMetaInfo<?, ?> meta = metaInfo(keyed, descriptor.getName());
+            if (meta == null) {
+                return "NEW";
+            }
+            if (descriptor.getTtlConfig() != null && descriptor.getTtlConfig().isEnabled()) {
+                return null;
+            }
+            descriptor.initializeSerializerUnlessSet(executionConfig);
+            return resolve(descriptor.getSerializer(), meta.getPreviousStateSerializerSnapshot());
+        } catch (Throwable e) {
+            return null;  // the registration itself then says what is wrong
+        }
+    }
+
+    /** The resolution with the serializer the backend registered (after a successful registration). */
+    private static String resolvedAfter(Object keyed, String name) {
+        try {
+            RegisteredKeyValueStateBackendMetaInfo<?, ?> meta = metaInfo(keyed, name);
+            return meta == null ? null : resolve(meta.getStateSerializer(), meta.getPreviousStateSerializerSnapshot());
+        } catch (Throwable e) {
+            return null;
+        }
+    }
+
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    private static String resolve(TypeSerializer serializer, TypeSerializerSnapshot previous) {
+        if (previous == null) {
+            return "NEW";
+        }
+        TypeSerializerSchemaCompatibility<?> compatibility =
+                serializer.snapshotConfiguration().resolveSchemaCompatibility(previous);
+        if (compatibility.isCompatibleAsIs()) {
+            return "AS_IS";
+        }
+        if (compatibility.isCompatibleWithReconfiguredSerializer()) {
+            return "RECONFIGURED";
+        }
+        if (compatibility.isCompatibleAfterMigration()) {
+            return "AFTER_MIGRATION";
+        }
+        return "INCOMPATIBLE";
+    }
+
+    /** The registered (or restored) meta info of a state in the heap or RocksDB keyed backend, or null. */
+    private static RegisteredKeyValueStateBackendMetaInfo<?, ?> metaInfo(Object keyed, String name) throws Exception {
+        Map<?, ?> states = registeredStates(keyed);
+        Object entry = states == null ? null : states.get(name);
+        if (entry == null) {
+            return null;
+        }
+        for (Class<?> c = entry.getClass(); c != null; c = c.getSuperclass()) {
+            for (Method method : c.getDeclaredMethods()) {
+                if (method.getName().equals("getMetaInfo") && method.getParameterCount() == 0) {
+                    method.setAccessible(true);
+                    return (RegisteredKeyValueStateBackendMetaInfo<?, ?>) method.invoke(entry);
+                }
+            }
+            for (Field field : c.getDeclaredFields()) {
+                if (field.getName().equals("metaInfo")) {
+                    field.setAccessible(true);
+                    Object meta = field.get(entry);
+                    return meta instanceof RegisteredKeyValueStateBackendMetaInfo
+                            ? (RegisteredKeyValueStateBackendMetaInfo<?, ?>) meta : null;
+                }
+            }
+        }
+        return null;
+    }
+
+    /** The keyed backend's own table of states (heap: registeredKVStates; RocksDB: kvStateInformation). */
+    private static Map<?, ?> registeredStates(Object keyed) {
+        for (Class<?> c = keyed.getClass(); c != null; c = c.getSuperclass()) {
+            for (String fieldName : new String[] {"registeredKVStates", "kvStateInformation"}) {
+                try {
+                    Field field = c.getDeclaredField(fieldName);
+                    field.setAccessible(true);
+                    return (Map<?, ?>) field.get(keyed);
+                } catch (NoSuchFieldException | IllegalAccessException e) {
+                    // another backend class, or further up
+                }
+            }
+        }
+        return null;
+    }
+
+    /** The failure's innermost cause (below Flink's wrappers: the backend builder's, the task's). */
+    static Throwable innermost(Throwable e) {
+        Throwable current = e;
+        while (current.getCause() != null && current.getCause() != current) {
+            current = current.getCause();
+        }
+        return current;
+    }
+
+    // -- output --------------------------------------------------------------------------------------------------------
+
+    void write(DataOutputStream data, String flinkVersion, List<Result> results) throws Exception {
+        data.writeUTF(MAGIC);
+        data.writeInt(FORMAT_VERSION);
+        data.writeUTF(flinkVersion);
+        data.writeUTF(backendName);
+        data.writeUTF(allKeyGroups ? "all" : "one");
+        data.writeInt(results.size());
+        for (Result result : results) {
+            data.writeUTF(result.operatorId.toHexString());
+            data.writeUTF(result.uid == null ? "" : result.uid);
+            data.writeUTF(result.name == null ? "" : result.name);
+            data.writeInt(result.keyGroups);
+            data.writeUTF(result.restoreFailure);
+            data.writeUTF(result.openFailure);
+            data.writeInt(result.states.size());
+            for (StateOutcome state : result.states) {
+                data.writeUTF(state.name);
+                data.writeUTF(state.outcome);
+                data.writeUTF(state.error);
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+"""Issue 25, Flink's own verdict before the stop: ``flinkstate check SAVEPOINT --jar JAR --trial`` restores the
+savepoint into the new version's operators with Flink's own classes and reports Flink's answer per state beside the
+check's; a disagreement fails the check.
+
+On the session's savepoints of the compatibility matrix's base version (the ones tests/test_compatibility_ground_truth
+restores on real Flink, quoting what Flink did), for a handful of variants on HashMap and RocksDB:
+
+- Flink's trial answer per state is what Flink did when the variant restored on the cluster: as is, values migrated
+  by Flink (a POJO field added), reconfigured (an enum constant appended), and the failures with Flink's own error
+  (the heap backend's restore of a POJO whose field type changed, RocksDB's StateMigrationException for a Tuple
+  whose arity changed), and the check agrees with it (no TRIAL_DISAGREES, the exit status the ground truth has);
+- a real disagreement fires: the check judges one variant's manifest while the jar is another's (the issue's
+  "the manifest does not describe the jar"), in both directions, and the finding fails the check.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flinkstate import check
+from flinkstate.cli import main as cli_main
+from flinkstate.engine.jar_schema import trial_restore
+from flinkstate.migration.trial import apply_trial
+from tests.support import compat_matrix
+
+pytestmark = pytest.mark.flink  # the inspector's JVM on Flink's runtime, the session cluster's savepoints
+
+HEAP_FIELD_TYPE_ERROR = "java.lang.IllegalArgumentException: Can not set int field matrix.Item.count to java.lang.Long"
+NEW_STATE_INCOMPATIBLE = "must not be incompatible with the old state serializer"
+AS_IS = {"count": "as is", "pojo": "as is", "row": "as is", "tuple": "as is", "color": "as is"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _jar_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FLINKSTATE_CACHE_DIR", str(tmp_path_factory.mktemp("jar-cache")))
+        yield
+
+
+def _program(backend: str) -> list[str]:
+    return ["--", "--set", f"state.backend.type={backend}"]
+
+
+def _trial_report(tmp_path: Path, savepoint: Path, variant: str, backend: str) -> tuple[int, dict[str, Any]]:
+    out = tmp_path / f"{variant}-{backend}.json"
+    status = cli_main(["check", str(savepoint), "--jar", str(compat_matrix.jar(variant)), "--entry-class",
+                       compat_matrix.ENTRY_CLASS, "--trial", "--previous", str(compat_matrix.manifest("base")),
+                       "--format", "json", "-o", str(out), *_program(backend)])
+    return status, json.loads(out.read_text())
+
+
+def _trial_column(document: dict[str, Any], operator: str = "matrix") -> dict[str, str]:
+    return {row["state"]: row["flink_trial"] for row in document["states"]
+            if row["operator"] == operator and "flink_trial" in row and not row["state"].startswith("_timer_state/")}
+
+
+# (backend, variant) -> check's exit status (the ground truth's), Flink's trial answer for the matrix operator's states
+CASES = {
+    ("hashmap", "as-is"): (0, AS_IS),
+    ("hashmap", "pojo-field-added"): (3, {**AS_IS, "pojo": "migrated by Flink"}),
+    ("hashmap", "pojo-field-type-changed"): (4, dict.fromkeys(AS_IS, "FAILED (the operator's restore): "
+                                                                   + HEAP_FIELD_TYPE_ERROR)),
+    ("hashmap", "enum-constant-appended"): (0, {**AS_IS, "color": "reconfigured"}),
+    ("rocksdb", "pojo-field-added"): (3, {**AS_IS, "pojo": "migrated by Flink"}),
+    ("rocksdb", "tuple-arity-changed"): (4, {**AS_IS, "tuple": "FAILED"}),
+}
+
+
+@pytest.mark.parametrize(("backend", "variant"), list(CASES), ids=[f"{v}-{b}" for b, v in CASES])
+def test_the_trial_reports_what_flink_did_and_agrees_with_the_check(
+    compat_matrix_base_savepoints: dict[str, Path], tmp_path: Path, backend: str, variant: str
+):
+    status, document = _trial_report(tmp_path, compat_matrix_base_savepoints[backend], variant, backend)
+    expected_status, expected = CASES[(backend, variant)]
+    trial = document["trial"]
+    assert trial["backend"] == {"hashmap": "HashMapStateBackend", "rocksdb": "EmbeddedRocksDBStateBackend"}[backend]
+    assert (trial["key_groups"], trial["disagreements"]) == ("one", 0), document
+    assert "TRIAL_DISAGREES" not in {f["code"] for f in document["findings"]}, document
+    assert status == expected_status, document
+    column = _trial_column(document)
+    if variant == "tuple-arity-changed":  # Flink's own exception, as the cluster quoted it
+        assert column["tuple"].startswith("FAILED: org.apache.flink.util.StateMigrationException: The new state "
+                                          "serializer (org.apache.flink.api.java.typeutils.runtime.TupleSerializer@")
+        assert NEW_STATE_INCOMPATIBLE in column["tuple"]
+        column["tuple"] = "FAILED"
+    assert column == expected, document
+    assert _trial_column(document, "extra") == {"seen": "as is"}, document
+
+
+def test_a_disagreement_between_flink_and_the_check_fails_the_check(
+    compat_matrix_base_savepoints: dict[str, Path]
+):
+    """The check judges a manifest that does not describe the jar Flink restores into, each way round: the check
+    says Flink migrates the POJO while Flink fails, and the check says Flink fails while Flink migrates it."""
+    savepoint = compat_matrix_base_savepoints["hashmap"]
+    trials = {variant: trial_restore(compat_matrix.jar(variant), savepoint, entry_class=compat_matrix.ENTRY_CLASS,
+                                     program_args=_program("hashmap")[1:])
+              for variant in ("pojo-field-added", "pojo-field-type-changed")}
+    for manifest, jar in (("pojo-field-added", "pojo-field-added"), ("pojo-field-added", "pojo-field-type-changed"),
+                          ("pojo-field-type-changed", "pojo-field-added")):
+        report = check(savepoint, compat_matrix.manifest(manifest), previous=compat_matrix.manifest("base"),
+                       backend="hashmap")
+        before = report.exit_code
+        disagreements = apply_trial(report, trials[jar])
+        findings = [f for f in report.findings if f.code == "TRIAL_DISAGREES"]
+        if manifest == jar:  # the manifest describes the jar: Flink and the check agree, the verdict stands
+            assert (disagreements, findings, report.exit_code) == (0, [], before), report.render_markdown()
+            continue
+        assert disagreements == 1 and len(findings) == 1, report.render_markdown()
+        finding = findings[0]
+        if jar == "pojo-field-type-changed":  # the operator's restore fails: the finding is on its first row
+            assert finding.operator == "matrix" and finding.state in AS_IS, finding
+            assert finding.message.startswith(f"Flink's own restore (HashMapStateBackend, one key group): Flink fails "
+                                              f"the operator's restore ({HEAP_FIELD_TYPE_ERROR}); the check "
+                                              f"predicted every state of the operator restorable (at worst "
+                                              f"COMPATIBLE_AFTER_MIGRATION)."), finding.message
+        else:
+            assert (finding.operator, finding.state) == ("matrix", "pojo"), finding
+            assert finding.message.startswith("Flink's own restore (HashMapStateBackend, one key group): Flink "
+                                              "restores it (migrated by Flink); the check predicted INCOMPATIBLE."), \
+                finding.message
+        assert report.exit_code == 4 and report.outcome == "incompatible", report.render_markdown()
+        assert "TRIAL_DISAGREES" in report.render_markdown()
