@@ -5,8 +5,10 @@ each operator opened with empty state and snapshotted) equals ``schema`` of a sa
 cluster, operator by operator, and every serializer snapshot is the same bytes (key serializer, each keyed state's
 meta info, each operator state's meta info). The savepoints: the session's sample-job v1 savepoints (HashMap and
 RocksDB, snappy on and off, parallelism 1 and 2) and the 1.20.3 / 2.2.0 ones, and, taken here in one batch of short
-runs on the session cluster, sample-job v2 and v3, three compatibility-matrix variants and a job that registers one
-state lazily. Plus: what the comparison says when the jar is another version (it can fail), the lazily registered
+runs on the session cluster (in waves of the cluster's slots), sample-job v2 and v3, the 16 compatibility-matrix
+variants (the base version: the session's savepoints on HashMap and RocksDB) and a job that registers one state
+lazily. The SQL jobs, the edge job, the Kryo job and the changelog jobs are compared in their own modules, on the
+savepoints those take anyway (tests/support/jar_truth.py). Plus: what the comparison says when the jar is another version (it can fail), the lazily registered
 state reported as such, main() needing arguments or a config file, failing, hanging; the cache; the CLI.
 """
 
@@ -16,6 +18,7 @@ import functools
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -35,9 +38,10 @@ pytestmark = pytest.mark.flink  # every test starts the inspector's JVM on Flink
 
 LAZY_SOURCES = Path(__file__).resolve().parent / "support" / "lazy_state_job"
 LAZY_ENTRY_CLASS = "lazystate.LazyStateJob"
-#: The compatibility-matrix variants whose savepoints are taken here: POJO, Row, Tuple, enum and Long states; TTL
-#: wrapping; a state of another kind.
-MATRIX_VARIANTS = ("base", "ttl-enabled", "state-kind-changed")
+#: Every version of the compatibility-matrix job (examples/compat-matrix/variants/: POJO, Row, Tuple, enum and Long
+#: states; TTL wrapping; a state of another kind, a removed state, a removed operator...) but the base version, whose
+#: savepoints (HashMap and RocksDB) the session takes for the compatibility ground truth.
+MATRIX_VARIANTS = tuple(sorted(path.name for path in (compat_matrix.JOB_DIR / "variants").iterdir() if path.is_dir()))
 SAMPLE_VERSIONS = ("v2", "v3")
 
 
@@ -112,10 +116,20 @@ def test_sample_job_jars_give_the_schema_of_the_savepoints_they_write(
 
 
 def test_compatibility_matrix_jars_give_the_schema_of_the_savepoints_they_write(
-        taken: dict[str, Path], cache: Path) -> None:
+        taken: dict[str, Path], compat_matrix_base_savepoints: dict[str, Path], cache: Path) -> None:
+    assert len(MATRIX_VARIANTS) == 16
+    # The JVMs two at a time: each mostly waits on class loading
+    versions = ("base", *MATRIX_VARIANTS)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        found = pool.map(lambda variant: inspect_jar(compat_matrix.jar(variant), cache_dir=cache,
+                                                     program_args=["--variant", variant]), versions)
+        schemas = dict(zip(versions, found, strict=True))
+    for backend, savepoint in compat_matrix_base_savepoints.items():
+        assert differences(schemas["base"], savepoint) == [], backend
     for variant in MATRIX_VARIANTS:
-        schema = inspect_jar(compat_matrix.jar(variant), cache_dir=cache, program_args=["--variant", variant])
-        assert differences(schema, taken[f"matrix-{variant}"]) == [], variant
+        assert differences(schemas[variant], taken[f"matrix-{variant}"]) == [], variant
+    # what the variants change is seen: base's schema against a variant's savepoint
+    assert differences(schemas["base"], taken["matrix-key-type-changed"])[0].startswith("matrix: jar ")
 
 
 def test_a_jar_of_another_version_differs_where_the_versions_do(
