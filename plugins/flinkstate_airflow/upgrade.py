@@ -369,11 +369,12 @@ def task_succeeded(context: Any) -> None:
     if journal is None or phase is None:
         return
     value = ti.xcom_pull(task_ids=ti.task_id)
+    gate = value if isinstance(value, dict) else {}  # the dict is built whole: only the gate's value is a dict
     details: dict[str, Any] = {
         Phase.MIGRATED: {"migrated_savepoint": f"{plan['run_dir']}/migrated/savepoint" if plan else None},
         Phase.VERIFIED: {"restore_path": value},
         Phase.SUBMITTED: {"new_job_id": value},
-        Phase.GATE_PASSED: {"gate": value, "running_again_at": (value or {}).get("all_subtasks_running_at")},
+        Phase.GATE_PASSED: {"gate": value, "running_again_at": gate.get("all_subtasks_running_at")},
     }[phase]
     journal.advance(phase, ti.task_id, **details)
 
