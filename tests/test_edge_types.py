@@ -20,6 +20,8 @@ import pytest
 import yaml
 
 from flinkstate.engine import LocalFlinkCluster
+from flinkstate.engine.jar_schema import inspect_jar
+from flinkstate.format.keyed_header import state_meta_bytes
 from flinkstate.jsonify import to_json
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.kryo import OpaqueValue
@@ -35,6 +37,7 @@ from tests.support.edge_job import (
     expected_state,
     raw_values,
 )
+from tests.support.jar_truth import differences
 from tests.support.one_verdict import assert_one_verdict
 
 pytestmark = pytest.mark.flink
@@ -148,6 +151,29 @@ def test_the_savepoint_holds_the_edge_serializers(edge_savepoints: dict[str, Pat
     assert list(stamped) == ["key", "n", "seen", "tag"]  # the Kryo field is not the record's last
     assert stamped["seen"].class_name == kryo and stamped["seen"].type_class == STAMPED_KRYO_FIELD[1]
     assert serializers["shape"].pojo_class == "edge.Shape"
+
+
+def test_the_jar_gives_the_schema_of_the_savepoints_it_writes(edge_savepoints: dict[str, Path], tmp_path: Path):
+    """Issue 25: ``schema --jar`` of edge-job v1 (its main() run with the arguments the cluster got, no audit) is
+    ``schema`` of the savepoint it wrote on HashMap, every state's meta info the same bytes (Kryo registrations,
+    java.time, POJOs). On RocksDB the POJO state ``shape`` also lists the subclasses its serializer met while the
+    job ran (RocksDB snapshots the serializer that wrote the values): that cache, which no jar can know, is the
+    only difference."""
+    schema = inspect_jar(edge_job.jar("v1"), cache_dir=tmp_path, parallelism=2,
+                         program_args=["--keys", str(KEYS), "--rate", "400"])
+    assert differences(schema, edge_savepoints["hashmap"]) == []
+    found = differences(schema, edge_savepoints["rocksdb"])
+    assert len(found) == 2 and found[0].startswith("edge: jar ") and "nonregistered_subclasses" in found[0], found
+    assert found[1] == "edge, state shape: meta info bytes"
+    header = Savepoint.open(edge_savepoints["rocksdb"]).keyed_header(OPERATOR_UID)
+    [inspected] = [op for op in schema.operators if op.label == OPERATOR_UID]
+    assert header is not None and inspected.keyed is not None
+    [saved_shape] = [meta for meta in header.states if meta.name == "shape"]
+    [jar_shape] = [meta for meta in inspected.keyed.states if meta.name == "shape"]
+    assert [entry.name for entry in saved_shape.value_serializer.nonregistered_subclasses] == [
+        "edge.Circle", "edge.Square"]
+    saved_shape.value_serializer.nonregistered_subclasses = []
+    assert state_meta_bytes(saved_shape) == state_meta_bytes(jar_shape)
 
 
 # -- reading ---------------------------------------------------------------------------------------------------------

@@ -16,16 +16,19 @@ import pytest
 
 from flinkstate.binary import KeyGroupRange
 from flinkstate.cli import main as cli_main
+from flinkstate.engine.jar_schema import inspect_jar, unregistered_states
 from flinkstate.format.keyed_stream import StreamSource
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.jsonify import to_json
 from flinkstate.kryo_report import metadata_version_refusal
+from flinkstate.manifest import manifest_from_savepoint
 from flinkstate.migration.plan import MigrationError, OperatorTarget
 from flinkstate.migration.runner import migrate_savepoint
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.kryo import kryo_snapshots
 from flinkstate.serializers.kryo_data import KRYO2, KRYO5
 from flinkstate.storage.uri import open_output
+from tests.support.jar_truth import differences
 
 pytestmark = pytest.mark.flink  # runs a Flink MiniCluster in a JVM
 
@@ -76,6 +79,30 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, P
 @pytest.fixture(scope="module")
 def savepoints(written: dict[str, tuple[Path, Path]]) -> dict[str, Path]:
     return {flink: canonical for flink, (canonical, _) in written.items()}
+
+
+@pytest.mark.parametrize("flink", FLINKS)
+def test_the_jar_gives_the_schema_of_the_savepoint_it_wrote(written: dict[str, tuple[Path, Path]], flink: str,
+                                                            tmp_path: Path) -> None:
+    """Issue 25: ``schema --jar`` of the job's jar (savepoint.sh packs it; built for that Flink and inspected on it)
+    against the savepoint it wrote: both operators register their Kryo states lazily (on the first element), so the
+    jar's schema has their timers only, and exactly those five states are reported as not registered when the
+    operator opens; nothing else differs (the source and the map: their operator state, byte by byte)."""
+    canonical, _ = written[flink]
+    out = next(parent for parent in canonical.parents if (parent / "kryo-state-job.jar").is_file())
+    schema = inspect_jar(out / "kryo-state-job.jar", flink_home=FLINKS[flink][0].parent, cache_dir=tmp_path,
+                         program_args=[str(tmp_path / "job-out")])
+    assert schema.flink_version.startswith(flink)
+    lazy = {"holder", "objects", "whole", "opaque_holder", "mixed"}
+    unregistered = unregistered_states(manifest_from_savepoint(Savepoint.open(canonical)), schema.manifest())
+    assert {u.state for u in unregistered} == lazy
+    ids = {op.operator_id for op in schema.operators if op.uid in ("kryo", "opaque")}
+    labels = {"kryo", "opaque", *ids}
+    found = differences(schema, canonical)
+    assert found  # the lazy states' meta info
+    for line in found:  # the two operators' entries, and the lazy states: nothing else
+        assert any(line.startswith(f"{label}: jar ") for label in labels) or any(
+            line == f"{label}, state {name}: meta info bytes" for label in labels for name in lazy), line
 
 
 @pytest.mark.parametrize("flink", FLINKS)

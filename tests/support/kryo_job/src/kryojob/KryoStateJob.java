@@ -140,7 +140,10 @@ public final class KryoStateJob {
         Files.createDirectories(out);
         Path marker = out.resolve("written");
         Files.deleteIfExists(marker);
-        StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(1, new Configuration());
+        // The context's environment (a local one when run with `java`, `flink run`'s when submitted or inspected by
+        // `flinkstate schema --jar`), not an explicit local one, which a client refuses.
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(new Configuration());
+        env.setParallelism(1);
         KeyedStream<Long, String> keyed = env.fromSequence(0, Long.MAX_VALUE).uid("source")
                 .map(seq -> {
                     Thread.sleep(2); // a few hundred events a second: the job is still running when stopped
