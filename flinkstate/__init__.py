@@ -38,8 +38,10 @@ from flinkstate.engine.jar_schema import (
     DEFAULT_MAX_HEAP,
     DEFAULT_TIMEOUT_SECONDS,
     JarSchema,
+    TrialRestore,
     UnregisteredState,
     inspect_jar,
+    trial_restore,
     unregistered_states,
 )
 from flinkstate.engine.local import LocalFlinkCluster
@@ -79,6 +81,7 @@ from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.plan import CodeRefused, MigrationError, MigrationPlan
 from flinkstate.migration.rewrite import DryRunResult, SubtaskResult, migrate_subtask
 from flinkstate.migration.runner import MigrationReport
+from flinkstate.migration.trial import apply_trial
 from flinkstate.migration.units import default_unit_count, migrate_in_units, split_units, verify_published
 from flinkstate.migration.verdict import check
 from flinkstate.migration.verify import VerificationError, verify_migration
@@ -103,6 +106,7 @@ from flinkstate.storage.uri import (
     write_file,
 )
 from flinkstate.typenotation import to_snapshot as type_snapshot
+from flinkstate.upgrades.history import HistoryError, RunHistory, deployment_history, remove_savepoint, retention
 from flinkstate.upgrades.journal import (
     DeploymentRegistry,
     JobVersion,
@@ -171,6 +175,7 @@ __all__ = [
     "FlinkTimeout",
     "FlinkUnreachable",
     "HandleRefused",
+    "HistoryError",
     "JarSchema",
     "JobVersion",
     "JournalConflict",
@@ -193,6 +198,7 @@ __all__ = [
     "Reader",
     "Recovery",
     "Report",
+    "RunHistory",
     "RunProbe",
     "RunTakenOver",
     "S3Options",
@@ -203,6 +209,7 @@ __all__ = [
     "StateNotFound",
     "StorageError",
     "SubtaskResult",
+    "TrialRestore",
     "TypeSerializerSnapshot",
     "UnregisteredState",
     "UnsupportedFormat",
@@ -216,11 +223,13 @@ __all__ = [
     "__version__",
     "add_allow_code_argument",
     "apply_overlay",
+    "apply_trial",
     "check",
     "client_for",
     "configure",
     "copy_savepoint",
     "default_unit_count",
+    "deployment_history",
     "describe_outcome",
     "describe_run",
     "exists",
@@ -247,7 +256,9 @@ __all__ = [
     "recover",
     "refuse_output_in_source",
     "register_serializer_snapshot",
+    "remove_savepoint",
     "restore_old",
+    "retention",
     "run_dry_run",
     "run_dry_run_unit",
     "safe_name",
@@ -258,6 +269,7 @@ __all__ = [
     "sweep",
     "to_json",
     "track",
+    "trial_restore",
     "type_snapshot",
     "unrecorded",
     "unregistered_states",

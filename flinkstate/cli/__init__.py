@@ -25,7 +25,7 @@ COMMAND_MODULES = (
     "flinkstate.cli.dump",
     "flinkstate.cli.migrate",
     "flinkstate.cli.schema", "flinkstate.cli.check",
-    "flinkstate.cli.upgrade",
+    "flinkstate.cli.upgrade", "flinkstate.cli.history",
     "flinkstate.cli.completion",
 )
 

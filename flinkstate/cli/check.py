@@ -21,17 +21,18 @@ from flinkstate import (
     MigrationJob,
     Report,
     Savepoint,
+    TrialRestore,
     add_allow_code_argument,
+    apply_trial,
     check,
     printable,
     refuse_output_in_source,
     run_dry_run,
+    trial_restore,
     write_file,
 )
 from flinkstate.cli.jar_options import JAR_WARNING, add_new_version_arguments, new_version_schema, schema_name
 from flinkstate.cli.verbose import log, phase
-from flinkstate.engine.jar_schema import TrialRestore, trial_restore
-from flinkstate.migration.trial import apply_trial
 
 
 def register(subparsers: Any) -> None:
