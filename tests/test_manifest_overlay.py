@@ -195,3 +195,24 @@ def test_the_sources_keys_are_validated(text: str, message: str) -> None:
     with pytest.raises(ManifestError) as info:
         parse_manifest(text, "m.yaml")
     assert str(info.value).startswith(message), str(info.value)
+
+
+def test_a_jars_unnamed_rows_stay_positional_after_the_round_trip() -> None:
+    # A jar's Row types have no field names (snapshots store none); written into a file they read f0, f1, ... The
+    # running version's manifest names them (id, label, ratio). Matched by name, no field would be found and the
+    # migration would write every bucket's fields as null (seen in the upgrade DAG before this); default names
+    # against real ones are no names at all: fields are matched by position, as Flink does and as the jar's
+    # in-memory schema (field_names None) is.
+    from flinkstate.migration.manifest_targets import row_names
+
+    old = hand_written("v1").operators["stats"].states["buckets"].value
+    in_memory = jar_manifest("v2").operators["stats"].states["buckets"].value
+    resolved = parse_manifest(jar_manifest("v2").dump(sources=True), "run/new-schema.yaml")
+    from_file = resolved.operators["stats"].states["buckets"].value
+    assert isinstance(from_file, RowSnapshot) and from_file.field_names == ["f0", "f1", "f2"]
+    assert row_names(old, in_memory) == row_names(old, from_file) == {}
+    assert from_file.resolve_compatibility(old, "value").findings == []  # no "renamed id -> f0, ..." either
+    # default names on both sides (two `schema` outputs) and real names on both are matched by name, as before
+    assert row_names(from_file, from_file) == {"": (["f0", "f1", "f2"], ["f0", "f1", "f2"])}
+    named = hand_written("v2").operators["stats"].states["buckets"].value
+    assert row_names(old, named) == {"": (["id", "label", "ratio"], ["id", "label", "ratio"])}

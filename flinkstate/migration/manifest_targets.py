@@ -20,9 +20,10 @@ def row_names(old: TypeSerializerSnapshot | None, new: TypeSerializerSnapshot | 
     if old is None or new is None:
         return out
     if isinstance(old, RowSnapshot) and isinstance(new, RowSnapshot):
-        old_names, new_names = getattr(old, "field_names", None), getattr(new, "field_names", None)
-        if old_names and new_names:
-            out[path] = (list(old_names), list(new_names))
+        names = new.matched_names(old)  # None: by position (see RowSnapshot.matched_names)
+        if names is not None:
+            old_names, new_names = names
+            out[path] = (old_names, new_names)
             old_by_name = dict(zip(old_names, old.nested, strict=True))
             for name, nested in zip(new_names, new.nested, strict=True):
                 row_names(old_by_name.get(name), nested, f"{path}.{name}" if path else name, out)

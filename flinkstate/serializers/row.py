@@ -112,6 +112,21 @@ class RowSnapshot(CompositeSnapshot):
         """Field names: declared ones, else Flink's defaults f0, f1, ..."""
         return self.field_names or [f"f{i}" for i in range(len(self.nested))]
 
+    def matched_names(self, old: RowSnapshot) -> tuple[list[str], list[str]] | None:
+        """(old names, new names) to match fields by, or None to match them by position, as Flink does: both must
+        be named, and not one with Flink's default names (f0, f1, ...) against real ones. Default names are how a
+        savepoint's or a job jar's Row reads once written to a file (neither stores names), so against real names
+        they say nothing about which field is which (matched by name, none would be found)."""
+        if not old.field_names or not self.field_names:
+            return None
+        if old.has_default_names() != self.has_default_names():
+            return None
+        return list(old.field_names), list(self.field_names)
+
+    def has_default_names(self) -> bool:
+        """Named f0, f1, ... as Flink names an unnamed Row's fields."""
+        return self.field_names == [f"f{i}" for i in range(len(self.nested))]
+
     def nested_labels(self) -> list[str | None]:
         return list(self.names())
 
@@ -137,8 +152,9 @@ class RowSnapshot(CompositeSnapshot):
 
     def resolve_same_family(self, old: Any, path: str) -> Compatibility:
         result = super().resolve_same_family(old, path)
-        if old.field_names and self.field_names and len(old.field_names) == len(self.field_names) \
-                and old.field_names != self.field_names and result.verdict is not INCOMPATIBLE:
+        names = self.matched_names(old)
+        if names is not None and len(names[0]) == len(names[1]) and names[0] != names[1] \
+                and result.verdict is not INCOMPATIBLE:
             result.add(self._name_change(old, path))
         return result
 
