@@ -130,12 +130,20 @@ def test_flink_has_the_s3_file_system_for_minio(compose: dict[str, Any], service
 def test_the_image_installs_flinkstate_and_its_requirements():
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     assert re.search(r"^FROM apache/airflow:3\.3\.2-python3\.11$", dockerfile, re.M)
-    copied = {word for line in dockerfile.splitlines() if line.startswith("COPY")
+    copied = {word for line in dockerfile.splitlines() if line.startswith("COPY") and "--from=" not in line
               for word in line.split()[1:-1] if not word.startswith("--")}
     assert {"requirements.txt", "constraints.txt", "pyproject.toml", "flinkstate"} <= copied
     assert all((ROOT / path).exists() for path in copied)
     assert "pip install --no-cache-dir -r requirements.txt -c constraints.txt" in dockerfile
     assert f"-e {PROJECT}" in dockerfile and "openjdk-17" in dockerfile
+    # The upgrade DAG's jar inspection: a JDK (javac builds the inspector), Flink's distribution of the cluster's
+    # version as FLINK_HOME, and the inspector's sources where flinkstate looks for them (beside flinkstate/).
+    assert "openjdk-17-jdk-headless" in dockerfile and re.search(r"^ENV FLINK_HOME=/opt/flink$", dockerfile, re.M)
+    flink_stage = re.search(r"^FROM (flink:\S+) AS flink$", dockerfile, re.M)
+    assert flink_stage and "COPY --from=flink --chown=airflow:root /opt/flink /opt/flink" in dockerfile
+    compose = yaml.safe_load(COMPOSE.read_text())
+    assert flink_stage.group(1) == compose["services"]["flink-jobmanager"]["image"]
+    assert f"./inspector:{PROJECT}/inspector" in compose["services"]["airflow-scheduler"]["volumes"]
     # Every library flinkstate declares is pinned in requirements.txt, which the image installs.
     pyproject = (ROOT / "pyproject.toml").read_text()
     declared = re.findall(r'^\s+"([A-Za-z0-9_.-]+)[<>=!~]', pyproject.split("dependencies = [", 1)[1].split("]")[0],
