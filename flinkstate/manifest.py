@@ -162,8 +162,7 @@ class Manifest:
         """Where it comes from, for reports and logs: its file, or the job jar (with the overlay that completed it)."""
         if self.jar is None:
             return self.path
-        overlay = self.overlay or (self.path if self.path != self.jar else None)
-        return f"{self.jar} with the overlay {overlay}" if overlay else self.jar
+        return f"{self.jar} with the overlay {self.overlay}" if self.overlay else self.jar
 
     def to_dict(self, *, sources: bool = False) -> dict[str, Any]:
         """The manifest's YAML document; ``sources``: with the jar and the overlay it was made of (top-level ``jar``
@@ -174,9 +173,8 @@ class Manifest:
             result["job"] = self.job
         if sources and self.jar is not None:
             result["jar"] = self.jar
-            overlay = self.overlay or (self.path if self.path != self.jar else None)
-            if overlay:
-                result["overlay"] = overlay
+            if self.overlay:
+                result["overlay"] = self.overlay
         result["operators"] = {label: op.to_dict() for label, op in self.operators.items()}
         return result
 

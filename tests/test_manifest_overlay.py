@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from flinkstate import Manifest, ManifestError, OverlayContradiction, apply_overlay, parse_manifest, parse_overlay
+from flinkstate import (
+    Manifest,
+    ManifestError,
+    OverlayContradiction,
+    apply_overlay,
+    load_manifest,
+    parse_manifest,
+    parse_overlay,
+)
 from flinkstate.serializers.row import RowSnapshot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +178,7 @@ def test_the_documented_overlay_is_the_sample_jobs() -> None:
     assert documented.to_dict() == apply_overlay(jar_manifest("v2"), V2_OVERLAY).to_dict()
 
 
-def test_a_resolved_schema_written_with_its_sources_reads_back_as_the_jars() -> None:
+def test_a_resolved_schema_written_with_its_sources_reads_back_as_the_jars(tmp_path: Path) -> None:
     # What the upgrade DAG's preflight_checks writes into the run's folder, for the Spark jobs: the merged manifest
     # with the jar and overlay it was made of, so that read back it judges as the jar's (Manifest.jar: a savepoint
     # state it lacks is STATE_NOT_REGISTERED, not merely undeclared) and its origin names both.
@@ -180,8 +188,10 @@ def test_a_resolved_schema_written_with_its_sources_reads_back_as_the_jars() -> 
     again = parse_manifest(text, "run/new-schema.yaml")
     assert (again.jar, again.overlay, again.origin()) == (JAR, str(V2_OVERLAY), f"{JAR} with the overlay {V2_OVERLAY}")
     assert again.to_dict() == merged.to_dict() and "jar" not in merged.dump()  # only when asked for
-    jar_alone = parse_manifest(jar_manifest("v2").dump(sources=True), "run/new-schema.yaml")
-    assert (jar_alone.jar, jar_alone.overlay, jar_alone.origin()) == (JAR, None, JAR)
+    written = tmp_path / "new-schema.yaml"
+    written.write_text(jar_manifest("v2").dump(sources=True))
+    jar_alone = load_manifest(written)  # its path is the file's: the jar alone is still the origin
+    assert (jar_alone.path, jar_alone.jar, jar_alone.overlay, jar_alone.origin()) == (str(written), JAR, None, JAR)
     # without the keys it is a plain manifest again (the comparison can fail)
     assert parse_manifest(merged.dump(), "m.yaml").jar is None
 
