@@ -9,6 +9,10 @@
     from the stop savepoint; never when nothing was stopped), writes the outcome, sends the run's one alert, and
     fails the run unless it upgraded (or only checked).
 
+``preflight_checks`` resolves each version's state schema once, before anything is stopped: the new jar's (its
+``main()`` run in a JVM of its own), completed by the given manifest as an overlay (refused when it contradicts the
+jar), and the running version's likewise; it writes both into the run's folder, and the Spark jobs judge those.
+
 The migration's Spark application also re-checks what it published (the new manifest's check and the independent
 verifier against the stop savepoint), in the same session: one spark-submit while the job is down. ``recheck`` judges
 the report it wrote beside the migrated savepoint and starts nothing.
@@ -66,7 +70,12 @@ with DAG(
         "entry_class": Param("", type="string"),
         "program_args": Param([], type="array", items={"type": "string"}),
         "parallelism": Param(None, type=["null", "integer"]),
-        "manifest": Param("", type="string", description="the new version's state schema manifest (required)"),
+        "manifest": Param("", type="string",
+                          description="optional: the new version's state schema is its jar's (its main() with "
+                                      "entry_class and program_args, run in a JVM of its own before anything is "
+                                      "stopped); a manifest given here is an overlay of it: what a jar cannot say "
+                                      "(migrations, renames, dropped states, Row field names), refused if it "
+                                      "contradicts the jar"),
         "savepoint_base": Param("", type="string",
                                 description="local folder or s3://bucket/prefix for this run (required)"),
         "mode": Param("upgrade", enum=["upgrade", "check-only"]),
@@ -86,8 +95,8 @@ with DAG(
                                   description="rollback: seconds for the old version to run again before the run "
                                               "reports production DOWN"),
         "current": Param(None, type=["null", "object"],
-                         description="the running version (jar, manifest, entry_class, program_args, parallelism), "
-                                     "when the deployment registry has no record of it"),
+                         description="the running version (jar, entry_class, program_args, parallelism, and its "
+                                     "manifest if it has one), when the deployment registry has no record of it"),
     },
     # Every task claims the run's journal for this DAG run before it starts (pre_execute: a task whose run another
     # actor took over fails there, before its step) and records the phase it enters; its success and failure are
@@ -120,8 +129,8 @@ with DAG(
         task_id="check", conn_id=SPARK["conn_id"], env_vars=SPARK["env_vars"], name="flinkstate-check",
         application=f"{SPARK['jobs']}/check_compatibility.py",
         application_args=[
-            "{{ ti.xcom_pull(task_ids='preflight_savepoint') }}", "--schema", plan_value("new", "manifest"),
-            "--previous", plan_value("old", "manifest"), "--report-dir", plan_value("run_dir", suffix="/preflight"),
+            "{{ ti.xcom_pull(task_ids='preflight_savepoint') }}", "--schema", plan_value("schemas", "new"),
+            "--previous", plan_value("schemas", "old"), "--report-dir", plan_value("run_dir", suffix="/preflight"),
             "--allow-non-restored-state", "{{ params.allow_non_restored_state | string | lower }}",
             # One argument: the DAG renders templates natively, and a bare number would arrive as an int.
             "--max-dead-letters={{ params.max_dead_letters }}", ALLOW_CODE])
@@ -161,8 +170,8 @@ with DAG(
         task_id="migrate", conn_id=SPARK["conn_id"], env_vars=SPARK["env_vars"], name="flinkstate-migrate",
         application=f"{SPARK['jobs']}/migrate_state.py",
         application_args=[
-            "{{ ti.xcom_pull(task_ids='stop_for_migration') }}", "--schema", plan_value("new", "manifest"),
-            "--old-schema", plan_value("old", "manifest"), "--output",
+            "{{ ti.xcom_pull(task_ids='stop_for_migration') }}", "--schema", plan_value("schemas", "new"),
+            "--old-schema", plan_value("schemas", "old"), "--output",
             plan_value("run_dir", suffix="/migrated/savepoint"),
             "--report", plan_value("run_dir", suffix="/migrated/report"),
             # The re-check, in the same application: the published savepoint against the new manifest and its

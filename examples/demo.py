@@ -1,7 +1,9 @@
 """The demo behind `make demo`: a safe upgrade of a running stateful Flink job, end to end, on this machine.
 
 1. starts (or reuses) a local Flink 2.3 cluster in .work/demo/cluster and runs v1 of the sample job;
-2. runs the Airflow DAG flink_state_upgrade (real Airflow, `airflow dags test`) to upgrade it to v2: preflight
+2. runs the Airflow DAG flink_state_upgrade (real Airflow, `airflow dags test`) to upgrade it to v2, whose state
+   schema comes from v2's jar (its main() run before anything is stopped) with v2's overlay, which says only what a
+   jar cannot (the value the migration gives the new field): no hand-written v2 manifest; preflight
    savepoint, the Spark check job, the migration branch (the Spark migration job, which re-checks what it wrote),
    stop-with-savepoint, restore, health gate; prints the check report and the state before and after;
 3. runs the same DAG to v3, whose `count` changed type without a declared conversion: the check refuses it, an
@@ -47,6 +49,7 @@ def step(text: str) -> None:
 
 
 def version(name: str, manifest: str, audit: Path) -> dict[str, Any]:
+    """A version of the sample job: its jar, and a manifest (an overlay of the jar's schema)."""
     return {"jar": str(JOBS / "build" / f"sample-job-{name}.jar"), "manifest": str(JOBS / "manifests" / manifest),
             "entry_class": "sample.KeyedStatsJob", "parallelism": 2,
             "program_args": ["--keys", str(KEYS), "--rate", "20", "--audit-dir", str(audit)]}
@@ -170,14 +173,17 @@ def main() -> int:
     env = airflow_env(cluster, receiver.port)
     subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
 
-    step("Upgrading to v2 with the Airflow DAG flink_state_upgrade (the POJO gains a field)")
-    v2 = version("v2", "v2.yaml", base / "audit-v2")
+    step("Upgrading to v2 with the Airflow DAG flink_state_upgrade (the POJO gains a field): v2's schema from its "
+         "jar, with v2-overlay.yaml (the new field's default)")
+    v2 = version("v2", "v2-overlay.yaml", base / "audit-v2")
     run_dag(env, {"job_name": "keyed-stats", "job_id": job_id, **v2, "savepoint_base": str(base),
                   "current": v1}, base / "upgrade-v2.log")
     registry = json.loads((base / "deployments.json").read_text()) if (base / "deployments.json").exists() else {}
     run_dir = latest_run(base)
     record = json.loads((run_dir / "run.json").read_text())
     print(f"   outcome: {record.get('outcome')}; every savepoint and report of the run is in {run_dir}")
+    for which, schema in next((e["schemas"] for e in record["events"] if "schemas" in e), {}).items():
+        print(f"   the {which} version's state schema: {schema['origin']} (resolved into {schema['file']})")
     print("\n   The check report (Spark check job, before anything was stopped):\n")
     print("   " + (run_dir / "preflight" / "check-report.md").read_text().replace("\n", "\n   "))
     show_entries("state before (the stop savepoint, written by v1)", next((run_dir / "stop").glob("savepoint-*")))

@@ -110,14 +110,25 @@ def test_window_is_judged_in_its_time_zone():
     ("savepoint_base: /b\njobs: {a: {jar: j, manifest: m, mode: dry}}\n", "r.yaml: jobs.a.mode: expected upgrade or"),
     ("savepoint_base: /b\njobs: {a: {jar: j, manifest: m, max_restarts: true}}\n",
      "r.yaml: jobs.a.max_restarts: expected a non-negative int, got True"),
-    ("savepoint_base: /b\njobs: {a: {jar: j, manifest: m, current: {jar: j}}}\n", "r.yaml: jobs.a.current.manifest: "
-     "required"),
+    ("savepoint_base: /b\njobs: {a: {jar: j, manifest: [m], current: {jar: j}}}\n", "r.yaml: jobs.a.manifest: "
+     "expected a path (optional: the version's schema is its jar's, and a manifest an overlay of it), got ['m']"),
+    ("savepoint_base: /b\njobs: {a: {jar: j, current: {manifest: m}}}\n", "r.yaml: jobs.a.current.jar: required"),
 ])
 def test_validation_errors_are_one_line_naming_file_and_path(body: str, message: str):
     with pytest.raises(ReleaseError) as info:
         parse_release(body, "r.yaml")
     assert str(info.value).startswith(message), str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_version_without_a_manifest_is_its_jars():
+    # The version's schema is its jar's (preflight_checks inspects it): no manifest, in the release or its current.
+    release = parse_release("savepoint_base: /b\njobs: {a: {jar: /j/v2.jar, current: {jar: /j/v1.jar}}}\n", "r.yaml")
+    job = release.jobs["a"]
+    assert (job.version, job.current) == (JobVersion("/j/v2.jar"), JobVersion("/j/v1.jar"))
+    conf = releases.upgrade_conf(release, job, "a" * 32, job.current)
+    assert conf["manifest"] == "" and conf["current"]["manifest"] is None
+    assert JobVersion.from_dict({"jar": conf["jar"], "manifest": conf["manifest"]}, "params") == job.version
 
 
 def test_a_full_release_parses(tmp_path: Path):

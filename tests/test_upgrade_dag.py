@@ -1,10 +1,13 @@
 """The upgrade DAG end to end, in real Airflow (dag.test), against the real local Flink and Spark in local mode.
 
 One job is carried through the scenarios in order, its state checked value by value after each:
-v1 -> v2 through the migration branch; v2 -> v3 refused (no conversion declared): alert, v2 keeps running; the same
-in check-only mode changes nothing; v2 -> v3 with the conversion; then a release that crashes on start is rolled
-back to the running version from the stop savepoint. The first two runs go through ``airflow dags test`` (as
-``make demo`` runs it), whose whole log must be clean: no traceback, no error, a refusal's reason in one line.
+v1 -> v2 through the migration branch, v2's schema its jar's with v2's overlay (the ``label`` default, no
+hand-written v2 manifest); v2 -> v3 refused (no conversion declared; no manifest at all: v3's jar alone): alert, v2
+keeps running; the same in check-only mode changes nothing; v2 -> v3 with the conversion; then a release that fails
+on start is rolled back to the running version from the stop savepoint. The first two runs go through ``airflow
+dags test`` (as ``make demo`` runs it), whose whole log must be clean: no traceback, no error, a refusal's reason in
+one line. Issue 25's two user mistakes (a manifest that misses a type change the jar made, one that keeps a state
+the jar renamed) are refused by preflight_checks, before anything is stopped.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import pytest
 import requests
 
 from flinkstate.engine import LocalFlinkCluster
+from flinkstate.manifest import load_manifest
 from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.registry import snapshot_bytes
 from tests.support import sample_job
 from tests.support.airflow_env import ROOT, load_dag, set_connection
 from tests.support.sample_job import ENTRY_CLASS, expected_count
@@ -35,9 +40,12 @@ def _args(audit: Path, *extra: str) -> list[str]:
     return ["--keys", str(KEYS), "--rate", "100", "--audit-dir", str(audit), *extra]
 
 
-def _version(version: str, manifest: str, audit: Path, *extra: str) -> dict[str, Any]:
-    return {"jar": str(sample_job.jar(version)), "manifest": str(MANIFESTS / manifest), "entry_class": ENTRY_CLASS,
-            "program_args": _args(audit, *extra), "parallelism": 2}
+def _version(version: str, manifest: str | None, audit: Path, *extra: str) -> dict[str, Any]:
+    """A version of the sample job; without ``manifest`` its schema is its jar's alone. (The versions that never
+    run share v3's audit folder: preflight_checks's inspection of the jar runs main() and open() with the version's
+    arguments, and is then cached.)"""
+    return {"jar": str(sample_job.jar(version)), "manifest": str(MANIFESTS / manifest) if manifest else "",
+            "entry_class": ENTRY_CLASS, "program_args": _args(audit, *extra), "parallelism": 2}
 
 
 def _states(run: Any) -> dict[str, str]:
@@ -127,7 +135,7 @@ def upgraded_to_v2(env: dict[str, Any]) -> dict[str, Any]:
     """v1 -> v2 with ``airflow dags test``, as ``make demo`` runs it: the run's outcome and its whole log, as a user
     reads it (one run serves both)."""
     since = len(env["webhook"].received)
-    new = _version("v2", "v2.yaml", env["work"] / "audit-v2")
+    new = _version("v2", "v2-overlay.yaml", env["work"] / "audit-v2")  # v2's jar, and what it cannot say
     run, log = _run_cli(_conf(env, new, job_name="keyed-stats-v1", current=env["v1"]))
     return {"run": run, "since": since, "new": new, "log": log}
 
@@ -159,6 +167,25 @@ def test_v1_to_v2_through_the_migration_branch(env: dict[str, Any], upgraded_to_
     # Every savepoint and report of the run is kept in its folder, the reports beside what they judged.
     preflight = json.loads((run_dir / "preflight" / "check-report.json").read_text())
     assert preflight["outcome"] == "migrate" and preflight["dry_run"]["ran"] and preflight["dry_run"]["failures"] == 0
+    # The types came from the jars: v2's completed by its overlay, v1's by its manifest, both resolved before the
+    # stop into the run's folder; the report and run.json say so.
+    v2_jar, overlay = sample_job.jar("v2"), MANIFESTS / "v2-overlay.yaml"
+    assert preflight["manifest"] == f"{v2_jar} with the overlay {overlay}"
+    resolved = next(e["schemas"] for e in json.loads((run_dir / "run.json").read_text())["events"] if "schemas" in e)
+    assert resolved == {
+        "new": {"file": str(run_dir / "new-schema.yaml"), "jar": str(v2_jar), "overlay": str(overlay),
+                "origin": f"{v2_jar} with the overlay {overlay}"},
+        "old": {"file": str(run_dir / "old-schema.yaml"), "jar": env["v1"]["jar"], "overlay": env["v1"]["manifest"],
+                "origin": f"{env['v1']['jar']} with the overlay {env['v1']['manifest']}"}}
+    # v2's jar with its overlay is the hand-written v2 manifest, type by type (snapshot bytes) and migration.
+    jar_schema, by_hand = load_manifest(run_dir / "new-schema.yaml"), load_manifest(MANIFESTS / "v2.yaml")
+    assert jar_schema.jar == str(v2_jar) and set(jar_schema.operators) == set(by_hand.operators)
+    for label, operator in by_hand.operators.items():
+        states = jar_schema.operators[label].states
+        assert set(states) == set(operator.states), label
+        for name, state in operator.states.items():
+            assert snapshot_bytes(states[name].state_serializer()) == snapshot_bytes(state.state_serializer()), name
+            assert states[name].migration == state.migration, name
     assert len(list((run_dir / "preflight").glob("savepoint-*"))) == 1
     assert len(list((run_dir / "stop").glob("savepoint-*"))) == 1
     recheck = json.loads((run_dir / "migrated" / "check-report.json").read_text())
@@ -200,7 +227,7 @@ def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict
                                                                         upgraded_to_v2: dict[str, Any]):
     since = len(env["webhook"].received)
     entry = _registry(env)["keyed-stats-v1"]
-    new = _version("v3", "v3.yaml", env["work"] / "audit-v3-refused")
+    new = _version("v3", None, env["work"] / "audit-v3")  # no manifest: v3's jar says count is a String now
     run, log = _run_cli(_conf(env, new, job_id=entry["job_id"]))
     states = _states(run)
     assert str(run.state) == "failed", log[-5000:]
@@ -212,7 +239,9 @@ def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict
     assert _registry(env)["keyed-stats-v1"] == entry
     run_dir = _run_dir(env, "keyed-stats-v1", run)
     assert not (run_dir / "stop").exists() and not (run_dir / "migrated").exists()
-    assert not (env["work"] / "audit-v3-refused").exists()
+    assert sample_job.read_audit(env["work"] / "audit-v3", "v3") == []  # v3 never ran (its open() did, unstarted)
+    report = json.loads((run_dir / "preflight" / "check-report.json").read_text())
+    assert report["manifest"] == str(sample_job.jar("v3"))  # the jar alone
     preflight = next((run_dir / "preflight").glob("savepoint-*"))
     values = {key: value for key, _, value in Savepoint.open(preflight).iter_entries("stats", "stats")}
     assert len(values) == KEYS
@@ -236,7 +265,7 @@ def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict
 def test_check_only_changes_nothing(env: dict[str, Any], upgraded_to_v2: dict[str, Any]):
     entry = _registry(env)["keyed-stats-v1"]
     jobs_before = {j["jid"]: j["state"] for j in env["client"].list_jobs()}
-    new = _version("v3", "v3-with-conversion.yaml", env["work"] / "audit-check-only")
+    new = _version("v3", "v3-with-conversion.yaml", env["work"] / "audit-v3")
     run = _run(_conf(env, new, job_id=entry["job_id"], mode="check-only"))
     states = _states(run)
     assert str(run.state) == "success" and states["check_only_done"] == "success", states
@@ -267,10 +296,16 @@ def test_v2_to_v3_with_the_conversion_flink_refuses(env: dict[str, Any], upgrade
         _assert_restored(record, count_type=str, label=V2_LABEL)
 
 
-def test_a_release_that_crashes_on_start_is_rolled_back(env: dict[str, Any], upgraded_to_v3: dict[str, Any]):
+def test_a_release_that_fails_on_start_is_rolled_back(env: dict[str, Any], upgraded_to_v3: dict[str, Any]):
     since = len(env["webhook"].received)
     entry = _registry(env)["keyed-stats-v1"]
-    crashing = _version("v3", "v3-with-conversion.yaml", env["work"] / "audit-crash", "--crash-on-start", "true")
+    # Its tasks fail as they start, which the jar's inspection cannot see (it opens the operators on a HashMap
+    # backend): RocksDB's local folder cannot be created, and Flink restarts the job in a loop. (A release whose
+    # open() throws, the sample job's --crash-on-start, no longer gets this far: the inspection runs its open().)
+    blocked = env["work"] / "not-a-folder"
+    blocked.write_text("a file where RocksDB's local folder must go")
+    crashing = _version("v3", "v3-with-conversion.yaml", env["work"] / "audit-crash", "--set",
+                        "state.backend.type=rocksdb", "--set", f"state.backend.rocksdb.localdir={blocked / 'rocksdb'}")
     started_ms = int(time.time() * 1000)
     run = _run(_conf(env, crashing, job_id=entry["job_id"]))
     states = _states(run)
@@ -303,6 +338,7 @@ def test_a_release_that_crashes_on_start_is_rolled_back(env: dict[str, Any], upg
     texts = _messages(env, since)
     assert len(texts) == 1, texts
     assert texts[0].startswith("Flink upgrade of keyed-stats-v1 FAILED and was ROLLED BACK: submit_new: "), texts
+    assert "No local storage directories available" in texts[0], texts  # Flink's own reason
     assert f"RUNNING now: the old version (sample-job-v3.jar) as job {after['job_id']}, restored from the stop " \
            f"savepoint {stop}" in texts[0], texts
 
@@ -339,6 +375,57 @@ def test_a_file_that_is_not_a_jar_is_found_before_the_stop(env: dict[str, Any], 
     assert not (run_dir / "preflight").exists() and not (run_dir / "stop").exists()
 
 
+def test_a_manifest_that_misses_a_type_change_is_refused_before_the_stop(env: dict[str, Any],
+                                                                          upgraded_to_v3: dict[str, Any]):
+    # Issue 25's second mistake: v3's jar made `count` a String; the manifest given (v2's) still says Long. Flink
+    # would find out after the stop, and the run would roll back; the jar's schema refuses it before anything runs.
+    run, entry, texts, run_dir = _unchanged_run(env, _version("v3", "v2.yaml", env["work"] / "audit-v3"))
+    _assert_nothing_changed(env, run, entry, texts, "preflight_checks")
+    assert (f"preflight_checks: checks before the stop failed: the new version's schema: {MANIFESTS / 'v2.yaml'}: "
+            f"operators.stats.states.stats.value: contradicts the jar {sample_job.jar('v3')}: operator stats, state "
+            f"stats, value, field count: the overlay says Long, the jar registers String. Nothing changed.") in texts[0]
+    assert not (run_dir / "preflight").exists() and not (run_dir / "new-schema.yaml").exists()
+
+
+def test_a_manifest_that_keeps_a_state_the_jar_renamed_is_refused_by_preflight_checks(
+        env: dict[str, Any], upgraded_to_v3: dict[str, Any], tmp_path: Path):
+    # Issue 25's first mistake, asked of preflight_checks directly (its DAG run is the one above): the jar renamed
+    # the ListState `recent` to `recent-tx`; the manifest given, otherwise right (v1's), keeps `recent`.
+    from dataclasses import asdict
+
+    from flinkstate_airflow import upgrade
+
+    from flinkstate import JobVersion, check
+
+    entry = _registry(env)["keyed-stats-v1"]
+    jar = sample_job.renamed_state_jar(tmp_path)
+    new = JobVersion(str(jar), str(MANIFESTS / "v1.yaml"), ENTRY_CLASS, _args(env["work"] / "audit-v3"), 2)
+    run_dir = tmp_path / "run"
+    plan = {"job_id": entry["job_id"], "run_id": "direct", "run_dir": str(run_dir), "savepoint_base": str(tmp_path),
+            "new": asdict(new), "old": entry["version"],
+            "schemas": {"new": str(run_dir / "new-schema.yaml"), "old": str(run_dir / "old-schema.yaml")}}
+    assert upgrade.preflight_checks(plan, env["client"], "local[2]") == [
+        f"the new version's schema: {MANIFESTS / 'v1.yaml'}: operators.stats.states.recent: contradicts the jar "
+        f"{jar}: operator stats, state recent: the overlay declares it, but the jar does not register it when the "
+        f"operator opens (it registers: _timer_state/event_user-timers, _timer_state/processing_user-timers, "
+        f"buckets, count, recent-tx, stats); if the jar renamed it, declare the new name with renamed_from: recent "
+        f"(e.g. recent-tx)"]
+    assert not (run_dir / "new-schema.yaml").exists()
+    assert env["client"].job_state(entry["job_id"]) == "RUNNING"  # nothing was stopped
+
+    # Without a manifest the jar alone is the schema, and the file the Spark jobs judge keeps it the jar's: the
+    # savepoint's `recent`, which the jar does not register, is reported as such (incompatible), never kept unseen.
+    plan["new"] = asdict(JobVersion(str(jar), None, ENTRY_CLASS, new.program_args, 2))
+    assert upgrade.preflight_checks(plan, env["client"], "local[2]") == []
+    savepoint = next(env["base"].glob("keyed-stats-v1/*/stop/savepoint-*"))
+    report = check(savepoint, str(run_dir / "new-schema.yaml"))
+    assert report.outcome == "incompatible" and report.manifest == str(jar)
+    [recent] = [row for row in report.rows if (row.operator, row.state) == ("stats", "recent")]
+    assert [f.code for f in recent.findings] == ["STATE_NOT_REGISTERED"]
+    assert load_manifest(run_dir / "old-schema.yaml").origin() == \
+        f"{entry['version']['jar']} with the overlay {entry['version']['manifest']}"
+
+
 def test_jar_checks_on_real_jars(airflow_home: Path, tmp_path: Path):
     from flinkstate_airflow.upgrade import _jar_problems
 
@@ -372,7 +459,7 @@ def test_a_failing_preflight_savepoint_changes_nothing(env: dict[str, Any], upgr
     blocker.start()
     try:
         run, entry, texts, run_dir = _unchanged_run(env, _version("v3", "v3-with-conversion.yaml",
-                                                                  env["work"] / "audit-nosp"))
+                                                                  env["work"] / "audit-v3"))
     finally:
         stop.set()
     _assert_nothing_changed(env, run, entry, texts, "preflight_savepoint")

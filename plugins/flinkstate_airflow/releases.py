@@ -9,9 +9,9 @@ A release file (YAML) says which version of each deployment should run, and when
         entry_class: sample.KeyedStatsJob
         program_args: [--keys, "10"]
         parallelism: 2
-        manifest: /path/v2.yaml
+        manifest: /path/v2-overlay.yaml   # optional: the version's schema is its jar's; a manifest is an overlay of it
         window: {start: "02:00", end: "04:00", timezone: UTC, days: [mon, tue]}   # optional: always open
-        current: {jar: ..., manifest: ...}   # optional: the running version, when the registry has no record yet
+        current: {jar: ..., program_args: [...]}   # optional: the running version, when the registry has no record
         allow_non_restored_state: false      # optional, passed on to flink_state_upgrade, as are
         min_checkpoints: 2                   # min_checkpoints, max_restarts, gate_timeout, max_dead_letters and mode
     savepoint_base: /path/or/s3://bucket/prefix
@@ -146,7 +146,7 @@ def parse_release(text: str, source: str) -> Release:
 
 def _parse_job(name: str, spec: Any, where: str) -> ReleaseJob:
     if not isinstance(spec, dict):
-        raise ReleaseError(f"{where}: expected a mapping (jar, manifest, ...)")
+        raise ReleaseError(f"{where}: expected a mapping (jar, entry_class, program_args, ...)")
     unknown = set(spec) - JOB_KEYS
     if unknown:
         raise ReleaseError(f"{where}.{sorted(unknown)[0]}: unknown key (expected one of {', '.join(sorted(JOB_KEYS))})")
@@ -154,7 +154,7 @@ def _parse_job(name: str, spec: Any, where: str) -> ReleaseJob:
     current = None
     if spec.get("current") is not None:
         if not isinstance(spec["current"], dict):
-            raise ReleaseError(f"{where}.current: expected a mapping (jar, manifest, ...)")
+            raise ReleaseError(f"{where}.current: expected a mapping (jar, entry_class, program_args, ...)")
         current = _parse_version(spec["current"], f"{where}.current")
     flink_job_name = spec.get("flink_job_name", name)
     if not isinstance(flink_job_name, str) or not flink_job_name:
@@ -176,9 +176,11 @@ def _parse_job(name: str, spec: Any, where: str) -> ReleaseJob:
 
 
 def _parse_version(spec: dict[str, Any], where: str) -> JobVersion:
-    for key in ("jar", "manifest"):
-        if not isinstance(spec.get(key), str) or not spec[key]:
-            raise ReleaseError(f"{where}.{key}: required, a path")
+    if not isinstance(spec.get("jar"), str) or not spec["jar"]:
+        raise ReleaseError(f"{where}.jar: required, a path")
+    if spec.get("manifest") is not None and (not isinstance(spec["manifest"], str) or not spec["manifest"]):
+        raise ReleaseError(f"{where}.manifest: expected a path (optional: the version's schema is its jar's, and a "
+                           f"manifest an overlay of it), got {spec['manifest']!r}")
     if spec.get("entry_class") is not None and not isinstance(spec["entry_class"], str):
         raise ReleaseError(f"{where}.entry_class: expected a class name, got {spec['entry_class']!r}")
     args = spec.get("program_args", [])
@@ -316,7 +318,7 @@ def upgrade_conf(release: Release, job: ReleaseJob, job_id: str, current: JobVer
     new = job.version
     conf: dict[str, Any] = {
         "job_name": job.name, "job_id": job_id, "jar": new.jar, "entry_class": new.entry_class or "",
-        "program_args": list(new.program_args), "parallelism": new.parallelism, "manifest": new.manifest,
+        "program_args": list(new.program_args), "parallelism": new.parallelism, "manifest": new.manifest or "",
         "savepoint_base": release.savepoint_base, "mode": job.mode, **job.options}
     if current is not None:
         conf["current"] = asdict(current)

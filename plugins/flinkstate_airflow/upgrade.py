@@ -9,6 +9,8 @@ Layout of one run (``savepoint_base`` is a local folder or ``s3://bucket/prefix`
                                                         parallelism, manifest), job id, savepoint it started from
     <savepoint_base>/journal/<job name>.json           the last upgrade's journal: phase, job ids, savepoints
     <savepoint_base>/<job name>/<run id>/run.json      the run: old and new versions, decisions, outcome, durations
+        new-schema.yaml  old-schema.yaml                              each version's state schema: its jar's,
+                                                                      completed by its manifest (an overlay)
         preflight/savepoint-...  preflight/check-report.{json,md}    taken while the old job keeps running
         stop/savepoint-...                                            stop-with-savepoint: the rollback point
         migrated/savepoint  migrated/check-report.{json,md}          the migrated savepoint and its re-check
@@ -32,9 +34,11 @@ from flinkstate import (
     DeploymentRegistry,
     FlinkRestClient,
     FlinkRestError,
+    FlinkStateError,
     JobVersion,
     JournalConflict,
     Liveness,
+    Manifest,
     Outcome,
     Phase,
     RunProbe,
@@ -46,12 +50,14 @@ from flinkstate import (
     exists,
     local_path,
     not_writable,
+    printable,
     process_alive,
     process_start,
     read_file,
     recover,
     restore_old,
     safe_name,
+    schema_of_jar,
     sweep,
     unrecorded,
     write_file,
@@ -62,6 +68,8 @@ __all__ = ["DeploymentRegistry", "JobVersion", "UpgradeError", "UpgradeJournal",
 
 CHECK_REPORT = "check-report.json"
 CHECK_REPORT_MARKDOWN = "check-report.md"
+#: Each version's state schema as preflight_checks resolved it, in the run's folder (see version_schema).
+NEW_SCHEMA, OLD_SCHEMA = "new-schema.yaml", "old-schema.yaml"
 #: A journal not written for this long, by a process on another host, belongs to a dead run (same host: the
 #: process is asked directly). Override with FLINKSTATE_JOURNAL_STALE_AFTER (seconds).
 STALE_AFTER = float(os.environ.get("FLINKSTATE_JOURNAL_STALE_AFTER", 2 * 3600))
@@ -143,6 +151,8 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient, *, da
     run_dir = f"{base}/{safe_name(job_name)}/{safe_name(run_id)}"
     plan = {"job_id": job_id, "job_name": job_name, "run_id": run_id, "run_dir": run_dir, "savepoint_base": base,
             "mode": params.get("mode", "upgrade"), "old": asdict(old), "new": asdict(new),
+            # Written by preflight_checks (each version's jar, completed by its manifest): what the Spark jobs judge.
+            "schemas": {"new": f"{run_dir}/{NEW_SCHEMA}", "old": f"{run_dir}/{OLD_SCHEMA}"},
             "allow_non_restored_state": bool(params.get("allow_non_restored_state", False)),
             "flink_url": client.base_url, "recovered": recovered, "dag_id": dag_id,
             "journal": UpgradeJournal.start({"savepoint_base": base, "job_name": job_name, "run_id": run_id,
@@ -209,14 +219,47 @@ def journal_of(plan: dict[str, Any] | None) -> UpgradeJournal | None:
 # ---------------------------------------------------------------------- checks before the stop
 
 
+def version_schema(version: JobVersion) -> Manifest:
+    """A version's state schema: what its jar's operators register when they open (its ``main()`` with the
+    version's entry class, program arguments and parallelism, in a JVM of its own, cached by the jar's hash:
+    :func:`flinkstate.schema_of_jar`), completed by the version's manifest as an overlay when it has one. Raises
+    :class:`flinkstate.OverlayContradiction` (one line: the manifest, the operator, the state, both sides) when the
+    manifest contradicts the jar, and the inspection's one line when the jar's ``main()`` or ``open()`` fails."""
+    return schema_of_jar(version.jar, version.manifest, entry_class=version.entry_class,
+                         program_args=version.program_args, parallelism=version.parallelism or 1)
+
+
+def _resolve_schema(version: JobVersion, which: str) -> Manifest | str:
+    """The ``which`` ("new" or "running") version's schema, or the one line that says why there is none."""
+    if version.manifest and not exists(version.manifest):
+        return f"the {which} version's manifest {version.manifest}: no such file"
+    try:
+        return version_schema(version)
+    except FlinkStateError as exc:  # a contradiction names the manifest; the inspection's line names the jar
+        return f"the {which} version's schema: {exc}"
+
+
 def preflight_checks(plan: dict[str, Any], client: FlinkRestClient, spark_master: str) -> list[str]:
     """Everything that can be known to fail before the old job is stopped; returns the problems (none: go on).
-    Changes nothing but a probe file in the run's folder, deleted again."""
+
+    Each version's state schema is resolved here, once (:func:`version_schema`: the new jar's, completed by the
+    given manifest, which must not contradict it; the old version's likewise, from the jar the registry records),
+    and written into the run's folder (``plan["schemas"]``), which is what the Spark check and migration judge:
+    only this task runs the job's code. Changes nothing else but a probe file in the run's folder, deleted again."""
     problems = []
-    new = JobVersion(**plan["new"])
+    new, old = JobVersion(**plan["new"]), JobVersion(**plan["old"])
+    schemas: dict[str, Manifest] = {}
     problems += _jar_problems(new)
-    if not exists(new.manifest):
-        problems.append(f"the new version's manifest {new.manifest}: no such file")
+    if not Path(old.jar).is_file():
+        problems.append(f"the running version's jar {old.jar}: no such file (the rollback needs it too)")
+    for which, version, label in (("new", new, "new"), ("old", old, "running")):
+        if problems:  # a jar to inspect is missing
+            break
+        resolved = _resolve_schema(version, label)
+        if isinstance(resolved, Manifest):
+            schemas[which] = resolved
+        else:
+            problems.append(resolved)
     try:
         overview = client.overview()
         job = client.job(plan["job_id"])
@@ -240,7 +283,27 @@ def preflight_checks(plan: dict[str, Any], client: FlinkRestClient, spark_master
     problem = _spark_unreachable(spark_master)
     if problem:
         problems.append(problem)
+    if not problems:
+        problems += _write_schemas(plan, schemas)
     return problems
+
+
+def _write_schemas(plan: dict[str, Any], schemas: dict[str, Manifest]) -> list[str]:
+    """Writes each version's resolved schema where the plan says (with the jar and overlay it was made of, so that
+    the Spark jobs judge it as the jar's and their reports name both), and records in ``run.json`` where each
+    version's types came from."""
+    sources: dict[str, Any] = {}
+    for which, manifest in schemas.items():
+        target = plan["schemas"][which]
+        header = (f"# The {which} version's state schema, resolved by the upgrade run {plan['run_id']} before "
+                  f"anything was stopped: {printable(str(manifest.origin()))}.\n")  # one comment line
+        try:
+            write_file(target, (header + manifest.dump(sources=True)).encode("utf-8"))
+        except (OSError, FlinkStateError) as exc:
+            return [f"{target}: cannot write the {which} version's schema: {exc}"]
+        sources[which] = {"file": target, "jar": manifest.jar, "overlay": manifest.overlay, "origin": manifest.origin()}
+    write_run_record(plan, {"stage": "schemas resolved", "schemas": sources})
+    return []
 
 
 def _jar_problems(version: JobVersion) -> list[str]:

@@ -34,6 +34,9 @@ def configure_airflow(home: Path, dags_folder: Path, *extra_dag_folders: Path) -
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+        # The upgrade DAG's preflight_checks inspects each version's jar, cached by the jar's hash: in the session's
+        # Airflow home, not the user's cache.
+        "FLINKSTATE_CACHE_DIR": str(home / "jar-cache"),
     })
     if str(ROOT / "plugins") not in sys.path:
         sys.path.insert(0, str(ROOT / "plugins"))
