@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from flinkstate import schema_of_jar
 from flinkstate.cli import main
 from flinkstate.engine import LocalFlinkCluster
 from tests.support import sql_job
@@ -44,6 +45,9 @@ def test_a_sql_job_is_upgraded_through_the_dag_with_every_value(airflow_home: Pa
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     client = flink_cluster.client
     jar = sql_job.build()
+    # The jar's schema as preflight_checks takes it (the planner's JVM start: 12 s and more), inspected before the
+    # job starts and then cached by the jar's hash: the source's sequence lasts 150 s, which the run must not outlast.
+    schema_of_jar(jar, entry_class=sql_job.ENTRY_CLASS, program_args=PROGRAM_ARGS, parallelism=1)
     job_id = client.submit_jar(jar, entry_class=sql_job.ENTRY_CLASS, program_args=PROGRAM_ARGS, parallelism=1)
     client.wait_until_running(job_id, timeout=120)
     new_job = None
