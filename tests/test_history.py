@@ -23,7 +23,7 @@ from tests.support.airflow_env import ROOT
 if str(ROOT / "plugins") not in sys.path:  # the plugin's run record, without Airflow set-up
     sys.path.insert(0, str(ROOT / "plugins"))
 
-from flinkstate_airflow.upgrade import write_run_record  # noqa: E402
+from flinkstate_airflow.upgrade import write_run_record
 
 SAVEPOINT = (Path(__file__).parent / "corpus" / "savepoints" / "flink-tests" / "src" / "test" / "resources"
              / "new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint")
@@ -42,7 +42,8 @@ def _lay_out(base: str) -> dict[str, str]:
         stored = json.loads(_read(f"{run_dir}/run.json"))
         stored["events"][0]["at"] = record["at"]  # the runs are days apart
         _write(f"{run_dir}/run.json", json.dumps(stored))
-        write_run_record(plan, {"stage": "checked", "check_outcome": "migrate", "verdict": "COMPATIBLE_AFTER_MIGRATION"})
+        write_run_record(plan, {"stage": "checked", "check_outcome": "migrate",
+                                "verdict": "COMPATIBLE_AFTER_MIGRATION"})
         for kind, name in (("preflight", "savepoint-aa-1"), ("stop", "savepoint-aa-2"), ("migrated", "savepoint")):
             where[f"{run_dir}/{kind}/{name}"] = f"{run_id}/{kind}"
             copy_savepoint(SAVEPOINT, f"{run_dir}/{kind}/{name}")

@@ -8,8 +8,9 @@ RocksDB, snappy on and off, parallelism 1 and 2) and the 1.20.3 / 2.2.0 ones, an
 runs on the session cluster (in waves of the cluster's slots), sample-job v2 and v3, the 16 compatibility-matrix
 variants (the base version: the session's savepoints on HashMap and RocksDB) and a job that registers one state
 lazily. The SQL jobs, the edge job, the Kryo job and the changelog jobs are compared in their own modules, on the
-savepoints those take anyway (tests/support/jar_truth.py). Plus: what the comparison says when the jar is another version (it can fail), the lazily registered
-state reported as such, main() needing arguments or a config file, failing, hanging; the cache; the CLI.
+savepoints those take anyway (tests/support/jar_truth.py). Plus: what the comparison says when the jar is another
+version (it can fail), the lazily registered state reported as such, main() needing arguments or a config file,
+failing, hanging; the cache; the CLI.
 """
 
 from __future__ import annotations
