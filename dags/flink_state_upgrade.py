@@ -179,9 +179,6 @@ with DAG(
             "--recheck-report-dir", plan_value("run_dir", suffix="/migrated"),
             # The check's verdict is the plan migrate runs: the same answer on dropped states for both.
             "--allow-non-restored-state", "{{ params.allow_non_restored_state | string | lower }}",
-            # The publish is fenced: nothing is published once the run's journal is no longer this run's.
-            "--fence-journal", plan_value("journal"),
-            '--fence-run={{ {"dag_id": dag.dag_id, "run_id": run_id} | tojson }}',
             # One argument: the DAG renders templates natively, and a bare number would arrive as an int.
             "--max-dead-letters={{ params.max_dead_letters }}", ALLOW_CODE])
 
