@@ -162,7 +162,11 @@ def test_verifier_refuses_a_dropped_operator_state(source: Path, migrated: Path,
         _verify(source, corrupted, _v2_targets())
 
 
-def test_a_migration_whose_output_fails_verification_publishes_nothing(source: Path, tmp_path: Path):
+@pytest.mark.parametrize("corruption", ["value", "key length"])
+def test_a_migration_whose_output_fails_verification_publishes_nothing(source: Path, tmp_path: Path,
+                                                                       corruption: str):
+    """A changed value byte and a block that no longer decodes are both the verification's refusal (a MigrationError
+    naming it), never a reader's error escaping the migration."""
     out = tmp_path / "never"
 
     def corrupting_runner(sp: Savepoint, plan: Any, units: list[tuple[str, int]], output: Any
@@ -174,7 +178,10 @@ def test_a_migration_whose_output_fails_verification_publishes_nothing(source: P
         raw = bytearray(file.read_bytes())
         block = bytes(raw[offsets[0]:offsets[1]])
         _, _, _, _, ve = next(iter_raw_entries(block))
-        raw[offsets[0] + ve - 1] ^= 0x01  # the last byte of the first stored value
+        if corruption == "value":
+            raw[offsets[0] + ve - 1] ^= 0x01  # the last byte of the first stored value
+        else:
+            raw[offsets[0] + 2] ^= 0x40  # the high byte of the first key's length (after the state id)
         file.write_bytes(bytes(raw))
         return results
 

@@ -26,6 +26,7 @@ from flinkstate.errors import FlinkStateError, printable
 from flinkstate.format.keyed_header import KeyedBackendHeader
 from flinkstate.format.keyed_stream import raw_key
 from flinkstate.format.metadata import OperatorState
+from flinkstate.format_errors import SavepointFormatError
 from flinkstate.migration.canonical import canonical, show, uncanonical
 from flinkstate.migration.entry_codec import StateCodec, migrate_entry
 from flinkstate.migration.plan import MigrationPlan, OperatorPlan, StateRewrite
@@ -78,6 +79,9 @@ def verify_key_groups(source: Savepoint, output: Savepoint, plan: MigrationPlan,
         return states
     except VerificationError as exc:  # say which savepoints were compared
         raise VerificationError(f"{output.location.uri} against its source {source.location.uri}: {exc}") from None
+    except SavepointFormatError as exc:  # a block that does not decode is a difference too (the error names its file)
+        raise VerificationError(f"{output.location.uri} against its source {source.location.uri}: operator "
+                                f"{label}: unreadable: {exc}") from None
 
 
 
