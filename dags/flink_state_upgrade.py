@@ -180,7 +180,12 @@ with DAG(
             # The check's verdict is the plan migrate runs: the same answer on dropped states for both.
             "--allow-non-restored-state", "{{ params.allow_non_restored_state | string | lower }}",
             # One argument: the DAG renders templates natively, and a bare number would arrive as an int.
-            "--max-dead-letters={{ params.max_dead_letters }}", ALLOW_CODE])
+            "--max-dead-letters={{ params.max_dead_letters }}", ALLOW_CODE,
+            # The fence of the publish: only while this DAG run still owns the journal (no watchdog or person took
+            # it over during the migration) is the migrated savepoint published.
+            "--fence-journal", plan_value("journal"),
+            "--fence-run={{ {'dag_id': ti.xcom_pull(task_ids='resolve')['dag_id'], "
+            "'run_id': ti.xcom_pull(task_ids='resolve')['run_id']} | tojson }}"])
 
     @task
     def recheck(plan: dict, stop_savepoint: str) -> None:

@@ -442,6 +442,10 @@ def task_succeeded(context: Any) -> None:
     journal.advance(phase, ti.task_id, **details)
 
 
+#: What a task that fails once its run was taken over did not do (its own failure is the fence's doing).
+TAKEN_OVER_STEPS = {"migrate": "the migrated savepoint is not published"}
+
+
 def task_failed(context: Any) -> None:
     """Records what failed, in one line, where the run's conclusion finds it: the journal, else (no plan yet) an
     XCom of the failed task."""
@@ -450,8 +454,18 @@ def task_failed(context: Any) -> None:
     text = str(exc).strip().splitlines()[0].rstrip(".") if exc is not None and str(exc).strip() else \
         type(exc).__name__  # the alert adds its own full stop
     what = f"{ti.task_id}: {text}"
+    plan = _plan(context)
+    if plan and plan.get("journal") and ti.task_id != "conclude":  # conclude's failure is the alert it sent
+        try:
+            UpgradeJournal.held_by(plan["journal"], run_of(plan, ti.task_id), open_only=False)
+        except RunTakenOver as exc:
+            # Another actor took the run over while this task worked (migrate: its publish was fenced): the failure
+            # is no longer this run's to record, the refusal is what its one alert tells.
+            write_run_record(plan, {"stage": "taken over",
+                                    "taken_over": f"{ti.task_id}: {TAKEN_OVER_STEPS.get(ti.task_id, text)}: {exc}"})
+            return
     # A full disk must not lose what failed: the claim's and the note's writes may fail, then the XCom holds it.
-    journal = _claimed(_plan(context), ti.task_id, tolerate_write_failures=True)
+    journal = _claimed(plan, ti.task_id, tolerate_write_failures=True)
     if journal is not None and not journal.finished:
         if ti.task_id == "health_gate":
             journal.data["gate"] = {"passed": False, "reason": text}
