@@ -1,13 +1,16 @@
 """Upgrade a running stateful Flink job safely: savepoint, check, branch, (migrate,) restore, health gate, rollback.
 
-    resolve -> preflight_checks -> preflight_savepoint -> check (Spark) -> choose_path
+    resolve -> preflight_checks -> preflight_savepoint -> check (Spark*) -> choose_path
       restorable:   stop_for_restore -> restore_path_as_is ----------------------.
-      migratable:   stop_for_migration -> migrate (Spark) -> recheck ------------+-> submit_new -> health_gate -> record
+      migratable:   stop_for_migration -> migrate (Spark*) -> recheck -----------+-> submit_new -> health_gate -> record
       incompatible: alert_incompatible (old job untouched; the run fails)        |
       check-only:   check_only_done                                              |
     every path ends in conclude (runs whatever happened): after a failure past the stop it rolls back (old version
     from the stop savepoint; never when nothing was stopped), writes the outcome, sends the run's one alert, and
     fails the run unless it upgraded (or only checked).
+
+(*) Spark jobs (``spark_jobs/``) on Spark, or in one process on the Airflow worker for a small savepoint (``engine``,
+``in_process_max_bytes``): the same application, the same output, without a JVM and session to start.
 
 ``preflight_checks`` resolves each version's state schema once, before anything is stopped: the new jar's (its
 ``main()`` run in a JVM of its own), completed by the given manifest as an overlay (refused when it contradicts the
@@ -26,7 +29,6 @@ Trigger by hand with a conf (see ``params``), or from ``flink_scheduled_upgrades
 
 from __future__ import annotations
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, task
 from flinkstate_airflow import upgrade
 from flinkstate_airflow.hooks import FlinkHook, spark_master
@@ -34,6 +36,7 @@ from flinkstate_airflow.notifiers import send_alert, task_log_folder
 from flinkstate_airflow.operators import FlinkSavepointOperator, FlinkSubmitJarOperator, TaskRefused
 from flinkstate_airflow.recheck import recheck_problem
 from flinkstate_airflow.sensors import FlinkHealthGateSensor
+from flinkstate_airflow.spark_submit import DEFAULT_IN_PROCESS_MAX_BYTES, FlinkStateSparkSubmitOperator
 
 # A task called with an upstream task's output gets an XComArg, which Airflow resolves to the value at run time; its
 # type hints expect the value itself, hence `type: ignore[arg-type]` on those calls (and only there).
@@ -52,6 +55,7 @@ JOB_ID = plan_value("job_id", json=True)
 #: One argument, empty when not set (then the workers' FLINKSTATE_ALLOW_CODE applies): the dry run, the migration
 #: and its re-check's verifier import the manifest's migration functions only with it.
 ALLOW_CODE = "--allow-code={{ params.allow_code }}"
+ENGINE, IN_PROCESS_MAX_BYTES = "{{ params.engine }}", "{{ params.in_process_max_bytes }}"
 
 with DAG(
     dag_id="flink_state_upgrade",
@@ -86,6 +90,12 @@ with DAG(
                                         "none (a manifest is data)"),
         "max_dead_letters": Param(0, type="integer", minimum=0,
                                   description="entries a dead-letter migration policy may skip (default 0: none)"),
+        "engine": Param("auto", enum=["auto", "spark", "in-process"],
+                        description="where check and migrate run: Spark, in one process on the Airflow worker (no "
+                                    "JVM or Spark session to start while the job is down), or auto: in-process up "
+                                    "to in_process_max_bytes of savepoint files, Spark above"),
+        "in_process_max_bytes": Param(DEFAULT_IN_PROCESS_MAX_BYTES, type="integer", minimum=0,
+                                      description="engine auto: the largest savepoint run in-process"),
         "min_checkpoints": Param(2, type="integer", minimum=1, description="health gate: checkpoints after restore"),
         "max_restarts": Param(0, type="integer", minimum=0, description="health gate: restarts allowed"),
         "gate_timeout": Param(300, type="integer", minimum=10, description="health gate: seconds"),
@@ -125,8 +135,9 @@ with DAG(
         task_id="preflight_savepoint", job_id=JOB_ID,
         target_directory=plan_value("run_dir", suffix="/preflight"))
 
-    check = SparkSubmitOperator(
-        task_id="check", conn_id=SPARK["conn_id"], env_vars=SPARK["env_vars"], name="flinkstate-check",
+    check = FlinkStateSparkSubmitOperator(
+        task_id="check", engine=ENGINE, in_process_max_bytes=IN_PROCESS_MAX_BYTES, conn_id=SPARK["conn_id"],
+        env_vars=SPARK["env_vars"], name="flinkstate-check",
         application=f"{SPARK['jobs']}/check_compatibility.py",
         application_args=[
             "{{ ti.xcom_pull(task_ids='preflight_savepoint') }}", "--schema", plan_value("schemas", "new"),
@@ -166,8 +177,9 @@ with DAG(
     def restore_path_as_is(stop_savepoint: str) -> str:
         return upgrade.local_path(stop_savepoint)
 
-    migrate = SparkSubmitOperator(
-        task_id="migrate", conn_id=SPARK["conn_id"], env_vars=SPARK["env_vars"], name="flinkstate-migrate",
+    migrate = FlinkStateSparkSubmitOperator(
+        task_id="migrate", engine=ENGINE, in_process_max_bytes=IN_PROCESS_MAX_BYTES, conn_id=SPARK["conn_id"],
+        env_vars=SPARK["env_vars"], name="flinkstate-migrate",
         application=f"{SPARK['jobs']}/migrate_state.py",
         application_args=[
             "{{ ti.xcom_pull(task_ids='stop_for_migration') }}", "--schema", plan_value("schemas", "new"),

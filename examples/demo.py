@@ -4,7 +4,8 @@
 2. runs the Airflow DAG flink_state_upgrade (real Airflow, `airflow dags test`) to upgrade it to v2, whose state
    schema comes from v2's jar (its main() run before anything is stopped) with v2's overlay, which says only what a
    jar cannot (the value the migration gives the new field): no hand-written v2 manifest; preflight
-   savepoint, the Spark check job, the migration branch (the Spark migration job, which re-checks what it wrote),
+   savepoint, the check job, the migration branch (the migration job, which re-checks what it wrote; both run
+   in-process on the Airflow worker for a savepoint this small, on Spark above the DAG's in_process_max_bytes),
    stop-with-savepoint, restore, health gate; prints the check report and the state before and after;
 3. runs the same DAG to v3, whose `count` changed type without a declared conversion: the check refuses it, an
    alert goes out, and v2 keeps running with its state.
@@ -124,7 +125,7 @@ def downtime(record: dict[str, Any]) -> str:
     durations = final_event(record).get("durations") or {}
     if "down" not in durations:
         return "downtime: not recorded (no time at which every subtask of the new job was RUNNING)"
-    names = {"stop": "stop", "migrate": "Spark migration with its re-check", "submit": "submit",
+    names = {"stop": "stop", "migrate": "migration with its re-check", "submit": "submit",
              "restore": "restore (submitted -> every subtask RUNNING)"}
     steps = {name: durations[key] for key, name in names.items() if key in durations}
     steps["Airflow between tasks"] = durations["down"] - sum(steps.values())

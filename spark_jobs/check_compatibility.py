@@ -51,14 +51,17 @@ from flinkstate import (
 from spark_jobs.common import (
     REPORT_JSON,
     REPORT_MARKDOWN,
+    add_in_process_argument,
     add_new_version_arguments,
     collect_guarded,
     guarded,
     new_version_schema,
     report_files,
     run_main,
+    runner_name,
     shared,
-    spark_session,
+    start_session,
+    stop_session,
     verify_against,
     write_report_files,
 )
@@ -72,19 +75,22 @@ def dry_run_unit(job: MigrationJob, examples: int, unit: DryRunUnit) -> DryRunRe
     return run_dry_run_unit(source, job.plan(source), unit, examples)
 
 
-def dry_run(spark: Any, job: MigrationJob, examples: int, max_dead_letters: int = 0) -> dict[str, Any]:
-    """flinkstate's dry run (:mod:`flinkstate.migration.dry_run`) with its units as Spark tasks."""
+def dry_run(spark: Any | None, job: MigrationJob, examples: int, max_dead_letters: int = 0) -> dict[str, Any]:
+    """flinkstate's dry run (:mod:`flinkstate.migration.dry_run`) with its units as Spark tasks (None: in this
+    process, ``--in-process``)."""
     source = Savepoint.open(job.savepoint)
     plan = job.plan(source)
 
     def on_spark(units: list[DryRunUnit]) -> list[DryRunResult]:
-        rdd = spark.sparkContext.parallelize(units, len(units))
         task = guarded(partial(dry_run_unit, job, examples),
                        lambda unit: f"dry run of operator {unit[0]}, subtask {unit[1]}, key groups {unit[2]}-{unit[3]}")
-        return collect_guarded(rdd.map(task).collect())
+        if spark is None:
+            return collect_guarded([task(unit) for unit in units])
+        return collect_guarded(spark.sparkContext.parallelize(units, len(units)).map(task).collect())
 
+    workers = spark.sparkContext.defaultParallelism if spark is not None else 1
     return run_dry_run(source, plan, examples=examples, max_dead_letters=max_dead_letters, map_units=on_spark,
-                       slices=max(2, spark.sparkContext.defaultParallelism * 2))
+                       slices=max(2, workers * 2))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -108,6 +114,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="with --verify-against: the manifest of the version that wrote SOURCE_SAVEPOINT")
     parser.add_argument("--exit-code", action="store_true")
     parser.add_argument("--units", type=int, help="Spark tasks for --verify-against (default: three per core)")
+    add_in_process_argument(parser)
     add_allow_code_argument(parser, ALLOW_CODE_HELP + " (for the dry run and --verify-against, which run the "
                                     "migration; the verdict imports nothing)")
     args = parser.parse_args(argv)
@@ -131,8 +138,10 @@ def main(argv: list[str]) -> int:
     dry = args.dry_run != "never" and wanted and report.outcome != "incompatible"
     if args.dry_run == "never":
         section["reason"] = "--dry-run never"
+    runner = "one process" if args.in_process else "Spark"
     if dry or args.verify_against:
-        spark = spark_session("flinkstate-check-compatibility")
+        spark = start_session("flinkstate-check-compatibility", args.in_process)
+        runner = runner_name(spark)
         try:
             if args.verify_against:
                 verification = verify_against(spark, args.verify_against, args.savepoint, args.schema,
@@ -142,8 +151,8 @@ def main(argv: list[str]) -> int:
                                    max_dead_letters=args.max_dead_letters, allow_code=policy)
                 section = dry_run(spark, job, args.examples, args.max_dead_letters)
         finally:
-            spark.stop()
-    report.dry_run, report.dry_run_runner = section, "Spark"
+            stop_session(spark)
+    report.dry_run, report.dry_run_runner = section, runner
     body, markdown = report_files(report, verification,
                                   verified_against=args.verify_against if verification is not None else None)
     write_report_files(args.report_dir, body, markdown)

@@ -35,6 +35,29 @@ REPORT_MARKDOWN = "check-report.md"
 _WORKER_ERROR = re.compile(r"^(?:[\w.]*\.)?(\w*(?:Error|Exception|Failed|Snapshot|Data|Format)): (.+)$", re.M)
 
 
+def add_in_process_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the job's tasks one after the other in this Python process, without Spark (no "
+                             "JVM and no session to start: what the upgrade DAG does for a small savepoint); the "
+                             "output is byte for byte what Spark writes")
+
+
+def start_session(app_name: str, in_process: bool) -> Any | None:
+    """The Spark session the job's tasks run in, or None: ``--in-process``, they run in this process (see
+    :func:`spark_map`, :func:`unit_count`)."""
+    return None if in_process else spark_session(app_name)
+
+
+def stop_session(spark: Any | None) -> None:
+    if spark is not None:
+        spark.stop()
+
+
+def runner_name(spark: Any | None) -> str:
+    """Where the job's tasks ran, as its reports say it."""
+    return "Spark" if spark is not None else "one process"
+
+
 def spark_session(app_name: str) -> Any:
     from pyspark.sql import SparkSession
 
@@ -115,24 +138,29 @@ def shared(location: str | None) -> str | None:
     return os.path.abspath(location)
 
 
-def spark_map(spark: Any) -> Callable[[Callable[[Any], Any], list[Any]], list[Any]]:
+def spark_map(spark: Any | None) -> Callable[[Callable[[Any], Any], list[Any]], list[Any]]:
     """flinkstate's ``map_units`` (:mod:`flinkstate.migration.units`) as Spark tasks: one task per unit, results in
-    the units' order, a failed unit reported in one line naming it."""
+    the units' order, a failed unit reported in one line naming it. Without a session (``--in-process``), the units
+    run one after the other here, a failure reported the same way."""
 
     def run(task: Callable[[Any], Any], units: list[Any]) -> list[Any]:
         if not units:
             return []
+        if spark is None:
+            return collect_guarded([guarded(task, lambda unit: unit.describe())(unit) for unit in units])
         rdd = spark.sparkContext.parallelize(units, len(units))
         return collect_guarded(rdd.map(guarded(task, lambda unit: unit.describe())).collect())
 
     return run
 
 
-def unit_count(spark: Any, requested: int | None) -> int:
-    """``--units``, or three per core of the executors (Spark's default parallelism)."""
+def unit_count(spark: Any | None, requested: int | None) -> int:
+    """``--units``, or three per core of the executors (Spark's default parallelism; in-process, one worker's)."""
     from flinkstate import default_unit_count
 
-    return requested if requested is not None else default_unit_count(spark.sparkContext.defaultParallelism)
+    if requested is not None:
+        return requested
+    return default_unit_count(spark.sparkContext.defaultParallelism if spark is not None else 1)
 
 
 def add_new_version_arguments(parser: argparse.ArgumentParser) -> None:
@@ -176,8 +204,8 @@ def new_version_schema(parser: argparse.ArgumentParser, args: argparse.Namespace
                          program_args=program_args, parallelism=args.jar_parallelism)
 
 
-def verify_against(spark: Any, source_path: str, migrated_path: str, schema: str | Manifest, old_schema: str | None,
-                   allow_code: CodePolicy | None = None, units: int | None = None,
+def verify_against(spark: Any | None, source_path: str, migrated_path: str, schema: str | Manifest,
+                   old_schema: str | None, allow_code: CodePolicy | None = None, units: int | None = None,
                    now_ms: int | None = None) -> list[str]:
     """The independent verifier on a migrated savepoint and its source (the DAG's re-check), its entries compared
     by Spark tasks per key-group range (the driver checks the metadata level and that every range verified). It
@@ -226,7 +254,7 @@ class Recheck:
         return 1 if self.error is not None else int(self.body["exit_code"])
 
 
-def recheck(spark: Any, migrated: str, schema: str | Manifest, source: str, old_schema: str | None,
+def recheck(spark: Any | None, migrated: str, schema: str | Manifest, source: str, old_schema: str | None,
             allow_code: CodePolicy | None = None, units: int | None = None, now_ms: int | None = None,
             allow_non_restored_state: bool = False) -> Recheck:
     """What ``check_compatibility.py MIGRATED --schema SCHEMA --dry-run never --exit-code --verify-against SOURCE
@@ -235,7 +263,7 @@ def recheck(spark: Any, migrated: str, schema: str | Manifest, source: str, old_
     kept in the report (``verification_error``) instead of raised, so that whoever judges the report can say why."""
     # renames done: the output of this manifest's plan
     report = check(migrated, schema, migrated=True, allow_non_restored_state=allow_non_restored_state)
-    report.dry_run, report.dry_run_runner = {"ran": False, "reason": "--dry-run never"}, "Spark"
+    report.dry_run, report.dry_run_runner = {"ran": False, "reason": "--dry-run never"}, runner_name(spark)
     try:
         lines = verify_against(spark, source, migrated, schema, old_schema, allow_code, units, now_ms)
     except FlinkStateError as exc:

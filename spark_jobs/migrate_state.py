@@ -49,13 +49,15 @@ from flinkstate import (
 )
 from spark_jobs.common import (
     Recheck,
+    add_in_process_argument,
     add_new_version_arguments,
     new_version_schema,
     recheck,
     run_main,
     shared,
     spark_map,
-    spark_session,
+    start_session,
+    stop_session,
     unit_count,
     write_report_files,
 )
@@ -84,6 +86,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--fence-run", metavar="JSON",
                         help='with --fence-journal: the run, as {"dag_id": ..., "run_id": ...}')
     parser.add_argument("--units", type=int, help="Spark tasks to split the work into (default: three per core)")
+    add_in_process_argument(parser)
     add_allow_code_argument(parser, ALLOW_CODE_HELP + " (the tasks follow the driver's policy)")
     parser.add_argument("--recheck-report-dir", metavar="DIR",
                         help="after publishing, re-check the output against the new manifest and the source "
@@ -122,7 +125,7 @@ def main(argv: list[str]) -> int:
                        allow_non_restored_state=args.allow_non_restored_state == "true",
                        fence=(args.fence_journal, args.fence_run) if args.fence_journal else None)
     checked: Recheck | None = None
-    spark = spark_session("flinkstate-migrate-state")
+    spark = start_session("flinkstate-migrate-state", args.in_process)
     try:
         report = job.run_in_units(spark_map(spark), unit_count(spark, args.units))
         print(json.dumps(report.to_json(), indent=2) if args.json else report.render_text(job.report_path))
@@ -132,7 +135,7 @@ def main(argv: list[str]) -> int:
                               job.now_ms, job.allow_non_restored_state)
             write_report_files(args.recheck_report_dir, checked.body, checked.markdown)
     finally:
-        spark.stop()
+        stop_session(spark)
     if checked is None:
         return 0
     if not args.json:

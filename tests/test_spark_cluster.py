@@ -203,7 +203,7 @@ def test_the_upgrade_dag_migrates_on_the_cluster_named_by_the_spark_connection(
         apps_before = {a["id"] for a in _apps(cluster)}
         conf = {"job_name": "", "job_id": v1.job_id, **version("v2", "v2.yaml"), "current": version("v1", "v1.yaml"),
                 "savepoint_base": str(tmp_path / "savepoints"), "min_checkpoints": 2, "gate_timeout": 90,
-                "min_running_seconds": 3}
+                "min_running_seconds": 3, "engine": "spark"}  # a savepoint this small runs in-process on "auto"
         run = load_dag("flink_state_upgrade", ROOT / "dags").test(run_conf=conf)
         states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
         assert str(run.state) == "success", states

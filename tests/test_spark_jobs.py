@@ -45,6 +45,13 @@ def spark_submit(job: str, *args: str | Path) -> subprocess.CompletedProcess[str
                            *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
 
 
+def in_process(job: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The same job without Spark (``--in-process``), as the upgrade DAG runs it for a small savepoint."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(ROOT / "spark_jobs" / job), *map(str, args), "--in-process"],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
 def _manifest_with(tmp_path: Path, name: str, base: str, old: str, new: str) -> Path:
     text = (MANIFESTS / base).read_text()
     assert old in text
@@ -272,6 +279,33 @@ def test_migrate_job_rechecks_in_its_own_application_as_the_check_job_does(flink
     assert "stats/stats: 20 entries equal to the declared transform of the source's" in report["verification"]
     assert report["verification"][-1].startswith("verified: 3 operators (ids, uids, parallelism), ")
     assert "## Verification against the source savepoint" in result.stdout
+
+    # In one process, without Spark: the same savepoint byte for byte, the same re-check report.
+    here = tmp_path / "in-process"
+    alone = in_process("migrate_state.py", source, "--schema", new, "--old-schema", old, "--output",
+                       here / "savepoint", "--recheck-report-dir", here, "--recheck-exit-code")
+    assert alone.returncode == 0, alone.stdout[-2000:] + alone.stderr[-2000:]
+    assert {p.name: p.read_bytes() for p in (here / "savepoint").iterdir()} == \
+        {p.name: p.read_bytes() for p in output.iterdir()}
+    mine = json.loads((here / "check-report.json").read_text())
+    assert {**mine, "savepoint": str(output)} == report
+    assert "SparkSession" not in alone.stdout + alone.stderr
+
+
+def test_the_check_job_in_process_reports_what_it_reports_on_spark(flink_savepoints: dict[str, Path],
+                                                                   tmp_path: Path):
+    args = (flink_savepoints["heap-p2"], "--schema", MANIFESTS / "v2.yaml", "--previous", MANIFESTS / "v1.yaml")
+    on_spark = spark_submit("check_compatibility.py", *args, "--report-dir", tmp_path / "spark")
+    here = in_process("check_compatibility.py", *args, "--report-dir", tmp_path / "here")
+    assert on_spark.returncode == here.returncode == 0, here.stdout[-2000:] + here.stderr[-2000:]
+    spark_report, report = (json.loads((tmp_path / name / "check-report.json").read_text())
+                            for name in ("spark", "here"))
+    # The dry run is split into as many tasks as there are workers, and timed; what it read and converted is the
+    # same.
+    for dry in (spark_report["dry_run"], report["dry_run"]):
+        dry.pop("tasks"), dry.pop("seconds")
+    assert report == spark_report and report["dry_run"]["ran"] and report["dry_run"]["entries"] == 20 * 4 + 80
+    assert "2 tasks, one process)" in (tmp_path / "here" / "check-report.md").read_text()
 
 
 def test_migrate_job_recheck_refuses_a_savepoint_corrupted_after_publishing(flink_savepoints: dict[str, Path],

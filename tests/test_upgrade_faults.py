@@ -286,7 +286,7 @@ def test_the_spark_migration_killed_is_rolled_back(env: dict[str, Any]):
 
     before = _last_seq(env)
     with Fault(lambda: bool(spark_migration_jvms()), kill_spark) as kill:
-        run = _run(env)
+        run = _run(env, engine="spark")
     assert kill.done.is_set() and killed and kill.error is None, (killed, kill.error)
     states = _states(run)
     assert str(run.state) == "failed" and states["migrate"] == "failed" and states["submit_new"] == "upstream_failed", \

@@ -156,7 +156,8 @@ def _run(env: dict[str, Any]) -> Any:
     entry = _registry(env)
     conf = {"job_name": DEPLOYMENT, "job_id": entry["job_id"] if entry else env["v1_job"],
             **_version("v2", "v2.yaml", env["work"] / "audit-v2"), "savepoint_base": str(env["base"]),
-            "min_checkpoints": 2, "gate_timeout": 90, "min_running_seconds": 3}
+            "min_checkpoints": 2, "gate_timeout": 90, "min_running_seconds": 3,
+            "engine": "spark"}  # the re-check inside the migration's Spark application (in-process: test_spark_jobs)
     if entry is None:
         conf["current"] = env["v1"]
     return load_dag("flink_state_upgrade", ROOT / "dags").test(run_conf=conf)
@@ -255,7 +256,7 @@ def test_the_recheck_fails_in_one_line_when_its_report_is_missing(env: dict[str,
     assert removed, "the report was never written"
     migrated = removed[0].parent / "savepoint"
     assert (migrated / "_metadata").is_file()  # the migration itself succeeded
-    reason = (f"no re-check report at {removed[0]}: the migration's Spark application did not re-check the "
+    reason = (f"no re-check report at {removed[0]}: the migration job did not re-check the "
               f"savepoint it published, so {migrated} is not restored")
     _assert_rolled_back(env, run, since, before, reason)
 
@@ -268,7 +269,7 @@ def test_the_recheck_judges_reports_as_check_compatibility_exit_codes_would(airf
     folder = tmp_path / "migrated"
     folder.mkdir()
     assert recheck_problem(str(folder), migrated, source) == (
-        f"no re-check report at {folder}/check-report.json: the migration's Spark application did not re-check the "
+        f"no re-check report at {folder}/check-report.json: the migration job did not re-check the "
         f"savepoint it published, so {migrated} is not restored")
     passing = {"report_version": 1, "savepoint": migrated, "verified_against": f"file:{source}",
                "outcome": "restore", "verdict": "COMPATIBLE_AS_IS", "exit_code": 0,

@@ -1,5 +1,5 @@
-"""The DAG's ``recheck`` step: judging the re-check report the migration's Spark application wrote beside the
-migrated savepoint (``migrate_state.py --recheck-report-dir``), instead of starting a second Spark application while
+"""The DAG's ``recheck`` step: judging the re-check report the migration job wrote beside the migrated savepoint
+(``migrate_state.py --recheck-report-dir``, on Spark or in-process), instead of starting a second application while
 the job is down. The step passes exactly when ``check_compatibility.py --exit-code --verify-against`` would have
 exited 0: the report is there, is about this run's migrated savepoint and stop savepoint, the migrated savepoint is
 restorable as is by the new version, and the independent verifier found every entry equal to the source's
@@ -34,7 +34,7 @@ def recheck_problem(report_dir: str, migrated: str, source: str) -> str | None:
     folder = report_dir.rstrip("/")
     uri = f"{folder}/{CHECK_REPORT}"
     if not exists(uri):
-        return (f"no re-check report at {uri}: the migration's Spark application did not re-check the savepoint it "
+        return (f"no re-check report at {uri}: the migration job did not re-check the savepoint it "
                 f"published, so {migrated} is not restored")
     try:
         report = json.loads(read_file(uri))
