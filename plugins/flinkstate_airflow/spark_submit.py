@@ -35,7 +35,7 @@ def savepoint_bytes(savepoint: str) -> int:
 def choose_engine(savepoint: str, engine: str, max_bytes: int) -> tuple[str, str]:
     """("spark" or "in-process", why) for a job on ``savepoint``."""
     if engine not in ENGINES:
-        raise TaskRefused(f"engine {printable(engine)!r}: expected one of {', '.join(ENGINES)}")
+        raise TaskRefused(f"engine '{printable(engine)}': expected one of {', '.join(ENGINES)}")
     if engine != "auto":
         return engine, "engine set"
     size = savepoint_bytes(savepoint)
