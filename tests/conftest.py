@@ -3,12 +3,13 @@ job on it (HashMap and RocksDB, snappy on and off, parallelism 1 and 2)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,12 +150,33 @@ def write_savepoints(
     return written
 
 
+def made_once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str,
+                      make: Callable[[Path], dict[str, tuple[Path, dict[str, Any]]]]
+                      ) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """Savepoints every worker reads (read-only), written once per test run: under pytest-xdist the first worker to
+    ask writes them into the run's shared temporary folder, the others wait for it and take its list; each worker
+    would otherwise spend the same minute or two of Flink writing its own copy."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return make(tmp_path_factory.mktemp(name))
+    root = tmp_path_factory.getbasetemp().parent / name
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when this worker dies
+        made = root / "made.json"
+        if made.exists():
+            return {key: (Path(path), info) for key, (path, info) in json.loads(made.read_text()).items()}
+        shutil.rmtree(root, ignore_errors=True)  # what a worker that failed half-way left
+        root.mkdir()
+        result = make(root)
+        made.write_text(json.dumps({key: [str(path), info] for key, (path, info) in result.items()}))
+        return result
+
+
 @pytest.fixture(scope="session")
 def _written_savepoints(
     flink_cluster: LocalFlinkCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, tuple[Path, dict[str, Any]]]:
-    return write_savepoints(flink_cluster, tmp_path_factory.mktemp("savepoints"), SAVEPOINT_VARIANTS,
-                            flink_version="2.3.0")
+    return made_once_per_run(tmp_path_factory, "savepoints", lambda root: write_savepoints(
+        flink_cluster, root, SAVEPOINT_VARIANTS, flink_version="2.3.0"))
 
 
 @pytest.fixture(scope="session")
@@ -174,17 +196,21 @@ def flink_savepoints_info(_written_savepoints: dict[str, tuple[Path, dict[str, A
 def flink_matrix_savepoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
     """``<flink version>/<variant>`` -> (savepoint directory, info) for savepoints written by Flink 1.20.3
     (metadata version 4) and 2.2.0 (version 6) in this test run, each on its own short-lived local cluster."""
-    written: dict[str, tuple[Path, dict[str, Any]]] = {}
-    for version in MATRIX_VERSIONS:
-        flink_home = sample_job.ROOT / ".flink-dists" / version / "pyflink"
-        if not flink_home.is_dir():
-            pytest.fail(f"Flink {version} is missing at {flink_home}: run 'make setup'")
-        work = tmp_path_factory.mktemp(f"flink-{version}")
-        with LocalFlinkCluster(work / "cluster", flink_home=flink_home, slots=2) as cluster:
-            for name, entry in write_savepoints(cluster, work, MATRIX_VARIANTS, flink_version=version,
-                                                build_dir=sample_job.JOB_DIR / "build" / f"flink-{version}").items():
-                written[f"{version}/{name}"] = entry
-    return written
+    def make(root: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
+        written: dict[str, tuple[Path, dict[str, Any]]] = {}
+        for version in MATRIX_VERSIONS:
+            flink_home = sample_job.ROOT / ".flink-dists" / version / "pyflink"
+            if not flink_home.is_dir():
+                pytest.fail(f"Flink {version} is missing at {flink_home}: run 'make setup'")
+            work = root / f"flink-{version}"
+            with LocalFlinkCluster(work / "cluster", flink_home=flink_home, slots=2) as cluster:
+                build_dir = sample_job.JOB_DIR / "build" / f"flink-{version}"
+                for name, entry in write_savepoints(cluster, work, MATRIX_VARIANTS, flink_version=version,
+                                                    build_dir=build_dir).items():
+                    written[f"{version}/{name}"] = entry
+        return written
+
+    return made_once_per_run(tmp_path_factory, "flink-matrix", make)
 
 
 @pytest.fixture(scope="session")
@@ -194,15 +220,19 @@ def compat_matrix_base_savepoints(flink_cluster: LocalFlinkCluster,
     after every key saw a few events, written on the session cluster. Read-only: copy one before changing it."""
     from tests.support import compat_matrix
 
-    work = tmp_path_factory.mktemp("compat-matrix")
-    savepoints = {}
-    for backend in ("hashmap", "rocksdb"):
-        run = compat_matrix.submit(flink_cluster.client, "base", work / f"audit-{backend}", backend=backend)
-        flink_cluster.client.wait_until_running(run.job_id, timeout=120)
-        run.wait_for_keys()
-        location = flink_cluster.client.stop_with_savepoint(run.job_id, str(work / f"raw-{backend}"))
-        savepoints[backend] = Path(shutil.move(location.removeprefix("file:"), work / f"savepoint-{backend}"))
-    return savepoints
+    def make(work: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
+        savepoints: dict[str, tuple[Path, dict[str, Any]]] = {}
+        for backend in ("hashmap", "rocksdb"):
+            run = compat_matrix.submit(flink_cluster.client, "base", work / f"audit-{backend}", backend=backend)
+            flink_cluster.client.wait_until_running(run.job_id, timeout=120)
+            run.wait_for_keys()
+            location = flink_cluster.client.stop_with_savepoint(run.job_id, str(work / f"raw-{backend}"))
+            savepoints[backend] = (Path(shutil.move(location.removeprefix("file:"), work / f"savepoint-{backend}")),
+                                   {})
+        return savepoints
+
+    return {backend: path for backend, (path, _) in made_once_per_run(tmp_path_factory, "compat-matrix",
+                                                                       make).items()}
 
 
 @pytest.fixture(scope="session")
