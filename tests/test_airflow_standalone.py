@@ -125,8 +125,10 @@ def standalone(tmp_path_factory: pytest.TempPathFactory, flink_cluster: LocalFli
     marker = f"AIRFLOW_HOME={home}"
     try:
         api = Api(f"http://127.0.0.1:{port}")
+        # standalone migrates its database and starts four components before the api-server listens: seen to take
+        # more than 180 s on a loaded 2-core machine (the api-server started 2 s after a 180 s wait gave up)
         api.wait_for("api-server healthy", lambda: api.call("GET", "/api/v2/monitor/health")["metadatabase"]
-                     ["status"] == "healthy", timeout=180)
+                     ["status"] == "healthy", timeout=360)
         passwords = home / "simple_auth_manager_passwords.json.generated"
         password = api.wait_for("admin password", lambda: json.loads(passwords.read_text()).get("admin"), 60)
         api.token = api.call("POST", "/auth/token", {"username": "admin", "password": password})["access_token"]
