@@ -28,6 +28,7 @@ from flinkstate.format.keyed_stream import (
 )
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.jsonify import to_json
+from flinkstate.migration.collector import collector_deferred
 from flinkstate.migration.entry_codec import StateCodec, identity_encoders, migrate_entry
 from flinkstate.migration.native import CanonicalBlocks
 from flinkstate.migration.plan import MigrationError, MigrationPlan, OperatorPlan, StateRewrite, localize
@@ -361,6 +362,7 @@ class _SubtaskMigrator:
                 writer.write_block(key_group, encode_block((sid, sorted(runs[sid])) for sid in sorted(runs)))
 
 
+@collector_deferred()  # the hot loop: no full collections walking its lists (see the module)
 def migrate_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, subtask: int,
                     output: SavepointOutput, key_group_range: KeyGroupRange | None = None,
                     file_name: str | None = None) -> SubtaskResult:
@@ -412,6 +414,7 @@ class DryRunResult:
         return any(example.get("on_error") == "fail" for example in self.examples)
 
 
+@collector_deferred()  # the hot loop: no full collections walking its lists (see the module)
 def dry_run_subtask(source: Savepoint, plan: MigrationPlan, operator_id: str, subtask: int,
                     key_group_range: KeyGroupRange | None = None, max_examples: int = 5) -> DryRunResult:
     """Decodes every entry of one subtask's keyed stream (or of one key-group range of it) with the old serializers

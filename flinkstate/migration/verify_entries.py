@@ -28,6 +28,7 @@ from flinkstate.format.keyed_stream import raw_key
 from flinkstate.format.metadata import OperatorState
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.migration.canonical import canonical, show, uncanonical
+from flinkstate.migration.collector import collector_deferred
 from flinkstate.migration.entry_codec import StateCodec, migrate_entry
 from flinkstate.migration.plan import MigrationPlan, OperatorPlan, StateRewrite
 from flinkstate.migration.verify_errors import VerificationError
@@ -47,6 +48,7 @@ class StateVerification:
     dropped: int = 0
 
 
+@collector_deferred()  # the hot loop: no full collections walking its lists (see the module)
 def verify_key_groups(source: Savepoint, output: Savepoint, plan: MigrationPlan, operator_id: str,
                       key_groups: KeyGroupRange | None) -> list[StateVerification]:
     """The entries of one targeted operator (source operator id) in ``key_groups`` (None: all), per state: kept
