@@ -41,6 +41,21 @@ def test_jobs_and_savepoints_by_name_and_by_id(flink_cluster: LocalFlinkCluster,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no running job named 'no-such-job'" in err
 
+    # The job started again from its stop savepoint, as `flink run -s` would: every task RUNNING, state restored.
+    jar, savepoint = str(sample_job.jar("v1")), stopped.removeprefix("file:")
+    assert main(["jobs", "submit", jar, "--flink-url", url, "-c", sample_job.ENTRY_CLASS, "--from-savepoint",
+                 savepoint, "--", *run.program_args]) == 0
+    restarted = capsys.readouterr().out.strip()
+    try:
+        assert flink_cluster.client.job_state(restarted) == "RUNNING"
+        assert flink_cluster.client.checkpoints(restarted).restored_from.removeprefix("file:") == savepoint
+    finally:
+        flink_cluster.client.cancel(restarted)
+    assert main(["jobs", "submit", jar, "--flink-url", url, "-c", sample_job.ENTRY_CLASS, "--from-savepoint",
+                 str(tmp_path / "no-such-savepoint"), "--", *run.program_args]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("flinkstate: error: ") and "no-such-savepoint" in err, err
+
 
 def test_flink_is_found_as_the_airflow_hook_finds_it(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("FLINKSTATE_FLINK_URL", raising=False)

@@ -1,5 +1,6 @@
-"""``flinkstate jobs`` and ``flinkstate savepoint JOB [--stop]``: a Flink cluster's jobs, and a canonical savepoint
-of one (optionally stopping it), over the REST API with the same client the Airflow hook uses.
+"""``flinkstate jobs``, ``flinkstate jobs submit JAR`` and ``flinkstate savepoint JOB [--stop]``: a Flink cluster's
+jobs, a job started from its jar (and a savepoint), and a canonical savepoint of one (optionally stopping it), over
+the REST API with the same client the Airflow hook uses.
 
 Where Flink is: ``--flink-url``, else ``$FLINKSTATE_FLINK_URL``, else the Airflow connection the hook uses
 (``$AIRFLOW_CONN_FLINK_DEFAULT``, in its JSON or URI form, read without Airflow), else ``http://127.0.0.1:8081``.
@@ -15,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flinkstate import FlinkRestClient, FlinkStateError, printable
+from flinkstate.cli.jar_options import take_program_args
 
 DEFAULT_FLINK_URL = "http://127.0.0.1:8081"
 _JOB_ID = re.compile(r"^[0-9a-fA-F]{32}$")
@@ -57,6 +59,31 @@ def register(subparsers: Any) -> None:
     jobs.add_argument("--all", action="store_true", help="also finished, canceled and failed jobs")
     jobs.add_argument("--json", action="store_true", help="print JSON instead of text")
     jobs.set_defaults(handler=_run_jobs)
+    actions = jobs.add_subparsers(dest="jobs_action", metavar="{submit}")
+    submit = actions.add_parser(
+        "submit", help="submit a job jar (optionally from a savepoint), as 'flink run' does",
+        description="Upload a job jar to the cluster and run it, optionally restoring a savepoint (as 'flink run "
+                    "[-c CLASS] [-p N] [-s SAVEPOINT] [--allowNonRestoredState] JAR ARGS' does), wait until every "
+                    "task is RUNNING (its state restored), and print the job id. The job's own arguments follow "
+                    "'--'. A job that fails while starting is reported with Flink's error, in one line.")
+    _flink_options(submit)
+    submit.add_argument("jar", metavar="JAR")
+    submit.add_argument("--entry-class", "-c", metavar="CLASS", help="the class whose main() builds the job "
+                                                                    "(default: the jar's Main-Class)")
+    submit.add_argument("--parallelism", "-p", type=int, metavar="N", help="the job's default parallelism")
+    submit.add_argument("--from-savepoint", "-s", metavar="PATH", help="restore this savepoint (a path the "
+                                                                       "JobManager can read)")
+    submit.add_argument("--allow-non-restored-state", action="store_true",
+                        help="with --from-savepoint: skip state no operator of the job claims")
+    submit.add_argument("--restore-mode", choices=("CLAIM", "NO_CLAIM", "LEGACY"),
+                        help="with --from-savepoint: Flink's restore mode (default: Flink's, NO_CLAIM)")
+    submit.add_argument("--detached", action="store_true",
+                        help="print the job id at once, without waiting for every task to run")
+    submit.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="how long to wait for every task to run (default %(default)s)")
+    submit.usage = "flinkstate jobs submit [options] JAR [-- ARGS]"
+    take_program_args(submit)  # what follows '--': the job's own arguments
+    submit.set_defaults(handler=_run_submit)
 
     savepoint = subparsers.add_parser(
         "savepoint", help="take a canonical savepoint of a running job (--stop: and stop it)",
@@ -97,6 +124,20 @@ def _run_jobs(args: argparse.Namespace) -> int:
         print("no jobs" if args.all else "no running jobs (--all lists finished ones too)")
     for job in jobs:
         print(f"{job.get('jid')}  {job.get('state', '?'):<10}  {printable(job.get('name', ''))}")
+    return 0
+
+
+def _run_submit(args: argparse.Namespace) -> int:
+    if (args.allow_non_restored_state or args.restore_mode) and not args.from_savepoint:
+        raise FlinkStateError("--allow-non-restored-state and --restore-mode go with --from-savepoint")
+    client = _client(args)
+    job_id = client.submit_jar(args.jar, entry_class=args.entry_class, program_args=args.program_args,
+                               parallelism=args.parallelism, savepoint_path=args.from_savepoint,
+                               allow_non_restored_state=args.allow_non_restored_state,
+                               restore_mode=args.restore_mode)
+    if not args.detached:
+        client.wait_until_running(job_id, timeout=args.timeout)
+    print(job_id)
     return 0
 
 
