@@ -9,6 +9,8 @@ This is the one place that maps snapshots to compiled decoders: :func:`fast_entr
 :func:`flinkstate.format.keyed_entries.make_entry_decoder` asks. The compiled code returns exactly the reference's
 values or fails; every failure reruns the reference on the same bytes, so errors are the reference's own.
 
+``_cjson`` (C too, beside it) writes ``dump``'s JSON lines (:func:`fast_json_lines`), ``json.dumps``'s bytes.
+
 ``FLINKSTATE_PURE_PYTHON=1`` (read at import) turns the compiled path off; so does a failed build (``COMPILED`` is
 then False and ``BUILD_ERROR`` says why).
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -34,6 +36,13 @@ try:
 except ImportError as exc:  # the build is optional: no compiler, or a platform without one
     _cdecode = None
     BUILD_ERROR = str(exc)
+_cjson: Any  # dump's JSON Lines writer, built beside _cdecode (setup.py)
+try:
+    _cjson = importlib.import_module("flinkstate._speedups._cjson")
+    JSON_BUILD_ERROR: str | None = None
+except ImportError as exc:
+    _cjson = None
+    JSON_BUILD_ERROR = str(exc)
 
 #: Set (to anything but "" or "0") to use the pure-Python reference only.
 PURE_PYTHON_VARIABLE = "FLINKSTATE_PURE_PYTHON"
@@ -225,6 +234,24 @@ def fast_entry_decoder(state: Any, layout: Any, reference: Callable[..., tuple[A
     return entry
 
 
+def fast_json_lines(is_map: bool, fallback: Callable[[Any], str]
+                    ) -> Callable[[Sequence[tuple[Any, ...]]], str] | None:
+    """``dump``'s JSON lines of a block's entries, compiled: ``lines(entries) -> str``, byte for byte what
+    flinkstate/cli/dump.py's reference loop writes for them (``json.dumps`` of the record of ``to_json`` forms).
+    Exact built-in values are written in C; any other value by ``fallback`` (the reference's ``dumps(to_json(v))``).
+    It raises on anything it cannot write (the caller then writes the block with the reference, which reports it).
+    None when the fast path is off or the writer did not build."""
+    if not enabled() or _cjson is None:
+        return None
+    json_lines = _cjson.json_lines
+
+    def lines(entries: Sequence[tuple[Any, ...]]) -> str:
+        text: str = json_lines(entries, is_map, fallback)
+        return text
+
+    return lines
+
+
 def is_compiled(decoder: object) -> TypeGuard[EntryDecoder]:
     """Whether ``decoder`` is a compiled entry decoder (with ``scan_block``)."""
     return _cdecode is not None and isinstance(decoder, _cdecode.EntryDecoder)
@@ -382,7 +409,7 @@ def raw_entries_compiled(data: bytes, state_count: int | None, key_group: int | 
     return entries
 
 
-__all__ = ["BUILD_ERROR", "PURE_PYTHON_VARIABLE", "block_runs", "codec_spec", "enabled", "encoder_spec",
-           "fast_canonical", "fast_codec", "fast_encoder", "fast_entry_decoder", "fast_same_entries", "is_compiled",
-           "pure_python_requested", "raw_entries_compiled", "reencode_checker", "same_entries_reference",
-           "scan_compiled", "state_pairs", "state_span"]
+__all__ = ["BUILD_ERROR", "JSON_BUILD_ERROR", "PURE_PYTHON_VARIABLE", "block_runs", "codec_spec", "enabled",
+           "encoder_spec", "fast_canonical", "fast_codec", "fast_encoder", "fast_entry_decoder", "fast_json_lines",
+           "fast_same_entries", "is_compiled", "pure_python_requested", "raw_entries_compiled", "reencode_checker",
+           "same_entries_reference", "scan_compiled", "state_pairs", "state_span"]

@@ -24,6 +24,7 @@ from flinkstate import (
     OperatorState,
     OperatorStateElement,
     Savepoint,
+    _speedups,
     printable,
     source_split,
     to_json,
@@ -84,20 +85,38 @@ def _run(args: argparse.Namespace) -> int:
 
 def _write_entries(groups: Iterable[tuple[int, Iterable[tuple[Any, ...]]]], is_map: bool,
                    write: Callable[[str], object], dumps: Callable[[Any], str]) -> int:
-    """Writes each entry as one JSON line; returns how many."""
+    """Writes each entry as one JSON line; returns how many. A key group's entries go out in one write from the
+    compiled writer (flinkstate._speedups.fast_json_lines, the same bytes) when it is built; without it, or for a
+    group it fails on, from the reference (:func:`_json_line`, line by line: an error is then raised after the same
+    lines as always)."""
+    compiled = _speedups.fast_json_lines(is_map, lambda value: dumps(to_json(value)))
     written = 0
     for _, entries in groups:
-        for entry in entries:
-            if is_map:
-                key, namespace, user_key, value = entry
-                record = {"key": to_json(key), "namespace": to_json(namespace), "user_key": to_json(user_key),
-                          "value": to_json(value)}
+        if compiled is not None and isinstance(entries, (list, tuple)):  # a sequence: read twice on a failure
+            try:
+                text = compiled(entries)
+            except Exception:  # the reference below writes the group, or raises its own error
+                pass
             else:
-                key, namespace, value = entry
-                record = {"key": to_json(key), "namespace": to_json(namespace), "value": to_json(value)}
-            write(dumps(record) + "\n")
+                write(text)
+                written += len(entries)
+                continue
+        for entry in entries:
+            write(_json_line(entry, is_map, dumps))
             written += 1
     return written
+
+
+def _json_line(entry: tuple[Any, ...], is_map: bool, dumps: Callable[[Any], str]) -> str:
+    """The reference: one entry's JSON line."""
+    if is_map:
+        key, namespace, user_key, value = entry
+        record = {"key": to_json(key), "namespace": to_json(namespace), "user_key": to_json(user_key),
+                  "value": to_json(value)}
+    else:
+        key, namespace, value = entry
+        record = {"key": to_json(key), "namespace": to_json(namespace), "value": to_json(value)}
+    return dumps(record) + "\n"
 
 
 def _is_keyed(savepoint: Savepoint, operator: OperatorState, name: str) -> bool:
