@@ -2,8 +2,8 @@
 127.0.0.1, tests/support/spark_cluster.py), with ``spark://`` as the master, against savepoints on the loopback S3
 endpoint: the check with its dry run and the migration with its distributed verification give what the same job gives
 in one process (``--in-process``, itself held to local mode's bytes by tests/test_spark_jobs.py), byte for byte; the
-re-check on the cluster refuses a corrupted migration; the upgrade DAG runs its Spark jobs there through the Spark connection alone; and the cluster leaves
-no process behind."""
+re-check on the cluster refuses a corrupted migration; the upgrade DAG runs its Spark jobs there through the Spark
+connection alone; and the cluster leaves no process behind."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from tests.support import sample_job
 from tests.support.airflow_env import load_dag, set_connection
 from tests.support.sample_job import ENTRY_CLASS, ROOT, expected_count
 from tests.support.spark_cluster import SparkStandaloneCluster, group_alive
+from tests.test_spark_jobs import in_process
 
 pytestmark = [pytest.mark.flink, pytest.mark.spark, pytest.mark.s3]
 
@@ -71,13 +72,6 @@ def cluster_migrations(cluster: SparkStandaloneCluster, s3: Any) -> Callable[[st
         return done[source, manifest]
 
     return migrated
-
-
-def in_process(job: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The job without Spark (--in-process), as the upgrade DAG runs it for a small savepoint."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, str(ROOT / "spark_jobs" / job), *map(str, args), "--in-process"],
-                          capture_output=True, text=True, env=env, timeout=600)
 
 
 def _objects(s3: Any, prefix: str) -> dict[str, bytes]:
