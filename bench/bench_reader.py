@@ -9,6 +9,10 @@ not grow with the number of entries. Savepoints are cached under .work/bench/ (d
 
     .venv/bin/python bench/bench_reader.py [--keys 200000] [--small-keys 2000]
 
+The dump section times `flinkstate dump`'s work per state of the large savepoint (decode with the compiled path,
+JSON Lines written to /dev/null): with the reference writer (json.dumps of to_json, line by line) and with the
+compiled one (flinkstate/_speedups/_cjson.c, the same bytes), against the goal of 500,000 entries/s (issue 28).
+
 The corpus section decodes the POJO and RowData states of Flink's own test savepoints (tests/corpus/savepoints;
 a handful of entries each, so their blocks are decoded from memory, repeatedly, with the state's decoder built
 once). Each figure is the best of --repeat runs, printed with the load average (the machine may be shared).
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -26,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from flinkstate import _speedups  # noqa: E402
+from flinkstate.cli.dump import _json_line, _write_entries  # noqa: E402
 from flinkstate.engine import LocalFlinkCluster  # noqa: E402
 from flinkstate.format.keyed_entries import make_entry_decoder  # noqa: E402
 from flinkstate.savepoint import Savepoint  # noqa: E402
@@ -41,7 +48,9 @@ from tests.support import sample_job  # noqa: E402
 WORK = ROOT / ".work" / "bench"
 CORPUS = ROOT / "tests" / "corpus" / "savepoints"
 GOAL = 1_000_000  # entries/s on one core (issue 16)
+DUMP_GOAL = 500_000  # entries/s written by dump, on one core (issue 28)
 MODES = ("pure", "compiled")
+STATES = ("stats", "count", "recent", "buckets", "_timer_state/processing_user-timers")  # the sample job's keyed states
 
 
 @contextlib.contextmanager
@@ -131,6 +140,44 @@ def decode_state(savepoint: Path, state: str) -> int:
     return sum(1 for _ in opened.iter_entries(sample_job.OPERATOR_UID, state))
 
 
+def dump_state(savepoint: Path, state: str, writer: str) -> int:
+    """What ``flinkstate dump`` does for one state, JSON Lines to /dev/null, with the "reference" writer or the
+    "compiled" one (the decode is the compiled path's either way); returns the number of entries."""
+    opened = Savepoint.open(savepoint)
+    is_map = opened.state_info(sample_job.OPERATOR_UID, state).kind == "MAP"
+    groups = opened.iter_key_groups(sample_job.OPERATOR_UID, state)
+    dumps = partial(json.dumps, allow_nan=False)
+    with open(os.devnull, "w", encoding="utf-8") as sink:
+        if writer == "compiled":
+            return _write_entries(groups, is_map, sink.write, dumps)
+        written = 0
+        for _, entries in groups:
+            for entry in entries:
+                sink.write(_json_line(entry, is_map, dumps))
+                written += 1
+        return written
+
+
+def print_dump_rates(savepoint: Path, repeat: int) -> None:
+    print(f"\ndump per state of the large savepoint, JSON Lines to /dev/null (one core; goal {DUMP_GOAL:,} entries/s):")
+    print(f"  {'state':<40}{'entries':>10}{'reference/s':>13}{'compiled/s':>12}{'speedup':>8}{'x goal':>8}")
+    total = {"reference": 0.0, "compiled": 0.0}
+    entries = 0
+    with mode("compiled"):
+        for state in STATES:
+            rates = {}
+            for writer in total:
+                secs, n = timed(lambda s=state, w=writer: dump_state(savepoint, s, w), repeat=repeat)
+                rates[writer] = n / secs  # type: ignore[operator]
+                total[writer] += secs
+            entries += n  # type: ignore[operator]
+            print(f"  {state:<40}{n:>10,}{rates['reference']:>13,.0f}{rates['compiled']:>12,.0f}"
+                  f"{rates['compiled'] / rates['reference']:>7.1f}x{rates['compiled'] / DUMP_GOAL:>7.2f}x")
+    reference, compiled = entries / total["reference"], entries / total["compiled"]
+    print(f"  {'all five states':<40}{entries:>10,}{reference:>13,.0f}{compiled:>12,.0f}"
+          f"{compiled / reference:>7.1f}x{compiled / DUMP_GOAL:>7.2f}x")
+
+
 Blocks = list[tuple[bytes, int, int, int]]  # (data, key group, block offset, state index)
 
 
@@ -210,7 +257,7 @@ def main() -> int:
 
     print(f"\nfull decode per state of the large savepoint (one core; goal {GOAL:,} entries/s):")
     print(f"  {'state':<40}{'entries':>10}{'pure/s':>12}{'compiled/s':>12}{'speedup':>8}{'x goal':>8}")
-    for state in ("stats", "count", "recent", "buckets", "_timer_state/processing_user-timers"):
+    for state in STATES:
         rates = {}
         for name in MODES:
             with mode(name):
@@ -218,6 +265,8 @@ def main() -> int:
             rates[name] = n / secs  # type: ignore[operator]
         print(f"  {state:<40}{n:>10,}{rates['pure']:>12,.0f}{rates['compiled']:>12,.0f}"
               f"{rates['compiled'] / rates['pure']:>7.1f}x{rates['compiled'] / GOAL:>7.2f}x")
+
+    print_dump_rates(large, args.repeat)
 
     print("\nPOJO and RowData states of Flink's test savepoints (tests/corpus/savepoints), blocks in memory:")
     print(f"  {'family':<10}{'states':>7}{'entries':>9}{'pure/s':>12}{'compiled/s':>12}{'speedup':>8}{'x goal':>8}")
