@@ -183,10 +183,14 @@ def test_flink_written_savepoints_dump_the_references_bytes(flink_savepoints: di
     """The sample job's savepoints that Flink wrote in this run: every keyed state, compiled against reference."""
     for name, path in flink_savepoints.items():
         savepoint = Savepoint.open(path)
+        written = set()
         for op in savepoint.operators:
             if not savepoint.keyed_streams(op):
                 continue
             for state in savepoint.keyed_states(op):
                 entries = [e for _, group in savepoint.iter_key_groups(op, state.name) for e in group]
-                assert entries, f"{name}: {state.name} is empty"
                 assert_same_lines(entries, is_map=state.kind == "MAP")
+                if entries:
+                    written.add(state.name)
+        # the event-time timers are empty by design (the job sets processing-time timers only)
+        assert written >= {"stats", "count", "recent", "buckets", "_timer_state/processing_user-timers"}, name
