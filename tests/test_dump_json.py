@@ -78,6 +78,7 @@ def test_generated_values_write_the_references_bytes(case: str, data: st.DataObj
     assert_same_lines([(decoded[0], v, v, decoded[-1]) for v in decoded], is_map=True)
 
 
+@pytest.mark.corpus
 @needs_compiled
 def test_flink_corpus_states_write_the_references_bytes() -> None:
     """Every keyed state of Flink's savepoint corpus that the reader decodes, block by block."""
