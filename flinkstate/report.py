@@ -16,6 +16,7 @@ Exit status of ``flinkstate check``: 0 restorable as is or reconfigured; 3 migra
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,20 +219,27 @@ def _cell(text: str) -> str:
 
 def escape_markdown(text: str) -> str:
     """Text from a savepoint or manifest (names, types, errors) made safe for one Markdown line: control characters
-    escaped (:func:`~flinkstate.errors.printable`), table pipes and backticks neutralised."""
-    return printable(text).replace("|", "\\|").replace("`", "'")
+    escaped (:func:`~flinkstate.errors.printable`), table pipes and backticks neutralised, and a link or image
+    (``[text](url)``, whose text could hide its target) broken as the alerts break it (``] (``)."""
+    return printable(text).replace("|", "\\|").replace("`", "'").replace("](", "] (")
 
 
 def slack_text(text: str) -> str:
     """A message for a Slack-style chat (Slack's incoming webhooks, and those compatible with them), whatever names
     it carries: each line made printable (:func:`~flinkstate.errors.printable`), ``&``, ``<`` and ``>`` written
     as Slack asks (``&amp;``, ``&lt;``, ``&gt;``: no ``<!channel>`` or ``<!everyone>`` mention, no ``<@user>``, no
-    ``<url|text>`` link whose text hides its target), and Markdown's link ``[text](url)`` broken (``] (``) for the
-    chats that render Markdown. Every alert goes out through this rule; Slack shows ``&lt;`` as ``<``, so the text
-    reads as written, as plain text."""
+    ``<url|text>`` link whose text hides its target), Markdown's link ``[text](url)`` broken (``] (``) for the
+    chats that render Markdown, and a plain ``@channel`` / ``@here`` / ``@everyone`` / ``@all`` written with a
+    fullwidth at sign, U+FF20 (chats that ping on plain text). Every alert goes out through this rule; Slack shows
+    ``&lt;`` as ``<``, so the text reads as written, as plain text."""
     lines = (printable(line) for line in str(text).split("\n"))
-    return "\n".join(line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("](", "] (")
-                     for line in lines)
+    return "\n".join(_BROADCAST.sub("\uff20\\1", line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+                                    .replace("](", "] (")) for line in lines)
+
+
+#: A plain-text broadcast mention, which some Slack-compatible chats (Mattermost, Rocket.Chat, Discord's @everyone)
+#: turn into a notification of everyone: its @ becomes U+FF20 (fullwidth), which reads the same and notifies nobody.
+_BROADCAST = re.compile(r"@(channel|here|everyone|all)\b", re.IGNORECASE)
 
 
 # -- the dry run's section (its figures come from flinkstate.migration.dry_run.summarize) ----------------

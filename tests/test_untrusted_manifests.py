@@ -71,6 +71,16 @@ def test_printable_and_markdown_escaping():
     assert printable("uid\noperator FAKE (uid x)\x1b[2J") == "uid\\noperator FAKE (uid x)\\x1b[2J"
     assert printable("plain ü") == "plain ü"
     assert escape_markdown("a|b`c\nd") == "a\\|b'c\\nd"
+    # a name that would render as a link (or an image) whose text hides its target, in a report viewed as Markdown
+    assert escape_markdown("[Approve](http://evil.example) ![x](http://evil.example/i.png)") == \
+        "[Approve] (http://evil.example) ![x] (http://evil.example/i.png)"
+
+
+def test_alerts_notify_nobody_by_plain_text_mentions():
+    from flinkstate.report import slack_text
+
+    assert slack_text("@channel @Here x@everyone @all: @channels @alice") == \
+        "\uff20channel \uff20Here x\uff20everyone \uff20all: @channels @alice"
 
 
 def test_manifest_errors_on_the_command_line_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
