@@ -224,7 +224,8 @@ def test_the_alert_neutralises_slack_control_sequences(tmp_path: Path, capsys: p
     manifest = schema_of(capsys, source, tmp_path / "schema.yaml")
     report = tmp_path / "check-report.md"
     assert cli(capsys, "check", str(source), "--schema", str(manifest), "-o", str(report))[0] == 0
-    assert SLACK_UID.replace("|", "\\|") in report.read_text()  # the report as it is: Markdown, not Slack
+    # the report as it is: Markdown, not Slack (its pipe escaped for the table, its link broken as escape_markdown does)
+    assert SLACK_UID.replace("|", "\\|").replace("](", "] (") in report.read_text()
     before = len(webhook.received)
     send_alert(compose(f"Flink upgrade of {SLACK_UID} checked", str(report)))
     posted = webhook.received[before:]
