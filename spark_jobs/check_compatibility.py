@@ -53,13 +53,12 @@ from spark_jobs.common import (
     REPORT_MARKDOWN,
     add_in_process_argument,
     add_new_version_arguments,
-    collect_guarded,
-    guarded,
     new_version_schema,
     report_files,
     run_main,
     runner_name,
     shared,
+    spark_map,
     start_session,
     stop_session,
     verify_against,
@@ -81,12 +80,11 @@ def dry_run(spark: Any | None, job: MigrationJob, examples: int, max_dead_letter
     source = Savepoint.open(job.savepoint)
     plan = job.plan(source)
 
+    mapped = spark_map(spark, lambda unit: f"dry run of operator {unit[0]}, subtask {unit[1]}, key groups "
+                                           f"{unit[2]}-{unit[3]}")
+
     def on_spark(units: list[DryRunUnit]) -> list[DryRunResult]:
-        task = guarded(partial(dry_run_unit, job, examples),
-                       lambda unit: f"dry run of operator {unit[0]}, subtask {unit[1]}, key groups {unit[2]}-{unit[3]}")
-        if spark is None:
-            return collect_guarded([task(unit) for unit in units])
-        return collect_guarded(spark.sparkContext.parallelize(units, len(units)).map(task).collect())
+        return mapped(partial(dry_run_unit, job, examples), units)
 
     workers = spark.sparkContext.defaultParallelism if spark is not None else 1
     return run_dry_run(source, plan, examples=examples, max_dead_letters=max_dead_letters, map_units=on_spark,

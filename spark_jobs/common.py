@@ -138,7 +138,8 @@ def shared(location: str | None) -> str | None:
     return os.path.abspath(location)
 
 
-def spark_map(spark: Any | None) -> Callable[[Callable[[Any], Any], list[Any]], list[Any]]:
+def spark_map(spark: Any | None, describe: Callable[[Any], str] = lambda unit: unit.describe()
+              ) -> Callable[[Callable[[Any], Any], list[Any]], list[Any]]:
     """flinkstate's ``map_units`` (:mod:`flinkstate.migration.units`) as Spark tasks: one task per unit, results in
     the units' order, a failed unit reported in one line naming it. Without a session (``--in-process``), the units
     run one after the other here, a failure reported the same way."""
@@ -147,9 +148,9 @@ def spark_map(spark: Any | None) -> Callable[[Callable[[Any], Any], list[Any]], 
         if not units:
             return []
         if spark is None:
-            return collect_guarded([guarded(task, lambda unit: unit.describe())(unit) for unit in units])
+            return collect_guarded([guarded(task, describe)(unit) for unit in units])
         rdd = spark.sparkContext.parallelize(units, len(units))
-        return collect_guarded(rdd.map(guarded(task, lambda unit: unit.describe())).collect())
+        return collect_guarded(rdd.map(guarded(task, describe)).collect())
 
     return run
 
