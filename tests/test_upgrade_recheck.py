@@ -151,13 +151,14 @@ def _migrated(env: dict[str, Any]) -> Path | None:
     return Path(run_dir) / "migrated" / "savepoint" if run_dir and _journal(env).get("phase") == "migrating" else None
 
 
-def _run(env: dict[str, Any]) -> Any:
-    """v1 -> v2 through the migration branch (the first run finds v1 by its job id and is told its version)."""
+def _run(env: dict[str, Any], engine: str = "spark") -> Any:
+    """v1 -> v2 through the migration branch (the first run finds v1 by its job id and is told its version).
+    ``engine`` "spark": the re-check inside the migration's Spark application (in-process: test_spark_jobs)."""
     entry = _registry(env)
     conf = {"job_name": DEPLOYMENT, "job_id": entry["job_id"] if entry else env["v1_job"],
             **_version("v2", "v2.yaml", env["work"] / "audit-v2"), "savepoint_base": str(env["base"]),
             "min_checkpoints": 2, "gate_timeout": 90, "min_running_seconds": 3,
-            "engine": "spark"}  # the re-check inside the migration's Spark application (in-process: test_spark_jobs)
+            "engine": engine}
     if entry is None:
         conf["current"] = env["v1"]
     return load_dag("flink_state_upgrade", ROOT / "dags").test(run_conf=conf)
@@ -251,7 +252,9 @@ def test_the_recheck_fails_in_one_line_when_its_report_is_missing(env: dict[str,
 
     remover = threading.Thread(target=remove_the_report, daemon=True)
     remover.start()
-    run = _run(env)
+    # In one process: the missing report is judged by the recheck task whichever engine wrote it, and a
+    # spark-submit here would only add its start to the run (the Spark application: the test above).
+    run = _run(env, engine="in-process")
     remover.join(5)
     assert removed, "the report was never written"
     migrated = removed[0].parent / "savepoint"
