@@ -106,7 +106,14 @@ from flinkstate.storage.uri import (
     write_file,
 )
 from flinkstate.typenotation import to_snapshot as type_snapshot
-from flinkstate.upgrades.history import HistoryError, RunHistory, deployment_history, remove_savepoint, retention
+from flinkstate.upgrades.history import (
+    HistoryError,
+    RunHistory,
+    deployment_history,
+    read_run_record,
+    remove_savepoint,
+    retention,
+)
 from flinkstate.upgrades.journal import (
     DeploymentRegistry,
     JobVersion,
@@ -253,6 +260,7 @@ __all__ = [
     "process_start",
     "progress_shown",
     "read_file",
+    "read_run_record",
     "recover",
     "refuse_output_in_source",
     "register_serializer_snapshot",

@@ -7,66 +7,15 @@ unfinished run, and the history still shows a run whose savepoints are gone."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 
-from flinkstate import UpgradeJournal
 from flinkstate.cli import main
 from flinkstate.storage.uri import copy_savepoint
-from flinkstate.upgrades.journal import DeploymentRegistry, JobVersion
-from tests.support.airflow_env import ROOT
-
-if str(ROOT / "plugins") not in sys.path:  # the plugin's run record, without Airflow set-up
-    sys.path.insert(0, str(ROOT / "plugins"))
-
-from flinkstate_airflow.upgrade import write_run_record
-
-SAVEPOINT = (Path(__file__).parent / "corpus" / "savepoints" / "flink-tests" / "src" / "test" / "resources"
-             / "new-stateful-udf-migration-itcase-flink2.3-hashmap-savepoint")
-V1, V2 = JobVersion(jar="/jobs/v1.jar", manifest=None), JobVersion(jar="/jobs/v2.jar", manifest=None)
-
-
-def _lay_out(base: str) -> dict[str, str]:
-    """Three runs of deployment 'orders': r1 and r2 upgraded (the job runs from r2's migrated savepoint), r3
-    stopped the job and is unfinished. Returns what each savepoint is, by location."""
-    where = {}
-    for index, run_id in enumerate(("r1", "r2", "r3"), start=1):
-        run_dir = f"{base}/orders/{run_id}"
-        plan = {"run_id": run_id, "run_dir": run_dir, "new": {"jar": f"/jobs/v{index + 1}.jar"}}
-        record = {"stage": "planned", "at": f"2026-11-0{index}T10:00:00Z"}
-        write_run_record(plan, record)
-        stored = json.loads(_read(f"{run_dir}/run.json"))
-        stored["events"][0]["at"] = record["at"]  # the runs are days apart
-        _write(f"{run_dir}/run.json", json.dumps(stored))
-        write_run_record(plan, {"stage": "checked", "check_outcome": "migrate",
-                                "verdict": "COMPATIBLE_AFTER_MIGRATION"})
-        for kind, name in (("preflight", "savepoint-aa-1"), ("stop", "savepoint-aa-2"), ("migrated", "savepoint")):
-            where[f"{run_dir}/{kind}/{name}"] = f"{run_id}/{kind}"
-            copy_savepoint(SAVEPOINT, f"{run_dir}/{kind}/{name}")
-        if run_id != "r3":
-            write_run_record(plan, {"stage": "done", "outcome": "upgraded"})
-    DeploymentRegistry(base).record("orders", V2, "0" * 32, f"{base}/orders/r2/migrated/savepoint", "r2")
-    journal = UpgradeJournal.start({"savepoint_base": base, "job_name": "orders", "run_id": "r3",
-                                    "run_dir": f"{base}/orders/r3", "old": {}, "new": {}, "job_id": "0" * 32},
-                                   "resolve")
-    journal.advance("stopped", "stop_for_migration", stop_savepoint=f"{base}/orders/r3/stop/savepoint-aa-2")
-    return where
-
-
-def _read(uri: str) -> bytes:
-    from flinkstate.storage.uri import read_file
-
-    return read_file(uri)
-
-
-def _write(uri: str, text: str) -> None:
-    from flinkstate.storage.uri import write_file
-
-    write_file(uri, text.encode())
+from tests.support.run_folders import SAVEPOINT, lay_out_runs
 
 
 def _history(capsys: pytest.CaptureFixture[str], base: str, *args: str) -> dict[str, Any]:
@@ -79,7 +28,7 @@ def _savepoints(history: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
 
 
 def _check_retention(capsys: pytest.CaptureFixture[str], base: str, exists: Any) -> None:
-    where = _lay_out(base)
+    where = lay_out_runs(base)
     history = _history(capsys, base)
     assert [(r["run_id"], r["outcome"], r["check_outcome"], r["version"]) for r in history["runs"]] == [
         ("r1", "upgraded", "migrate", "/jobs/v2.jar"), ("r2", "upgraded", "migrate", "/jobs/v3.jar"),
@@ -118,7 +67,7 @@ def test_history_and_retention_on_a_local_base(tmp_path: Path, capsys: pytest.Ca
 
 def test_a_linked_savepoint_folder_is_not_followed(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     base = tmp_path / "base"
-    _lay_out(str(base))
+    lay_out_runs(str(base))
     elsewhere = Path(copy_savepoint(SAVEPOINT, tmp_path / "elsewhere"))
     linked = base / "orders" / "r1" / "stop" / "savepoint-linked"
     linked.symlink_to(elsewhere)

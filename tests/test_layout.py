@@ -159,6 +159,8 @@ API_USERS = {
     "plugins/flinkstate_airflow/hooks.py": (),
     "plugins/flinkstate_airflow/releases.py": (),
     "plugins/flinkstate_airflow/recheck.py": (),
+    "plugins/flinkstate_airflow/ui.py": (),
+    "plugins/flinkstate_airflow/flinkstate_plugin.py": (),
     "spark_jobs": (),
     "examples": (),
 }

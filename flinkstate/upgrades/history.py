@@ -66,7 +66,7 @@ def deployment_history(savepoint_base: str, deployment: str) -> list[RunHistory]
     unfinished = journal.data["run_id"] if journal is not None and not journal.finished else None
     runs = []
     for run_dir, names in _run_folders(folder).items():
-        record = _run_record(f"{run_dir}/run.json")
+        record = read_run_record(f"{run_dir}/run.json")
         plan = record.get("plan") or {}
         events = record.get("events") or []
         checked: dict[str, Any] = next((e for e in events if e.get("stage") == "checked"), {})
@@ -136,7 +136,8 @@ def _run_folders(folder: str) -> dict[str, list[str]]:
     return found
 
 
-def _run_record(uri: str) -> dict[str, Any]:
+def read_run_record(uri: str) -> dict[str, Any]:
+    """An upgrade run's ``run.json`` (local or ``s3://``); a file that is not one is a :class:`HistoryError` naming it."""
     try:
         record = json.loads(read_file(uri))
     except ValueError as exc:
@@ -146,4 +147,5 @@ def _run_record(uri: str) -> dict[str, Any]:
     return record
 
 
-__all__ = ["HistoryError", "RunHistory", "RunSavepoint", "deployment_history", "remove_savepoint", "retention"]
+__all__ = ["HistoryError", "RunHistory", "RunSavepoint", "deployment_history", "read_run_record", "remove_savepoint",
+           "retention"]
