@@ -88,6 +88,7 @@ from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.progress import showing as progress_shown
 from flinkstate.progress import track
 from flinkstate.report import Report, slack_text
+from flinkstate.report_html import ReportFormatError, render_html
 from flinkstate.resolution import BACKENDS
 from flinkstate.savepoint import KeyedStateInfo, Savepoint, open_savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
@@ -205,6 +206,7 @@ __all__ = [
     "Reader",
     "Recovery",
     "Report",
+    "ReportFormatError",
     "RunHistory",
     "RunProbe",
     "RunTakenOver",
@@ -265,6 +267,7 @@ __all__ = [
     "refuse_output_in_source",
     "register_serializer_snapshot",
     "remove_savepoint",
+    "render_html",
     "restore_old",
     "retention",
     "run_dry_run",

@@ -15,6 +15,7 @@ Exit status of ``flinkstate check``: 0 restorable as is or reconfigured; 3 migra
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from dataclasses import dataclass, field
@@ -74,6 +75,10 @@ class Report:
     dry_run_runner: str = "one process"
     #: The trial restore's section (``check --trial``: jar, backend, key groups, seconds, disagreements), when one ran.
     trial: dict[str, Any] | None = None
+    #: The job jar whose operators gave the new version's types, and the overlay that completed them, when the schema
+    #: is a jar's (:attr:`flinkstate.manifest.Manifest.jar`): in the JSON, so that a rendering of it names both.
+    jar: str | None = None
+    overlay: str | None = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -110,6 +115,7 @@ class Report:
             "report_version": REPORT_VERSION,
             "savepoint": self.savepoint,
             "manifest": self.manifest,
+            **({"jar": self.jar, "overlay": self.overlay} if self.jar is not None else {}),
             "backend": self.backend or "any",
             "allow_non_restored_state": self.allow_non_restored_state,
             "flink_verdict": self.flink_verdict.name,
@@ -126,9 +132,7 @@ class Report:
         return json.dumps(self.to_json(), indent=2)
 
     def render_markdown(self) -> str:
-        headline = _OUTCOME_TEXT[self.outcome]
-        if self.outcome == "incompatible" and self.verdict < INCOMPATIBLE and self.dry_run is not None:
-            headline += " (the dry run shows the migration would fail)"
+        headline = headline_text(self.outcome, self.verdict, self.dry_run is not None)
         lines = [f"# Compatibility check: {headline}", "",
                  f"- savepoint: `{escape_markdown(self.savepoint)}`", _manifest_line(self.manifest),
                  _verdict_line(self),
@@ -183,8 +187,18 @@ class Report:
 _KEY_GROUPS = {"one": "one key group of each operator", "all": "all key groups"}
 _OUTCOME_TEXT = {"restore": "restorable", "migrate": "migration required and possible",
                  "incompatible": "INCOMPATIBLE"}
-_SHORT = {Verdict.COMPATIBLE_AS_IS: "as is", Verdict.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER: "reconfigured",
-          Verdict.COMPATIBLE_AFTER_MIGRATION: "after migration", INCOMPATIBLE: "**INCOMPATIBLE**"}
+#: A verdict in a table cell, in words (the Markdown makes INCOMPATIBLE bold; the HTML report colours each).
+VERDICT_WORDS = {Verdict.COMPATIBLE_AS_IS: "as is", Verdict.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER: "reconfigured",
+                 Verdict.COMPATIBLE_AFTER_MIGRATION: "after migration", INCOMPATIBLE: "INCOMPATIBLE"}
+
+
+def headline_text(outcome: str, verdict: Verdict, dry_run: bool) -> str:
+    """The report's headline for its outcome (``restore``, ``migrate``, ``incompatible``): an outcome made
+    incompatible by the dry run although the snapshots allow the plan says so."""
+    headline = _OUTCOME_TEXT[outcome]
+    if outcome == "incompatible" and verdict < INCOMPATIBLE and dry_run:
+        headline += " (the dry run shows the migration would fail)"
+    return headline
 
 
 def _verdict_line(report: Report) -> str:
@@ -199,7 +213,8 @@ def _verdict_line(report: Report) -> str:
 
 
 def _short(verdict: Verdict) -> str:
-    return _SHORT[verdict]
+    words = VERDICT_WORDS[verdict]
+    return f"**{words}**" if verdict is INCOMPATIBLE else words
 
 
 def _types(types: dict[str, str]) -> str:
@@ -222,6 +237,14 @@ def escape_markdown(text: str) -> str:
     escaped (:func:`~flinkstate.errors.printable`), table pipes and backticks neutralised, and a link or image
     (``[text](url)``, whose text could hide its target) broken as the alerts break it (``] (``)."""
     return printable(text).replace("|", "\\|").replace("`", "'").replace("](", "] (")
+
+
+def escape_html(text: object) -> str:
+    """Text from a savepoint or manifest (names, types, errors), or from a report file, made safe for HTML text and
+    quoted attribute values: control characters and bidi overrides escaped (:func:`~flinkstate.errors.printable`),
+    then ``&``, ``<``, ``>``, ``"`` and ``'`` written as character references, so that no name creates an element or
+    an attribute, or ends one."""
+    return html.escape(printable(text), quote=True)
 
 
 def slack_text(text: str) -> str:
@@ -277,5 +300,5 @@ def render_dry_run(section: dict[str, Any], runner: str = "one process") -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["EXIT_INCOMPATIBLE", "EXIT_MIGRATION", "EXIT_OK", "REPORT_VERSION", "Report", "StateRow", "escape_markdown",
-           "outcome_after_dry_run", "render_dry_run", "slack_text"]
+__all__ = ["EXIT_INCOMPATIBLE", "EXIT_MIGRATION", "EXIT_OK", "REPORT_VERSION", "VERDICT_WORDS", "Report", "StateRow",
+           "escape_html", "escape_markdown", "headline_text", "outcome_after_dry_run", "render_dry_run", "slack_text"]

@@ -19,9 +19,10 @@ refused in one line before anything else runs.
    migration is required and possible. A failure in a state whose policy is ``fail`` turns the outcome into
    ``incompatible``: the migration would not get through.
 
-Writes ``check-report.json`` (the check's report, ``report_version`` 1, with a ``dry_run`` section) and
-``check-report.md`` to the report folder (local or s3://), and prints the Markdown. Exits 0 once the report is
-written (the DAG branches on its ``outcome``); with ``--exit-code``, 0 / 3 / 4 as ``flinkstate check``.
+Writes ``check-report.json`` (the check's report, ``report_version`` 1, with a ``dry_run`` section),
+``check-report.md`` and ``check-report.html`` (the page rendered from the JSON) to the report folder (local or
+s3://), and prints the Markdown. Exits 0 once the report is written (the DAG branches on its ``outcome``); with
+``--exit-code``, 0 / 3 / 4 as ``flinkstate check``.
 """
 
 from __future__ import annotations

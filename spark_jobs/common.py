@@ -22,6 +22,7 @@ from flinkstate import (
     check,
     os_error_line,
     printable,
+    render_html,
     schema_of_jar,
     verify_published,
     write_file,
@@ -29,6 +30,8 @@ from flinkstate import (
 
 REPORT_JSON = "check-report.json"
 REPORT_MARKDOWN = "check-report.md"
+#: The same report as one self-contained page, rendered from the JSON body (flinkstate.report_html).
+REPORT_HTML = "check-report.html"
 
 #: The last line of a Python traceback raised by flinkstate inside a Spark task, e.g.
 #: ``flinkstate.migration.engine.MigrationError: operator stats, state stats: ...``.
@@ -235,10 +238,11 @@ def report_files(report: Report, verification: list[str] | None, *, verified_aga
 
 
 def write_report_files(folder: str, body: dict[str, Any], markdown: str) -> None:
-    """``check-report.json`` and ``check-report.md`` in ``folder`` (local or s3://)."""
+    """``check-report.json``, ``check-report.md`` and ``check-report.html`` in ``folder`` (local or s3://)."""
     folder = folder.rstrip("/")
     write_file(f"{folder}/{REPORT_JSON}", (json.dumps(body, indent=2) + "\n").encode())
     write_file(f"{folder}/{REPORT_MARKDOWN}", markdown.encode())
+    write_file(f"{folder}/{REPORT_HTML}", render_html(body).encode())
 
 
 @dataclass(frozen=True)

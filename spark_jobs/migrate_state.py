@@ -24,7 +24,7 @@ With ``--recheck-report-dir``, the same application then re-checks what it publi
 exactly what ``check_compatibility.py OUTPUT --schema MANIFEST --dry-run never --exit-code --verify-against
 SAVEPOINT --verify-old-schema OLD`` does (the published savepoint checked against the new manifest, then every entry
 compared with the source's migration by the independent verifier), in the same SparkSession. It writes that job's
-``check-report.json`` / ``check-report.md`` to DIR; a refusal by the verifier is written there too
+``check-report.json`` / ``.md`` / ``.html`` to DIR; a refusal by the verifier is written there too
 (``verification_error``, one line). The exit status is 0 once the savepoint is published and the re-check's report
 written (whoever runs the step judges the report, as the DAG's ``recheck`` task does); with ``--recheck-exit-code``,
 the re-check's status as ``check_compatibility.py --exit-code``: 0 / 3 / 4, or 1 with the verifier's one line.

@@ -1,6 +1,7 @@
-"""``flinkstate check SAVEPOINT --schema MANIFEST [--format json|markdown]``: what Flink will do with the savepoint's
-state when the version MANIFEST describes restores it, and why. ``check SAVEPOINT --jar JAR [--schema OVERLAY]
-[-- ARGS...]``: the version is the job jar's (its ``main()`` runs in a JVM of its own), completed by the overlay.
+"""``flinkstate check SAVEPOINT --schema MANIFEST [--format markdown|json|html]``: what Flink will do with the
+savepoint's state when the version MANIFEST describes restores it, and why. ``check SAVEPOINT --jar JAR [--schema
+OVERLAY] [-- ARGS...]``: the version is the job jar's (its ``main()`` runs in a JVM of its own), completed by the
+overlay.
 
 Exit status: 0 restorable as is or reconfigured; 3 migration required and possible (the plan ``flinkstate migrate``
 runs, and its output restores as is); 4 incompatible (``migrate`` refuses); 1 error; 2 usage.
@@ -27,6 +28,7 @@ from flinkstate import (
     check,
     printable,
     refuse_output_in_source,
+    render_html,
     run_dry_run,
     trial_restore,
     write_file,
@@ -50,7 +52,8 @@ def register(subparsers: Any) -> None:
     add_new_version_arguments(parser)
     parser.add_argument("--previous", metavar="MANIFEST",
                         help="the manifest of the version that wrote the savepoint (knows Row field names)")
-    parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="report format")
+    parser.add_argument("--format", choices=("markdown", "json", "html"), default="markdown",
+                        help="report format (html: one self-contained page, rendered from the JSON report)")
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="write the report to FILE (local or s3://) instead of stdout; the exit status is the same")
     parser.add_argument("--backend", choices=BACKENDS,
@@ -105,7 +108,12 @@ def _run(args: argparse.Namespace) -> int:
                                              allow_code=policy)
         counts = {k: v for k, v in report.dry_run.items() if not isinstance(v, (list, dict))}  # not the examples
         log.info("dry run: %s; outcome now %s", counts, report.outcome)
-    text = report.render_json() + "\n" if args.format == "json" else report.render_markdown()
+    if args.format == "json":
+        text = report.render_json() + "\n"
+    elif args.format == "html":  # rendered from the JSON form, as the DAG renders a check-report.json
+        text = render_html(report.to_json())
+    else:
+        text = report.render_markdown()
     if args.output:
         write_file(args.output, text.encode("utf-8"))
         print(f"flinkstate: report written to {printable(args.output)} ({report.outcome})", file=sys.stderr)

@@ -91,7 +91,8 @@ def check(savepoint: Savepoint | str | os.PathLike[str], manifest: Manifest | st
     sp = savepoint if isinstance(savepoint, Savepoint) else Savepoint.open(savepoint)
     new = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     old_manifest = previous if isinstance(previous, Manifest) or previous is None else load_manifest(previous)
-    report = Report(sp.location.uri, new.origin(), backend=backend, allow_non_restored_state=allow_non_restored_state)
+    report = Report(sp.location.uri, new.origin(), backend=backend, allow_non_restored_state=allow_non_restored_state,
+                    jar=new.jar, overlay=new.overlay)
     view = SavepointView(sp)
     report.rows = flink_rows(view, new, previous=old_manifest, backend=backend,
                              allow_non_restored_state=allow_non_restored_state, renames=not migrated)

@@ -15,6 +15,7 @@ from flinkstate import exists, local_path, read_file
 
 CHECK_REPORT = "check-report.json"
 CHECK_REPORT_MARKDOWN = "check-report.md"
+CHECK_REPORT_HTML = "check-report.html"
 
 
 def _place(location: str) -> str:

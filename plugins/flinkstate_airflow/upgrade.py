@@ -11,9 +11,9 @@ Layout of one run (``savepoint_base`` is a local folder or ``s3://bucket/prefix`
     <savepoint_base>/<job name>/<run id>/run.json      the run: old and new versions, decisions, outcome, durations
         new-schema.yaml  old-schema.yaml                              each version's state schema: its jar's,
                                                                       completed by its manifest (an overlay)
-        preflight/savepoint-...  preflight/check-report.{json,md}    taken while the old job keeps running
+        preflight/savepoint-...  preflight/check-report.{json,md,html}  taken while the old job keeps running
         stop/savepoint-...                                            stop-with-savepoint: the rollback point
-        migrated/savepoint  migrated/check-report.{json,md}          the migrated savepoint and its re-check
+        migrated/savepoint  migrated/check-report.{json,md,html}      the migrated savepoint and its re-check
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ __all__ = ["DeploymentRegistry", "JobVersion", "UpgradeError", "UpgradeJournal",
 
 CHECK_REPORT = "check-report.json"
 CHECK_REPORT_MARKDOWN = "check-report.md"
+#: The report as one self-contained page (flinkstate.report_html), written beside the two by the Spark jobs.
+CHECK_REPORT_HTML = "check-report.html"
 #: Each version's state schema as preflight_checks resolved it, in the run's folder (see version_schema).
 NEW_SCHEMA, OLD_SCHEMA = "new-schema.yaml", "old-schema.yaml"
 #: A journal not written for this long, by a process on another host, belongs to a dead run (same host: the
