@@ -32,7 +32,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param, task
 from flinkstate_airflow import upgrade
 from flinkstate_airflow.hooks import FlinkHook, spark_master
-from flinkstate_airflow.notifiers import send_alert, task_log_folder
+from flinkstate_airflow.notifiers import run_view_url, send_alert
 from flinkstate_airflow.operators import FlinkSavepointOperator, FlinkSubmitJarOperator, TaskRefused
 from flinkstate_airflow.recheck import recheck_problem
 from flinkstate_airflow.sensors import FlinkHealthGateSensor
@@ -251,7 +251,7 @@ with DAG(
         client = FlinkHook().get_conn() if plan else None
         ok, alert = upgrade.conclude(plan, client, deployment=(params or {}).get("job_name") or
                                      (params or {}).get("job_id") or "?", failures=failures,
-                                     logs=task_log_folder(ti),
+                                     view=run_view_url(ti),
                                      timeout=float((params or {}).get("rollback_timeout") or 300))
         if alert:
             send_alert(alert, succeeded=ok)  # a success is logged at INFO, anything else at WARNING

@@ -33,7 +33,7 @@ def _concluded(base: Path, journal_for: object) -> dict:
     plan = {**_plan(base), "dag_id": "flink_state_upgrade"}
     plan["journal"] = journal_for(base, upgrade.run_of(plan, "resolve")).uri  # type: ignore[operator]
     upgrade.write_run_record(plan, {"stage": "planned"})
-    upgrade.conclude(plan, FlinkRestClient("http://127.0.0.1:9"), deployment="orders", failures=[], logs="(logs)")
+    upgrade.conclude(plan, FlinkRestClient("http://127.0.0.1:9"), deployment="orders", failures=[], view="(view)")
     return json.loads((Path(plan["run_dir"]) / "run.json").read_text())
 
 

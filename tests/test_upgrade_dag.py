@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -484,7 +485,9 @@ def test_flink_unreachable_changes_nothing_and_says_why(env: dict[str, Any], upg
     texts = _messages(env, since)
     assert texts == [f"Flink upgrade of {entry['job_id']} FAILED before anything was changed: resolve: cannot reach "
                      f"the Flink REST API at http://127.0.0.1:{port}: connection refused or reset. Nothing was "
-                     f"stopped; the running job was not touched. Logs: {texts[0].split('Logs: ')[1]}"], texts
+                     f"stopped; the running job was not touched. See it in Airflow: "
+                     f"http://localhost:8080/dags/flink_state_upgrade/runs/"
+                     f"{quote(run.run_id, safe='')}/plugin/flink-upgrade"], texts  # the run's tab in the UI
     assert env["client"].job_state(entry["job_id"]) == "RUNNING" and _registry(env)["keyed-stats-v1"] == entry
 
 

@@ -194,9 +194,10 @@ def test_run_json_and_the_alert_give_the_downtime_until_the_job_ran_again(tmp_pa
     journal = _upgraded_journal(tmp_path, run=upgrade.run_of(plan, "resolve"))
     plan["journal"] = journal.uri
     ok, alert = upgrade.conclude(plan, FlinkRestClient("http://127.0.0.1:9"), deployment="orders", failures=[],
-                                 logs="(logs)")
+                                 view="(view)")
     assert ok and alert is not None
     record = json.loads((Path(plan["run_dir"]) / "run.json").read_text())
     assert record["events"][-1]["durations"]["down"] == 33.0 and record["events"][-1]["durations"]["gate"] == 14.0
     assert (" Down 33.0 s (from the stop request until every subtask of the job that runs now was RUNNING; the "
             "health gate then took 14.0 s).") in alert.splitlines()[0], alert
+    assert alert.splitlines()[1].endswith(". See it in Airflow: (view)"), alert  # the run's page, not a log folder

@@ -68,17 +68,18 @@ def send_alert(text: str, *, http_conn_id: str = "flink_upgrade_webhook", endpoi
     log.info("webhook %s answered %s", http_conn_id, response.status_code)
 
 
-def task_log_folder(ti: Any) -> str:
-    """Where Airflow writes the logs of this task's run (the local base log folder; remote logging copies it)."""
-    import os
-
+def run_view_url(ti: Any) -> str:
+    """Where a person sees this task's upgrade run: its DAG run's "Flink upgrade" tab in the Airflow UI (the run's
+    page of :mod:`flinkstate_airflow.ui`, beside the run's tasks and their logs), at the api-server's
+    ``[api] base_url`` (Airflow's own fallback when it is not set, as its task log links)."""
     try:
         from airflow.configuration import conf
 
-        base = conf.get("logging", "base_log_folder")
-    except Exception:  # configuration unavailable: say what the folder is called instead
-        base = os.environ.get("AIRFLOW__LOGGING__BASE_LOG_FOLDER", "$AIRFLOW_HOME/logs")
-    return f"{base}/dag_id={ti.dag_id}/run_id={ti.run_id}/ (Airflow task logs of run {ti.run_id})"
+        from flinkstate_airflow.ui import run_tab_url  # here: the DAG files that import this module need no FastAPI
+
+        return run_tab_url(conf.get("api", "base_url", fallback="http://localhost:8080"), ti.dag_id, ti.run_id)
+    except Exception:  # the alert must go out all the same: say which run to look for
+        return f"DAG run {ti.run_id} of {ti.dag_id}, its Flink upgrade tab"
 
 
 def compose(message: str, report: str | None) -> str:

@@ -235,7 +235,7 @@ def _runs_html(request: Request, deployments: list[Deployment], problems: list[s
         if deployment.problem:
             parts.append(f"<p class=\"problem\">{_e(deployment.problem)}</p>")
             continue
-        rows = [f"<tr><td>{_e(run.history.planned_at)}</td><td><a href=\"{_e(_run_link(request, run))}\">"
+        rows = [f"<tr><td class=\"num\">{_e(run.history.planned_at)}</td><td><a href=\"{_e(_run_link(request, run))}\">"
                 f"{_e(run.history.run_id)}</a></td><td>{_e(run.history.check_outcome or 'not checked')}"
                 f"{' (' + _e(run.history.verdict) + ')' if run.history.verdict else ''}</td><td>{_outcome(run)}</td>"
                 f"<td>{_e(run.running_now())}</td><td class=\"num\">{_seconds(run.down)}</td>"

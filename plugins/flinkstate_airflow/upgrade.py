@@ -508,35 +508,37 @@ def record_upgrade(plan: dict[str, Any], new_job_id: str, restored_from: str,
 
 
 def conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, deployment: str, failures: list[str],
-             logs: str, timeout: float = 300) -> tuple[bool, str | None]:
+             view: str, timeout: float = 300) -> tuple[bool, str | None]:
     """Ends the run whatever happened: rolls back when something was stopped and the upgrade did not finish (and
     only then), writes the outcome to ``run.json``, and returns (success, the one alert to send; None when a
     watchdog already told). Never rolls back when nothing was stopped. Never raises: when concluding itself fails,
-    that is the alert, with the command that restores production."""
+    that is the alert, with the command that restores production. ``view``: where the alert says the run is seen
+    (its page in the Airflow UI)."""
     try:
-        return _conclude(plan, client, deployment=deployment, failures=failures, logs=logs, timeout=timeout)
+        return _conclude(plan, client, deployment=deployment, failures=failures, view=view, timeout=timeout)
     except JournalConflict:
         return False, None  # another actor (the watchdog) took the run over: its alert is the run's one alert
     except Exception as exc:  # whatever it is, production may be down: a person must hear of it, with what to do
-        return False, _conclusion_failed(plan, deployment, exc, logs)
+        return False, _conclusion_failed(plan, deployment, exc, view)
 
 
-def _conclusion_failed(plan: dict[str, Any] | None, deployment: str, exc: Exception, logs: str) -> str:
+def _conclusion_failed(plan: dict[str, Any] | None, deployment: str, exc: Exception, view: str) -> str:
     what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if not plan:
-        return f"Flink upgrade of {deployment} FAILED and its conclusion failed too ({what}). Logs: {logs}"
+        return (f"Flink upgrade of {deployment} FAILED and its conclusion failed too ({what}). See it in Airflow: "
+                f"{view}")
     journal = UpgradeJournal(plan.get("journal") or "", {"savepoint_base": plan["savepoint_base"],
                                                         "deployment": plan["job_name"],
                                                         "flink_url": plan.get("flink_url")})
     return (f"Flink upgrade of {plan['job_name']}: its conclusion FAILED ({what}): production may be DOWN, or run "
             f"a version no record names. See what runs with: flinkstate upgrade status --savepoint-base "
             f"{plan['savepoint_base']} --deployment {plan['job_name']}; restore the old version from the stop "
-            f"savepoint (in {plan['run_dir']}/stop) with: {journal.restore_command()}\nLogs: {logs}")
+            f"savepoint (in {plan['run_dir']}/stop) with: {journal.restore_command()}\nSee it in Airflow: {view}")
 
 
 def _conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, deployment: str, failures: list[str],
-              logs: str, timeout: float) -> tuple[bool, str | None]:
-    where = f"Logs: {logs}"
+              view: str, timeout: float) -> tuple[bool, str | None]:
+    where = f"See it in Airflow: {view}"
     if plan is None:  # the run failed before it knew its job: nothing was touched
         failed = "; ".join(failures) or "resolve failed (see its log)"
         return False, (f"Flink upgrade of {deployment} FAILED before anything was changed: {failed}. Nothing was "
