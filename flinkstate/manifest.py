@@ -57,7 +57,7 @@ MANIFEST_VERSION = 1
 KINDS = ("VALUE", "LIST", "MAP", "REDUCING", "AGGREGATING", TIMERS)
 _HEX_ID = re.compile(r"^[0-9a-f]{32}$")
 _STATE_KEYS = {"kind", "key", "namespace", "value", "user_key", "migration", "renamed_from"}
-_OPERATOR_KEYS = {"id", "max_parallelism", "key", "states", "renamed_from", "dropped_states", "migration"}
+_OPERATOR_KEYS = {"id", "max_parallelism", "key", "states", "renamed_from", "dropped_states", "migration", "window"}
 
 
 class ManifestError(FlinkStateError):
@@ -123,6 +123,8 @@ class OperatorSchema:
     dropped_states: list[str] = field(default_factory=list)
     #: The operator's own ``migration:`` block: its key conversion (``key``, ``on_error``).
     migration: Mapping[str, Any] | None = None
+    #: The window it assigns records to, as the jar inspector writes it (:mod:`flinkstate.windows`); None: unknown.
+    window: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -138,6 +140,8 @@ class OperatorSchema:
             result["migration"] = dict(self.migration)
         if self.dropped_states:
             result["dropped_states"] = list(self.dropped_states)
+        if self.window is not None:
+            result["window"] = self.window
         if self.states:
             result["states"] = {name: state.to_dict() for name, state in self.states.items()}
         return result
@@ -413,8 +417,9 @@ class _Parser:
                 parse_operator_migration(migration, f"{path}.migration", self.file)
             except MigrationSpecError as exc:
                 raise ManifestError("", "", str(exc)) from None
+        window = self.text(spec["window"], f"{path}.window") if spec.get("window") is not None else None
         op = OperatorSchema(label, operator_id, uid, op_key, {}, max_parallelism, renamed_from, list(dropped),
-                            migration)
+                            migration, window)
         for name, state in self.mapping(spec.get("states"), f"{path}.states").items():
             op.states[str(name)] = self.state(op, str(name), state, f"{path}.states.{name}")
         for name in dropped:

@@ -31,11 +31,15 @@ from typing import Any
 import pytest
 
 from flinkstate.engine import LocalFlinkCluster
+from flinkstate.engine.jar_schema import inspect_jar
 from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.format.sst_walk import column_family_tables, resolved_entries
 from flinkstate.format_errors import SavepointFormatError
+from flinkstate.manifest import Manifest
+from flinkstate.manifest_overlay import manifest_of_jar
 from flinkstate.migration.plan import MigrationError
 from flinkstate.migration.runner import migrate_savepoint
+from flinkstate.migration.verdict import check
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.uri import open_output
 from tests.support import list_merge_job as lm
@@ -231,3 +235,26 @@ def test_an_iterator_error_is_refused_in_one_line(snapshots: Snapshots, monkeypa
                                        "--state", lm.LIST_STATE])
     assert status == 1 and stdout == "" and stderr.startswith("flinkstate: error: ") and \
         "merge_operator_ must be set" in stderr and len(stderr.splitlines()) == 1, (status, stderr)
+
+
+def test_a_changed_window_size_is_a_finding_from_the_two_jars(snapshots: Snapshots, tmp_path: Path) -> None:
+    """The savepoint does not record the window: the two versions' jars do (issue 23). A DataStream window holds its
+    bounds, so a new size is a finding (open windows fire at their old end), not a refusal; the same size, none."""
+    (tmp_path / "audit").mkdir()
+
+    def version(window_ms: int) -> Manifest:
+        return manifest_of_jar(inspect_jar(snapshots.jar, entry_class=lm.ENTRY_CLASS, program_args=[
+            "--keys", str(SHAPE.keys), "--window-ms", str(window_ms), "--audit-dir", str(tmp_path / "audit")]))
+
+    old, new = version(SHAPE.window_ms), version(2 * SHAPE.window_ms)
+    assert old.operators[lm.WINDOWS_UID].window == (f"window:TumblingEventTimeWindows(globalOffset=0, "
+                                                    f"size={SHAPE.window_ms}, windowStagger=ALIGNED)")
+    assert new.operators[lm.WINDOWS_UID].window == old.operators[lm.WINDOWS_UID].window.replace(
+        f"size={SHAPE.window_ms}", f"size={2 * SHAPE.window_ms}")
+    assert old.operators[lm.LISTS_UID].window is None  # a process function assigns no window
+    report = check(snapshots.paths["canonical"], new, previous=old)
+    findings = [f for row in report.rows for f in row.findings if f.code == "WINDOW_CHANGED"]
+    assert [(f.operator, f.silent_misread) for f in findings] == [(lm.WINDOWS_UID, False)]
+    assert report.exit_code == 0
+    same = check(snapshots.paths["canonical"], old, previous=old)
+    assert not any(f.code == "WINDOW_CHANGED" for row in same.rows for f in row.findings)

@@ -28,11 +28,14 @@ import yaml
 
 from flinkstate import check
 from flinkstate.cli import main
-from flinkstate.compatibility import INCOMPATIBLE
+from flinkstate.compatibility import AS_IS, INCOMPATIBLE
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.engine.jar_schema import inspect_jar
 from flinkstate.jsonify import to_json
-from flinkstate.migration.plan import OperatorTarget
+from flinkstate.manifest import load_manifest
+from flinkstate.manifest_overlay import manifest_of_jar
+from flinkstate.migration.job import MigrationJob
+from flinkstate.migration.plan import MigrationError, OperatorTarget
 from flinkstate.migration.runner import migrate_savepoint
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.registry import snapshot_bytes
@@ -538,3 +541,36 @@ def test_check_is_the_plan_migrate_runs(savepoints: dict[str, Path], tmp_path: P
     report = assert_one_verdict(savepoint, manifest, tmp_path / "out")
     expected = {"none": 0, "accumulator-field-added": 3}.get(change, 4)
     assert report.exit_code == expected, report.render_markdown()
+
+
+def test_a_changed_tumble_window_is_refused_where_flink_would_misread_it(flink_cluster: LocalFlinkCluster, jar: Path,
+                                                                         tmp_path: Path) -> None:
+    """Issue 23: the window TVF job (COUNT per k over a 30 s processing-time TUMBLE) restored as 60 s is
+    COMPATIBLE_AS_IS for Flink, which then reads the 30 s slices as 60 s windows. The savepoint does not record the
+    size; the two jars do: check calls it incompatible (WINDOW_CHANGED), migrate refuses it, the same size passes."""
+    client = flink_cluster.client
+    job_id = sql_job.submit(client, jar, job="window", job_args=["--window-seconds", "30"])
+    time.sleep(RUN_SECONDS)
+    savepoint = sql_job.stop_with_savepoint(client, job_id, tmp_path / "window")
+    [op] = [op for op in Savepoint.open(savepoint).operators if op.name and op.name.startswith("WindowAggregate")]
+
+    def version(seconds: int) -> Path:
+        path = tmp_path / f"window-{seconds}.yaml"
+        path.write_text(manifest_of_jar(inspect_jar(jar, entry_class=sql_job.ENTRY_CLASS, cache_dir=tmp_path,
+                                                    program_args=["--job", "window", "--window-seconds",
+                                                                  str(seconds)])).dump())
+        return path
+
+    old, new = version(30), version(60)
+    window = load_manifest(old).find(op.operator_id)
+    assert window is not None and window.window == ("slice:SliceAssigners$TumblingSliceAssigner(isEventTime=false, "
+                                                    "offset=0, shiftTimeZone=UTC, size=30000)")
+    report = check(savepoint, new, previous=old)
+    rows = [row for row in report.rows if row.operator == (op.uid or op.operator_id)]
+    assert rows and all(row.verdict is INCOMPATIBLE and row.flink_verdict is AS_IS for row in rows)
+    assert rows[0].findings[0].code == "WINDOW_CHANGED" and "size=60000" in rows[0].findings[0].message
+    assert report.exit_code == 4
+    with pytest.raises(MigrationError, match=r"would misread the state \(WINDOW_CHANGED"):
+        MigrationJob(str(savepoint), str(new), str(tmp_path / "out"), old_schema=str(old)).run()
+    assert not (tmp_path / "out").exists()
+    assert check(savepoint, old, previous=old).exit_code == 0

@@ -42,7 +42,7 @@ INSPECTOR_DIR = _PROJECT_ROOT / "inspector"
 INSPECTOR_MAIN = "flinkstate.inspector.SchemaInspector"
 #: What the inspector writes first (SchemaInspector.MAGIC, FORMAT_VERSION).
 OUTPUT_MAGIC = "flinkstate-jar-schema"
-OUTPUT_VERSION = 1
+OUTPUT_VERSION = 2
 #: The prefix of the inspector's one error line on stderr, and its exit statuses.
 ERROR_PREFIX = "flinkstate-inspector: "
 EXIT_MAIN_FAILED = 2
@@ -62,6 +62,7 @@ class InspectedOperator:
     name: str
     operator_class: str
     opened: bool  # False for a source: only initialized
+    window: str | None  # the window it assigns records to (flinkstate.windows), None: none
     keyed: KeyedBackendHeader | None
     operator: OperatorBackendHeader | None
 
@@ -88,7 +89,7 @@ class JarSchema:
         for inspected in self.operators:
             if inspected.keyed is None and inspected.operator is None:
                 continue
-            schema = OperatorSchema(inspected.label, inspected.operator_id, inspected.uid)
+            schema = OperatorSchema(inspected.label, inspected.operator_id, inspected.uid, window=inspected.window)
             if inspected.keyed is not None:
                 add_keyed_states(schema, inspected.keyed)
             operators[inspected.label] = schema
@@ -301,6 +302,7 @@ def _operator(reader: Reader, path: str) -> InspectedOperator:
     name = reader.utf()
     operator_class = reader.utf()
     opened = reader.bool()
+    window = reader.utf() or None
     context = f"operator {printable(uid or operator_id)}"
     keyed_bytes = _block(reader)
     operator_bytes = _block(reader)
@@ -311,7 +313,7 @@ def _operator(reader: Reader, path: str) -> InspectedOperator:
             operator = read_operator_header(Reader(operator_bytes, 0, path))
         except SavepointFormatError as exc:
             raise exc.located(path, 0, context) from None
-    return InspectedOperator(operator_id, uid, name, operator_class, opened, keyed, operator)
+    return InspectedOperator(operator_id, uid, name, operator_class, opened, window, keyed, operator)
 
 
 def _block(reader: Reader) -> bytes:

@@ -85,9 +85,11 @@ class MigrationJob:
         if finding is not None and finding.code == "MIGRATION_REFUSED":
             raise MigrationError(finding.message, row.operator, row.state)
         what = f"{finding.code}: {finding.message}" if finding is not None else row.verdict.name
+        effect = "would misread the state" if finding is not None and finding.silent_misread \
+            else "could not restore the migrated state"
         raise MigrationError(f"{source.location.uri}: operator {row.operator}"
-                             f"{f', state {row.state}' if row.state else ''}: the new version could not restore the "
-                             f"migrated state ({what}); flinkstate check says INCOMPATIBLE", row.operator, row.state)
+                             f"{f', state {row.state}' if row.state else ''}: the new version {effect} "
+                             f"({what}); flinkstate check says INCOMPATIBLE", row.operator, row.state)
 
     @property
     def report_path(self) -> str:

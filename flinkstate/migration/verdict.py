@@ -38,6 +38,7 @@ from flinkstate.report import Report, StateRow
 from flinkstate.resolution import SavepointView, flink_rows
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.windows import flag_window_changes
 
 #: Checks a view of a savepoint against the manifest with Flink's rules (the check's own checker, renames done).
 OutputChecker = Callable[[Any], list[StateRow]]
@@ -99,6 +100,7 @@ def check(savepoint: Savepoint | str | os.PathLike[str], manifest: Manifest | st
     if not migrated:
         judge_plan(report, view, new, old_manifest, lambda view: flink_rows(
             view, new, backend=backend, allow_non_restored_state=allow_non_restored_state, renames=False))
+    flag_window_changes(report.rows, new, old_manifest)  # the savepoint does not record windows: the two versions do
     return report
 
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -240,10 +241,11 @@ def build(flink_home: Path | None = None, out_dir: Path = BUILD_DIR) -> Path:
 
 
 def submit(client: FlinkRestClient, jar: Path, *, state_backend: str = "hashmap",
-           savepoint_path: str | os.PathLike[str] | None = None, job: str | None = None) -> str:
-    """Submits the job (parallelism 1; ``job="variant"``: the VARIANT job instead) and waits until its tasks run;
-    returns the job id."""
-    args = ["--set", f"state.backend.type={state_backend}", *(["--job", job] if job else [])]
+           savepoint_path: str | os.PathLike[str] | None = None, job: str | None = None,
+           job_args: Sequence[str] = ()) -> str:
+    """Submits the job (parallelism 1; ``job="variant"``: the VARIANT job instead, ``"window"``: the window TVF job,
+    with ``job_args`` ``--window-seconds S``) and waits until its tasks run; returns the job id."""
+    args = ["--set", f"state.backend.type={state_backend}", *(["--job", job] if job else []), *job_args]
     job_id = client.submit_jar(jar, entry_class=ENTRY_CLASS, program_args=args, parallelism=1,
                                savepoint_path=os.fspath(savepoint_path) if savepoint_path else None)
     client.wait_until_running(job_id, timeout=120)

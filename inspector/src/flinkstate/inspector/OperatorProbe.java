@@ -85,16 +85,19 @@ final class OperatorProbe {
         final String name;
         final String operatorClass;
         final boolean opened;
+        /** The window it assigns records to ({@link WindowSpec}), "" when none. */
+        final String window;
         final byte[] keyedState;
         final byte[] operatorState;
 
-        Result(OperatorID operatorId, String uid, String name, String operatorClass, boolean opened,
+        Result(OperatorID operatorId, String uid, String name, String operatorClass, boolean opened, String window,
                byte[] keyedState, byte[] operatorState) {
             this.operatorId = operatorId;
             this.uid = uid;
             this.name = name;
             this.operatorClass = operatorClass;
             this.opened = opened;
+            this.window = window;
             this.keyedState = keyedState;
             this.operatorState = operatorState;
         }
@@ -176,8 +179,8 @@ final class OperatorProbe {
                 backend(operator, "getOperatorStateBackend", OperatorStateBackend.class);
         byte[] operatorState = operatorBackend == null ? null
                 : streamBytes(operatorBackend.snapshot(CHECKPOINT_ID, timestamp, memory, options));
-        return new Result(operatorId, uid, config.getOperatorName(), operator.getClass().getName(), opened, keyed,
-                operatorState);
+        return new Result(operatorId, uid, config.getOperatorName(), operator.getClass().getName(), opened,
+                WindowSpec.of(operator), keyed, operatorState);
     }
 
     /** The operator's keyed or operator state backend (both operator base classes have the getter), or null. */

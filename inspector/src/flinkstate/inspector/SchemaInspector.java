@@ -42,8 +42,9 @@ import java.util.TreeMap;
  * submitted, no record is read or written, no timer fires.
  *
  * <p>The output file (big-endian, {@link DataOutputStream}): the magic {@code flinkstate-jar-schema}, format version
- * 1, the Flink version, the job name, then per operator its id (32 hex), uid (empty: none), name, class, whether it
- * was opened (sources are only initialized: their open() starts reading), and the bytes of its keyed state stream
+ * 2, the Flink version, the job name, then per operator its id (32 hex), uid (empty: none), name, class, whether it
+ * was opened (sources are only initialized: their open() starts reading), its window ({@link WindowSpec}, empty:
+ * none), and the bytes of its keyed state stream
  * (starting with the {@code KeyedBackendSerializationProxy}) and of its operator state stream (starting with the
  * {@code OperatorBackendSerializationProxy}), each an int length then the bytes (0: the operator wrote none).
  *
@@ -53,7 +54,7 @@ import java.util.TreeMap;
 public final class SchemaInspector {
 
     static final String MAGIC = "flinkstate-jar-schema";
-    static final int FORMAT_VERSION = 1;
+    static final int FORMAT_VERSION = 2;
     static final int EXIT_ERROR = 1;
     static final int EXIT_MAIN_FAILED = 2;
     static final int EXIT_OPERATOR_FAILED = 3;
@@ -244,6 +245,7 @@ public final class SchemaInspector {
                 data.writeUTF(result.name == null ? "" : result.name);
                 data.writeUTF(result.operatorClass);
                 data.writeBoolean(result.opened);
+                data.writeUTF(result.window);
                 writeBytes(data, result.keyedState);
                 writeBytes(data, result.operatorState);
             }

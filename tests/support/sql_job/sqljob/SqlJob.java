@@ -47,6 +47,9 @@ import java.util.Map;
  * <p>{@code --job variant} runs another job instead: the last row per d with a VARIANT column ({@code PARSE_JSON} of
  * {"id": id, "k": k}), as SQL (a compiled plan cannot hold a VARIANT expression).
  *
+ * <p>{@code --job window --window-seconds S} runs a third job: a window TVF aggregate (COUNT per k over a processing
+ * time TUMBLE of S seconds), whose state is held by slice end: what a changed window size misreads.
+ *
  * <p>Arguments: {@code --compile FILE} (with {@code --rate ROWS_PER_SECOND}, {@code --end LAST_ID}: write the plan and
  * exit); otherwise {@code --set key=value} (repeatable: any Flink option, e.g. {@code state.backend.type=rocksdb}).
  */
@@ -80,7 +83,7 @@ public final class SqlJob {
         }
         // A name of its own: Flink's default for a statement set ("insert-into_" and every sink's full name) runs
         // past 255 characters with this many sinks, too long for a file name (the upgrade journal is named after it).
-        flinkConf.putIfAbsent("pipeline.name", "variant".equals(options.get("job")) ? "sql-job-variant" : "sql-job");
+        flinkConf.putIfAbsent("pipeline.name", options.containsKey("job") ? "sql-job-" + options.get("job") : "sql-job");
         String rate = options.getOrDefault("rate", "200");
         String end = options.getOrDefault("end", "29999");
 
@@ -92,7 +95,8 @@ public final class SqlJob {
         tEnv.getConfig().set("table.local-time-zone", "UTC");
         String compile = options.get("compile");
         boolean variantJob = "variant".equals(options.get("job"));
-        if (compile == null && !variantJob) {
+        boolean windowJob = "window".equals(options.get("job"));
+        if (compile == null && !variantJob && !windowJob) {
             tEnv.executePlan(PlanReference.fromJsonString(planJson()));
             return;
         }
@@ -112,6 +116,14 @@ public final class SqlJob {
                 // 2024-01-01T00:00 plus id nanoseconds: sub-millisecond digits in the non-compact TIMESTAMP layout
                 + "CAST(CONCAT('2024-01-01 00:00:00.', LPAD(CAST(id AS STRING), 9, '0')) AS TIMESTAMP(9)) AS ts9 "
                 + "FROM seq");
+        if (windowJob) {
+            tEnv.executeSql("CREATE TABLE window_sink (k STRING, window_start TIMESTAMP(3), window_end TIMESTAMP(3), "
+                    + "n BIGINT) WITH ('connector' = 'blackhole')");
+            tEnv.executeSql("INSERT INTO window_sink SELECT k, window_start, window_end, COUNT(*) FROM TABLE(TUMBLE("
+                    + "TABLE events, DESCRIPTOR(proc), INTERVAL '" + Integer.parseInt(options.get("window-seconds"))
+                    + "' SECOND)) GROUP BY k, window_start, window_end");
+            return;
+        }
         if (variantJob) {
             // A compiled plan cannot hold a VARIANT expression (Flink 2.3's plan serializer: "Unsupported
             // RelDataType: VARIANT"), so this query runs as SQL in a job of its own (its uids are not stable: the
