@@ -100,6 +100,8 @@ FINDING_CODES: dict[str, str] = {
     "OPERATOR_RENAMED": "The operator's uid changed: Flink cannot map the old state to it unless the migration "
                         "moves it.",
     "MAX_PARALLELISM_CHANGED": "The max parallelism changed, so Flink cannot map the key groups.",
+    "WINDOW_CHANGED": "The operator's window changed, which Flink restores as is: a SQL slice window then misreads "
+                      "its slices, a DataStream window fires its open windows at their old end.",
     # -- the plan and Flink's own trial
     "MIGRATION_REFUSED": "flinkstate migrate would refuse this state's migration, so the upgrade cannot run.",
     "TRIAL_DISAGREES": "Flink's own trial restore answered otherwise than the check: trust Flink's answer.",

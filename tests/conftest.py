@@ -40,6 +40,7 @@ CODE_MARKERS: dict[str, str] = {
     "load_dag": "airflow",
     "configure_airflow": "airflow",
     "set_connection": "airflow",
+    "sync_playwright": "browser",
 }
 
 

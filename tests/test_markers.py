@@ -16,7 +16,7 @@ from tests.conftest import CODE_MARKERS, FIXTURE_MARKERS
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-KNOWN = ("flink", "spark", "airflow", "s3")
+KNOWN = ("flink", "spark", "airflow", "s3", "browser")
 
 #: Names that start something when a fixture or module-level code uses them (the conftest's CODE_MARKERS, plus the
 #: pieces behind the conftest's own session fixtures).

@@ -1,0 +1,109 @@
+"""The check report's page as a person sees it: opened from a file: URL in a real browser, Debian's Chromium
+(/usr/bin/chromium, which .ci/run installs; Playwright's own browser downloads are never used), headless, driven by
+Playwright from PyPI. The pages are tests/test_report_html.py's real reports of Flink's own ``table-state``
+savepoint, one with hostile operator uids. The browser shows every state's two verdicts in their colours (the inline
+CSS applies under the page's Content-Security-Policy), a hostile name as its text (no script ran, no image loaded,
+no dialog opened), and fetches nothing but the page itself. Screenshots: the test's folder, and docs/check-report.png
+(the README's)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from flinkstate.errors import printable
+from tests.test_report_html import (
+    HOSTILE_CONTROL,
+    HOSTILE_MARKUP,
+    KEYED,
+    TIMERS_ONLY,
+    Reports,
+    build_reports,
+    migration_function_importable,
+    words,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.corpus]
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+#: Headless, and nothing of its own on the network (no updates, sync, or background requests).
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+#: The background of a verdict cell, by its words (the page's CSS).
+COLOURS = {"as is": "rgb(230, 244, 234)", "reconfigured": "rgb(227, 241, 251)",
+           "after migration": "rgb(254, 243, 214)", "INCOMPATIBLE": "rgb(251, 217, 214)"}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    # Required, not skipped: CI installs Debian's chromium (.ci/run), and a missing one must fail the run.
+    assert CHROMIUM.is_file(), f"{CHROMIUM} is missing: apt-get install chromium (as .ci/run does)"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> tuple[Reports, Path, Path]:
+    folder = tmp_path_factory.mktemp("pages")
+    with migration_function_importable(folder):
+        reports = build_reports(folder)
+    plain, hostile = folder / "plain" / "check-report.html", folder / "hostile" / "check-report.html"
+    plain.write_text(reports.plain_page)
+    hostile.write_text(reports.hostile_page)
+    return reports, plain, hostile
+
+
+def open_page(browser: Browser, path: Path) -> tuple[Page, list[str], list[str]]:
+    """The page opened from its file: URL, with every URL it requested and every dialog it opened."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    requested: list[str] = []
+    dialogs: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(path.as_uri())
+    return page, requested, dialogs
+
+
+def test_the_report_in_chromium(browser: Browser, pages: tuple[Reports, Path, Path], tmp_path: Path) -> None:
+    reports, plain_path, hostile_path = pages
+    page, requested, dialogs = open_page(browser, hostile_path)
+    assert requested == [hostile_path.as_uri()]  # the page itself, nothing else
+    # The verdict cells as shown: per state, Flink's and the plan's, in the report's order and colours.
+    shown = page.locator("table.states td.verdict").all_inner_texts()
+    expected = [words(state[key]) for state in reports.hostile["states"] for key in ("flink_verdict", "verdict")]
+    assert shown == expected
+    assert {"INCOMPATIBLE", "after migration", "as is"} <= set(shown)
+    backgrounds = page.locator("table.states td.verdict").evaluate_all(
+        "cells => cells.map(cell => getComputedStyle(cell).backgroundColor)")
+    assert backgrounds == [COLOURS[text] for text in shown]
+    # The hostile uids are the operator cells' text, as written (the control characters escaped).
+    operators = page.locator("table.states tr td:first-child").all_inner_texts()
+    assert [o for o in operators if o not in ("datagen-source-uid", "broadcast-process-uid")] == \
+        [printable(HOSTILE_CONTROL)] * 2 + [HOSTILE_MARKUP] * 8
+    assert page.locator("script, img, a, iframe").count() == 0
+    assert dialogs == []
+    page.screenshot(path=str(tmp_path / "check-report-hostile.png"), full_page=True)
+    page.close()
+
+    page, requested, dialogs = open_page(browser, plain_path)
+    assert requested == [plain_path.as_uri()] and dialogs == []
+    assert page.locator("h1").inner_text() == "Compatibility check: migration required and possible"
+    pojo = page.locator("table.states tr", has_text="KeyedPojoValue")
+    assert pojo.locator("td ins").all_inner_texts() == ["label: String, ", "String"]
+    assert pojo.locator("td del").all_inner_texts() == ["Long"]
+    assert page.locator("table.states tr", has_text=KEYED).count() == 8
+    assert page.locator("table.states tr", has_text=TIMERS_ONLY).count() == 2
+    screenshot = tmp_path / "check-report.png"
+    page.screenshot(path=str(screenshot), full_page=True)
+    page.close()
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    shutil.copyfile(screenshot, ROOT / "docs" / "check-report.png")  # the README's picture of the report
