@@ -33,7 +33,7 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found (set PYTHON to a Pytho
 fingerprint() { cat "$@" | sha256sum | cut -d' ' -f1; }
 
 setup_project_venv() {
-  local want; want=$(fingerprint requirements.txt constraints.txt pyproject.toml)
+  local want; want=$(fingerprint requirements.txt constraints.txt pyproject.toml plugins/pyproject.toml)
   if [ -x .venv/bin/python ] && [ "$(cat .venv/.setup-fingerprint 2>/dev/null)" = "$want" ]; then
     return 0
   fi
@@ -44,6 +44,8 @@ setup_project_venv() {
   # The pyspark-client trap: the Spark provider's pyspark-client overwrote pyspark's files; put pyspark back.
   .venv/bin/python -m pip install -q --force-reinstall --no-deps "pyspark==4.3.0"
   .venv/bin/python -m pip install -q --no-deps -e .
+  # The Airflow pieces as a provider (the flink connection type; plugins/pyproject.toml).
+  .venv/bin/python -m pip install -q --no-deps -e plugins
   .venv/bin/python -c "import pyspark, airflow, flinkstate; from pyspark.sql import SparkSession" \
     || die "the project environment is broken (pyspark, airflow or flinkstate does not import)"
   echo "$want" > .venv/.setup-fingerprint

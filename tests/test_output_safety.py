@@ -297,11 +297,12 @@ def test_the_s3_secret_never_appears_in_output_or_reports(flink_savepoints: dict
     assert "another migration is writing this output" in printed[-1]
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)  # spark_submit passes this process's environment on
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
-    for args in (("--output", "s3://creds/spark", "--report", work / "spark-report"),
-                 ("--output", "s3://no-such-bucket/spark")):
-        result = spark_submit("migrate_state.py", source, "--schema", MANIFESTS / "v3-with-conversion.yaml", *args)
-        printed.append(result.stdout + result.stderr)
-    assert "migrate_state: error: s3://no-such-bucket: no such bucket" in printed[-1]
+    # One Spark application, writing its savepoint to S3 and its report here (each spark-submit costs half a minute
+    # or more on these machines; a missing bucket's error is the CLI's above, from the same storage code).
+    result = spark_submit("migrate_state.py", source, "--schema", MANIFESTS / "v3-with-conversion.yaml", "--output",
+                          "s3://creds/spark", "--report", work / "spark-report")
+    printed.append(result.stdout + result.stderr)
+    assert result.returncode == 0, printed[-1][-2000:]
 
     assert not [text for text in printed if secret in text]
     written = [p.read_bytes() for p in work.rglob("*") if p.is_file()]

@@ -12,14 +12,16 @@ from flinkstate import FlinkRestClient
 class FlinkHook(BaseHook):
     """Owns the connection to a Flink JobManager's REST endpoint and hands out a :class:`FlinkRestClient`.
 
-    The connection is of type ``http``: host, port and schema (http/https) give the base URL; the extra field may
-    set ``{"timeout": seconds}`` for each REST call. For example
-    ``AIRFLOW_CONN_FLINK_DEFAULT='{"conn_type": "http", "host": "127.0.0.1", "port": 8081}'``.
+    The connection is of type ``flink`` (registered by this package's provider info, :mod:`.provider_info`, with its
+    form in the UI) or
+    ``http``: host, port and schema (http/https) give the base URL; the extra field may set ``{"timeout": seconds}``
+    for each REST call. For example
+    ``AIRFLOW_CONN_FLINK_DEFAULT='{"conn_type": "flink", "host": "127.0.0.1", "port": 8081}'``.
     """
 
     conn_name_attr = "flink_conn_id"
     default_conn_name = "flink_default"
-    conn_type = "http"
+    conn_type = "flink"
     hook_name = "Apache Flink (REST API)"
 
     def __init__(self, flink_conn_id: str = default_conn_name, **kwargs: Any) -> None:
