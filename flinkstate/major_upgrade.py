@@ -101,13 +101,13 @@ def across_majors(source_major: int, target_major: int,
                     COLLECTION_CODE, path, f"{path}: a {kryo.type_class} serialized by Kryo in {source}; Flink 2.x "
                     f"serializes {kryo.type_class.removeprefix('java.util.')} values with its own collection "
                     f"serializers (FLINK-34123, FLINK-35068, FLINK-35555) and Kryo 5.6 cannot read Kryo 2.24 bytes; "
-                    f"flinkstate does not migrate them yet", AS_IS, kryo.type_class, kryo.type_class,
+                    f"flinkstate does not migrate them yet", AS_IS, kryo.type_class,
                     silent_misread=True, migratable=False))
             else:
                 findings.append(Finding(
                     KRYO_CODE, path, f"{path}: Kryo data ({kryo.type_class}) written by {source}; {target} reads it "
                     f"with the other Kryo, which misreads it silently or fails the restore (FLINK-3154); flinkstate "
-                    f"does not migrate Kryo data across Flink majors yet", AS_IS, kryo.type_class, kryo.type_class,
+                    f"does not migrate Kryo data across Flink majors yet", AS_IS, kryo.type_class,
                     silent_misread=True, migratable=False))
     return findings
 
