@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 
 from flinkstate.compatibility import AS_IS, Finding, join
+from flinkstate.errors import FlinkStateError
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.kryo import LAST_FLINK1_METADATA_VERSION, KryoSnapshot, kryo_snapshots
 from flinkstate.serializers.pojo import PojoSnapshot
@@ -51,6 +52,21 @@ def flink_version_problem(version: object) -> str | None:
 def flink_major(version: str) -> int:
     """The major of a valid Flink version (see :func:`flink_version_problem`)."""
     return int(version.split(".", 1)[0])
+
+
+def target_flink_version(declared: str | None, given: str | None, origin: str | None) -> str | None:
+    """The Flink a schema's job runs on: ``declared`` (the schema's ``flink_version``, from ``origin``), else
+    ``given`` (``--target-flink``). ``given`` of another major than ``declared`` is an error: a schema is one
+    Flink's job (a jar's is its Flink's)."""
+    if given is None:
+        return declared
+    problem = flink_version_problem(given)
+    if problem is not None:
+        raise FlinkStateError(f"--target-flink: {problem}")
+    if declared is not None and flink_major(declared) != flink_major(given):
+        raise FlinkStateError(f"{origin or '<manifest>'}: flink_version: Flink {declared}, but --target-flink says "
+                              f"{given}: a schema describes one Flink's job")
+    return declared or given
 
 
 def savepoint_flink_major(metadata_version: int) -> int:
@@ -117,4 +133,4 @@ def _flink(major: int) -> str:
 
 
 __all__ = ["COLLECTION_CODE", "FLINK2_COLLECTIONS", "FLINK_MAJORS", "KRYO_CODE", "across_majors", "flink_major",
-           "flink_version_problem", "kryo_paths", "savepoint_flink_major"]
+           "flink_version_problem", "kryo_paths", "savepoint_flink_major", "target_flink_version"]

@@ -45,7 +45,7 @@ from flinkstate.errors import FlinkStateError, printable
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.format.metadata import OperatorState, has_state
 from flinkstate.identity import OperatorRef
-from flinkstate.major_upgrade import flink_major, flink_version_problem
+from flinkstate.major_upgrade import flink_version_problem, target_flink_version
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.collections import ListSnapshot, MapSnapshot
@@ -171,17 +171,8 @@ class Manifest:
         return f"{self.jar} with the overlay {self.overlay}" if self.overlay else self.jar
 
     def with_target_flink(self, version: str | None) -> Manifest:
-        """This manifest for a job on Flink ``version`` (``--target-flink``): the manifest's own version when None;
-        a version of another major than the manifest's is an error (a schema is one Flink's)."""
-        if version is None:
-            return self
-        problem = flink_version_problem(version)
-        if problem is not None:
-            raise ManifestError("", "", f"--target-flink: {problem}")
-        if self.flink_version is not None and flink_major(self.flink_version) != flink_major(version):
-            raise ManifestError(self.origin() or "", "flink_version", f"Flink {self.flink_version}, but "
-                                f"--target-flink says {version}: a schema describes one Flink's job")
-        return replace(self, flink_version=version if self.flink_version is None else self.flink_version)
+        """This manifest for a job on Flink ``version`` (``--target-flink``: :func:`target_flink_version`)."""
+        return replace(self, flink_version=target_flink_version(self.flink_version, version, self.origin()))
 
     def to_dict(self, *, sources: bool = False) -> dict[str, Any]:
         """The manifest's YAML document; ``sources``: with the jar and the overlay it was made of (top-level ``jar``
@@ -388,10 +379,8 @@ class _Parser:
         if job is not None and not isinstance(job, str):
             raise self.fail("job", f"expected a string, got {_show(job)}")
         flink_version = top.get("flink_version")
-        if flink_version is not None:
-            problem = flink_version_problem(flink_version)
-            if problem is not None:
-                raise self.fail("flink_version", problem)
+        if flink_version is not None and (problem := flink_version_problem(flink_version)) is not None:
+            raise self.fail("flink_version", problem)
         jar = self.text(top["jar"], "jar") if top.get("jar") is not None else None
         overlay = self.text(top["overlay"], "overlay") if top.get("overlay") is not None else None
         if overlay is not None and jar is None:

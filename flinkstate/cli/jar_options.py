@@ -12,12 +12,12 @@ from flinkstate import (
     DEFAULT_TIMEOUT_SECONDS,
     JarSchema,
     Manifest,
+    flink_version_problem,
     inspect_jar,
     manifest_of_jar,
     printable,
 )
 from flinkstate.cli.verbose import phase
-from flinkstate.major_upgrade import flink_version_problem
 
 JAR_WARNING = ("--jar runs the job's own main() and its operators' initializeState() and open() code (what runs in "
                "production anyway) in a JVM of its own, limited by --timeout and --max-heap; sources are only "
