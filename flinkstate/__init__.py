@@ -60,6 +60,7 @@ from flinkstate.format.operator_state import SOURCE_SPLITS_STATE, OperatorStateE
 from flinkstate.format_errors import SavepointFormatError, StateNotFound, UnsupportedFormat
 from flinkstate.jsonify import to_json
 from flinkstate.limits import LimitExceeded
+from flinkstate.major_upgrade import flink_version_problem
 from flinkstate.manifest import Manifest, ManifestError, load_manifest, manifest_from_savepoint, parse_manifest
 from flinkstate.manifest_overlay import (
     OverlayContradiction,
@@ -242,6 +243,7 @@ __all__ = [
     "describe_outcome",
     "describe_run",
     "exists",
+    "flink_version_problem",
     "inspect_jar",
     "load_function",
     "load_manifest",

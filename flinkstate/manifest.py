@@ -2,6 +2,8 @@
 
     manifest_version: 1
     job: keyed-stats                      # optional, for people
+    flink_version: "2.3"                  # optional: the Flink the job runs on (quoted); without it, the savepoint's
+                                          #   major (see flinkstate.major_upgrade: 1.x -> 2.x upgrades)
     jar: /jobs/keyed-stats-2.jar          # optional: the job jar these are the states of (see Manifest.jar), and
     overlay: /jobs/keyed-stats-2.yaml     #   the overlay that completed its schema (as the upgrade DAG writes them)
     operators:
@@ -31,7 +33,7 @@ import os
 import re
 import reprlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
 
@@ -43,6 +45,7 @@ from flinkstate.errors import FlinkStateError, printable
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.format.metadata import OperatorState, has_state
 from flinkstate.identity import OperatorRef
+from flinkstate.major_upgrade import flink_version_problem, target_flink_version
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.collections import ListSnapshot, MapSnapshot
@@ -158,6 +161,9 @@ class Manifest:
     jar: str | None = None
     #: With ``jar``: the overlay that completed the jar's schema (:mod:`flinkstate.manifest_overlay`), if any.
     overlay: str | None = None
+    #: The Flink version the job runs on ("2.3", "1.20.3"; a jar's schema has its Flink's). None: the savepoint's
+    #: major, so a savepoint of Flink 1.x is not judged for Flink 2.x (:mod:`flinkstate.major_upgrade`).
+    flink_version: str | None = None
 
     def find(self, operator_id: str) -> OperatorSchema | None:
         return next((op for op in self.operators.values() if op.operator_id == operator_id), None)
@@ -168,6 +174,10 @@ class Manifest:
             return self.path
         return f"{self.jar} with the overlay {self.overlay}" if self.overlay else self.jar
 
+    def with_target_flink(self, version: str | None) -> Manifest:
+        """This manifest for a job on Flink ``version`` (``--target-flink``: :func:`target_flink_version`)."""
+        return replace(self, flink_version=target_flink_version(self.flink_version, version, self.origin()))
+
     def to_dict(self, *, sources: bool = False) -> dict[str, Any]:
         """The manifest's YAML document; ``sources``: with the jar and the overlay it was made of (top-level ``jar``
         and ``overlay``), so that the file read back judges as the jar's (a savepoint state it lacks is one the jar
@@ -175,6 +185,8 @@ class Manifest:
         result: dict[str, Any] = {"manifest_version": MANIFEST_VERSION}
         if self.job:
             result["job"] = self.job
+        if self.flink_version is not None:
+            result["flink_version"] = self.flink_version
         if sources and self.jar is not None:
             result["jar"] = self.jar
             if self.overlay:
@@ -361,7 +373,7 @@ class _Parser:
             raise self.fail(f"{path}.{exc.path}" if exc.path else path, exc.message) from None
 
     def manifest(self, data: Any) -> Manifest:
-        top = self.mapping(data, "", {"manifest_version", "job", "jar", "overlay", "operators"})
+        top = self.mapping(data, "", {"manifest_version", "job", "flink_version", "jar", "overlay", "operators"})
         if "manifest_version" not in top:
             raise self.fail("manifest_version", "missing (this format is version 1)")
         if top["manifest_version"] != MANIFEST_VERSION:
@@ -370,6 +382,9 @@ class _Parser:
         job = top.get("job")
         if job is not None and not isinstance(job, str):
             raise self.fail("job", f"expected a string, got {_show(job)}")
+        flink_version = top.get("flink_version")
+        if flink_version is not None and (problem := flink_version_problem(flink_version)) is not None:
+            raise self.fail("flink_version", problem)
         jar = self.text(top["jar"], "jar") if top.get("jar") is not None else None
         overlay = self.text(top["overlay"], "overlay") if top.get("overlay") is not None else None
         if overlay is not None and jar is None:
@@ -382,7 +397,7 @@ class _Parser:
                 raise self.fail(f"operators.{label}", f"same operator as operators.{seen_ids[op.operator_id]}")
             seen_ids[op.operator_id] = op.label
             operators[op.label] = op
-        return Manifest(operators, job, jar=jar, overlay=overlay)
+        return Manifest(operators, job, jar=jar, overlay=overlay, flink_version=flink_version)
 
     def operator(self, label: str, body: Any, path: str) -> OperatorSchema:
         spec = self.mapping(body, path, _OPERATOR_KEYS)

@@ -36,6 +36,7 @@ import yaml
 from flinkstate.engine.jar_schema import JarSchema, inspect_jar
 from flinkstate.errors import printable
 from flinkstate.identity import OperatorRef
+from flinkstate.major_upgrade import flink_major, flink_version_problem
 from flinkstate.manifest import (
     Manifest,
     ManifestError,
@@ -125,6 +126,13 @@ class _Completion:
         completed["operators"] = operators
         if "job" not in completed and self.jar.job:
             completed["job"] = self.jar.job
+        given = data.get("flink_version")
+        if self.jar.flink_version is not None:
+            if isinstance(given, str) and flink_version_problem(given) is None and \
+                    flink_major(given) != flink_major(self.jar.flink_version):
+                raise self.contradiction("flink_version", f"the overlay says Flink {printable(given)}, the jar is "
+                                                          f"built for Flink {self.jar.flink_version}")
+            completed.setdefault("flink_version", self.jar.flink_version)
         return completed
 
     def jar_operator(self, label: str, body: Any) -> OperatorSchema | None:

@@ -42,6 +42,7 @@ from flinkstate.format.changelog import ChangelogStream
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.format.metadata import OperatorState, has_state
 from flinkstate.identity import OperatorRef
+from flinkstate.major_upgrade import across_majors, flink_major, savepoint_flink_major
 from flinkstate.manifest import Manifest, OperatorSchema, StateSchema
 from flinkstate.report import StateRow
 from flinkstate.savepoint import Savepoint
@@ -84,6 +85,11 @@ class SavepointView:
     def keyed_header(self, op: OperatorState) -> KeyedBackendHeader | None:
         return self.savepoint.keyed_header(op)
 
+    @property
+    def flink_major(self) -> int:
+        """The major of the Flink that wrote the savepoint (its ``_metadata`` version says)."""
+        return savepoint_flink_major(self.savepoint.metadata.version)
+
     def unrecorded_key_finding(self, op: OperatorState, key: TypeSerializerSnapshot) -> Finding | None:
         """The finding on the keys of an operator whose checkpoint records no key serializer (None: it records
         one)."""
@@ -123,9 +129,13 @@ class _Checker:
         self.allow_non_restored = allow_non_restored_state
         self.renames = renames
         self.jar: str | None = None  # the new manifest's jar, when it is a jar's (see Manifest.jar)
+        #: (the savepoint's Flink major, the new version's): unequal, Kryo data is read with the other Kryo.
+        self.majors = (1, 1)
 
     def rows(self, new: Manifest) -> list[StateRow]:
         self.jar = new.jar
+        source_major = self.savepoint.flink_major
+        self.majors = (source_major, flink_major(new.flink_version) if new.flink_version else source_major)
         rows: list[StateRow] = []
         matched: set[str] = set()
         for op_schema in new.operators.values():
@@ -237,6 +247,11 @@ class _Checker:
             result.merge(self._namespace(new, meta))
             if new.kind != TIMERS:
                 result.merge(self._values(new, meta, self._previous_state(old_op, meta.name)))
+        # Flink 1.x -> 2.x: Kryo bytes the other Kryo reads (keys and namespaces too: every entry holds them).
+        for finding in across_majors(*self.majors, [
+            ("key", header.key_serializer), ("namespace", meta.namespace_serializer),
+            ("user_key", meta.user_key_serializer), ("value", meta.value_serializer)]):
+            result.add(finding)
         if new.renamed_from and self.renames:
             result.add(Finding("STATE_RENAMED", "", f"state {new.renamed_from} -> {new.name}: Flink restores the old "
                                f"state under its old name and starts {new.name} empty", AS_IS, silent_misread=True))

@@ -33,7 +33,13 @@ from flinkstate import (
     trial_restore,
     write_file,
 )
-from flinkstate.cli.jar_options import JAR_WARNING, add_new_version_arguments, new_version_schema, schema_name
+from flinkstate.cli.jar_options import (
+    JAR_WARNING,
+    add_new_version_arguments,
+    add_target_flink_argument,
+    new_version_schema,
+    schema_name,
+)
 from flinkstate.cli.verbose import log, phase
 
 
@@ -50,6 +56,7 @@ def register(subparsers: Any) -> None:
                                                f"Note: {JAR_WARNING}.")
     parser.add_argument("savepoint", metavar="SAVEPOINT", help="savepoint directory or its _metadata file")
     add_new_version_arguments(parser)
+    add_target_flink_argument(parser)
     parser.add_argument("--previous", metavar="MANIFEST",
                         help="the manifest of the version that wrote the savepoint (knows Row field names)")
     parser.add_argument("--format", choices=("markdown", "json", "html"), default="markdown",
@@ -92,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
     backend = args.backend or (trial.backend_name if trial is not None else None)
     with phase(f"check {args.savepoint} against {schema_name(schema)}"):
         report = check(args.savepoint, schema, previous=args.previous, backend=backend,
-                       allow_non_restored_state=args.allow_non_restored_state)
+                       allow_non_restored_state=args.allow_non_restored_state, target_flink=args.target_flink)
     if trial is not None:
         disagreements = apply_trial(report, trial, allow_non_restored_state=args.allow_non_restored_state)
         print(f"flinkstate: Flink's trial restore ({trial.backend}, {trial.key_groups} key group(s) of each "

@@ -12,6 +12,7 @@ from flinkstate import (
     DEFAULT_TIMEOUT_SECONDS,
     JarSchema,
     Manifest,
+    flink_version_problem,
     inspect_jar,
     manifest_of_jar,
     printable,
@@ -88,6 +89,22 @@ def add_new_version_arguments(parser: argparse.ArgumentParser) -> None:
                       "('flinkstate schema --jar'); give main()'s arguments after --")
     take_program_args(parser)
     parser.set_defaults(usage_error=parser.error)
+
+
+def add_target_flink_argument(parser: argparse.ArgumentParser) -> None:
+    """``--target-flink VERSION``: the Flink the new version runs on, when its schema does not say it (a jar's
+    does; a manifest may: ``flink_version``). A savepoint of Flink 1.x judged for 2.x has its Kryo data refused."""
+    parser.add_argument("--target-flink", metavar="VERSION", type=_flink_version,
+                        help="the Flink version the new job runs on (e.g. 2.3), when the schema does not say it "
+                             "(flink_version: in the manifest; a jar's is its Flink's); default: the savepoint's "
+                             "Flink major. Across 1.x -> 2.x, Kryo-serialized state is reported and refused")
+
+
+def _flink_version(text: str) -> str:
+    problem = flink_version_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def new_version_schema(args: argparse.Namespace) -> str | Manifest:

@@ -21,7 +21,12 @@ from flinkstate import (
     migrate_subtask,
     track,
 )
-from flinkstate.cli.jar_options import JAR_WARNING, add_new_version_arguments, new_version_schema
+from flinkstate.cli.jar_options import (
+    JAR_WARNING,
+    add_new_version_arguments,
+    add_target_flink_argument,
+    new_version_schema,
+)
 from flinkstate.cli.verbose import log, phase, savepoint_opened
 
 
@@ -35,6 +40,7 @@ def register(subparsers: Any) -> None:
                     f"an overlay (both). Note: {JAR_WARNING}.")
     parser.add_argument("savepoint", metavar="SAVEPOINT", help="savepoint directory or its _metadata file")
     add_new_version_arguments(parser)
+    add_target_flink_argument(parser)
     parser.add_argument("--old-schema", metavar="MANIFEST",
                         help="the old version's manifest (names Row fields, which savepoints do not store)")
     parser.add_argument("--output", required=True, metavar="DIR", help="the new savepoint directory (must not exist)")
@@ -61,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
                        compression=None if args.compression is None else args.compression == "on",
                        report_dir=args.report, max_dead_letters=args.max_dead_letters,
                        allow_code=CodePolicy.resolve(args.allow_code),
-                       allow_non_restored_state=args.allow_non_restored_state)
+                       allow_non_restored_state=args.allow_non_restored_state, target_flink=args.target_flink)
     with phase(f"migrate {args.savepoint} to {args.output}"):
         report = job.run(_logged_units) if log.isEnabledFor(logging.INFO) else job.run()
     for step, seconds in report.seconds.items():

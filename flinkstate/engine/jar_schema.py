@@ -34,6 +34,7 @@ from flinkstate.errors import EnvironmentProblem, FlinkStateError, printable
 from flinkstate.format.keyed_header import KeyedBackendHeader, read_stream_header
 from flinkstate.format.operator_state import OperatorBackendHeader, read_operator_header
 from flinkstate.format_errors import SavepointFormatError
+from flinkstate.major_upgrade import flink_version_problem
 from flinkstate.manifest import Manifest, OperatorSchema, add_keyed_states
 
 #: The checkout this module runs from (an editable install), which holds the inspector's sources.
@@ -93,7 +94,9 @@ class JarSchema:
             if inspected.keyed is not None:
                 add_keyed_states(schema, inspected.keyed)
             operators[inspected.label] = schema
-        return Manifest(operators, job or self.job_name or None, self.jar, jar=self.jar)
+        # The jar's Flink is the version the schema describes (a 1.x savepoint restored by it may cross majors).
+        flink = self.flink_version if flink_version_problem(self.flink_version) is None else None
+        return Manifest(operators, job or self.job_name or None, self.jar, jar=self.jar, flink_version=flink)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,8 @@ class MigrationJob:
     #: the journal must still be that run's, open, just before publishing, or nothing is published (a run the
     #: watchdog took over while the migration ran must not leave a savepoint that looks like its result).
     fence: tuple[str, dict[str, str]] | None = None
+    #: The Flink version the new job runs on (``--target-flink``), when the manifest does not say it.
+    target_flink: str | None = None
 
     def __post_init__(self) -> None:
         if self.allow_code is None:
@@ -59,7 +61,8 @@ class MigrationJob:
             object.__setattr__(self, "now_ms", int(time.time() * 1000))
 
     def manifests(self) -> tuple[Manifest, Manifest | None]:
-        new = self.schema if isinstance(self.schema, Manifest) else load_manifest(self.schema)
+        new = (self.schema if isinstance(self.schema, Manifest) else load_manifest(self.schema)
+               ).with_target_flink(self.target_flink)
         return new, load_manifest(self.old_schema) if self.old_schema else None
 
     def targets(self, source: Savepoint) -> list[OperatorTarget]:

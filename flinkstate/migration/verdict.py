@@ -64,6 +64,11 @@ class PlannedOutput:
     def operators(self) -> list[OperatorState]:
         return self._operators
 
+    @property
+    def flink_major(self) -> int:
+        """The plan writes the source's ``_metadata`` version (``migrate`` refuses another for Kryo data)."""
+        return self.view.flink_major
+
     def keyed_header(self, op: OperatorState) -> KeyedBackendHeader | None:
         source = self._source_of[op.operator_id]
         plan = self.plans.get(source.operator_id)
@@ -79,7 +84,7 @@ class PlannedOutput:
 
 def check(savepoint: Savepoint | str | os.PathLike[str], manifest: Manifest | str | os.PathLike[str], *,
           previous: Manifest | str | os.PathLike[str] | None = None, backend: str | None = None,
-          allow_non_restored_state: bool = False, migrated: bool = False) -> Report:
+          allow_non_restored_state: bool = False, migrated: bool = False, target_flink: str | None = None) -> Report:
     """Resolves every state of ``manifest`` against ``savepoint`` and judges the migration that would make it
     restorable (see the module docstring).
 
@@ -87,10 +92,11 @@ def check(savepoint: Savepoint | str | os.PathLike[str], manifest: Manifest | st
     does not store (Row field names), so that fields swapped by name are caught. ``backend`` ("hashmap" or
     "rocksdb") narrows backend-specific rules; by default the worse of the two applies. ``migrated``: the savepoint
     is a migration's output for this manifest (its renames are done, nothing is planned): the check ``migrate``
-    runs on what it wrote, and the upgrade's re-check.
+    runs on what it wrote, and the upgrade's re-check. ``target_flink``: the Flink version the new job runs on, when
+    the manifest does not say it (or to confirm it: another major is an error).
     """
     sp = savepoint if isinstance(savepoint, Savepoint) else Savepoint.open(savepoint)
-    new = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    new = (manifest if isinstance(manifest, Manifest) else load_manifest(manifest)).with_target_flink(target_flink)
     old_manifest = previous if isinstance(previous, Manifest) or previous is None else load_manifest(previous)
     report = Report(sp.location.uri, new.origin(), backend=backend, allow_non_restored_state=allow_non_restored_state,
                     jar=new.jar, overlay=new.overlay)
