@@ -11,6 +11,7 @@
         max_parallelism: 128              # optional; when set, the savepoint's must be equal
         key: String                       # the keyed backend's key type (one per operator)
         renamed_from: old-uid             # optional: the uid this operator had in the savepoint
+        window: "window:Tumbling..."      # optional: its window, as schema --jar writes it (flinkstate.windows)
         dropped_states: [old-state]       # optional: savepoint states this version no longer has
         states:
           stats:
@@ -42,7 +43,7 @@ import yaml
 from flinkstate.binary import operator_id_from_uid
 from flinkstate.bounded_yaml import MAX_YAML_BYTES, MAX_YAML_NESTING, YAMLRefused, load_yaml
 from flinkstate.errors import FlinkStateError, printable
-from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
+from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader
 from flinkstate.format.metadata import OperatorState, has_state
 from flinkstate.identity import OperatorRef
 from flinkstate.major_upgrade import flink_version_problem, target_flink_version
@@ -269,14 +270,10 @@ def add_keyed_states(schema: OperatorSchema, header: KeyedBackendHeader) -> None
     the operator opened from a jar: :mod:`flinkstate.engine.jar_schema`)."""
     schema.key = header.key_serializer
     for meta in header.states:
-        schema.states[meta.name] = _state_schema(meta, header)
-
-
-def _state_schema(meta: StateMetaInfo, header: KeyedBackendHeader) -> StateSchema:
-    assert header.key_serializer is not None
-    namespace = meta.namespace_serializer or VoidNamespaceSnapshot()
-    value = None if meta.kind == TIMERS else meta.value_serializer
-    return StateSchema(meta.name, meta.kind, header.key_serializer, namespace, value, meta.user_key_serializer)
+        assert header.key_serializer is not None
+        value = None if meta.kind == TIMERS else meta.value_serializer
+        schema.states[meta.name] = StateSchema(meta.name, meta.kind, header.key_serializer, meta.namespace_serializer
+                                               or VoidNamespaceSnapshot(), value, meta.user_key_serializer)
 
 
 # -- loading ----------------------------------------------------------------------------------------------------------
