@@ -22,11 +22,12 @@ from typing import Any
 
 import pytest
 
-from flinkstate import check
+from flinkstate import check, render_html
 from flinkstate.cli import main as cli_main
 from flinkstate.engine.jar_schema import trial_restore
 from flinkstate.migration.trial import apply_trial
 from tests.support import compat_matrix
+from tests.test_report_html import Page, words
 
 pytestmark = pytest.mark.flink  # the inspector's JVM on Flink's runtime, the session cluster's savepoints
 
@@ -90,6 +91,15 @@ def test_the_trial_reports_what_flink_did_and_agrees_with_the_check(
         column["tuple"] = "FAILED"
     assert column == expected, document
     assert _trial_column(document, "extra") == {"seen": "as is"}, document
+    # The HTML report of it: the jar the types came from, Flink's trial answer per state beside the check's
+    page = Page(render_html(document))
+    assert document["jar"] == str(compat_matrix.jar(variant)) and document["overlay"] is None
+    assert page.tables["summary"][1][1].text == f"the job jar {document['jar']}"
+    rows = [[c.text for c in cells] for cells in page.tables["states"][1:]]
+    assert [(r[0], r[1], r[4], r[-1]) for r in rows if r[0] == "matrix" and r[3] == "kept"] == [
+        (s["operator"], s["state"], "jar" if s["new_types"] else "—", s.get("flink_trial", ""))
+        for s in document["states"] if s["operator"] == "matrix" and s["status"] == "kept"]
+    assert page.tables["verdicts"][1][2].text == "0 disagreements with the check"
 
 
 def test_a_disagreement_between_flink_and_the_check_fails_the_check(
@@ -126,3 +136,13 @@ def test_a_disagreement_between_flink_and_the_check_fails_the_check(
                 finding.message
         assert report.exit_code == 4 and report.outcome == "incompatible", report.render_markdown()
         assert "TRIAL_DISAGREES" in report.render_markdown()
+        # The HTML report: the disagreeing state with Flink's answer and the check's prediction, the count in red
+        page = Page(render_html(report.to_json()))
+        assert [[c.text for c in cells] for cells in page.tables["disagreements"][1:]] == [
+            [finding.operator, finding.state, next(r.trial for r in report.rows if r.state == finding.state
+                                                  and r.operator == finding.operator),
+             words(next(r.flink_verdict.name for r in report.rows if r.state == finding.state
+                        and r.operator == finding.operator))]]
+        disagreements_cell = page.tables["verdicts"][1][2]
+        assert (disagreements_cell.text, disagreements_cell.classes) == ("1 disagreement with the check",
+                                                                         "verdict v-incompatible")
