@@ -253,6 +253,9 @@ with DAG(
                                      (params or {}).get("job_id") or "?", failures=failures,
                                      view=run_view_url(ti),
                                      timeout=float((params or {}).get("rollback_timeout") or 300))
+        # For whoever triggered the run (flinkstate upgrade run): the outcome, the downtime and the alert, through
+        # Airflow's REST API. Pushed before the alert is sent: a webhook that fails must not hide the outcome.
+        ti.xcom_push(key="conclusion", value=upgrade.conclusion(plan, alert))
         if alert:
             send_alert(alert, succeeded=ok)  # a success is logged at INFO, anything else at WARNING
         if not ok:  # the run fails on purpose, its alert sent: the headline in one log line, not a traceback

@@ -52,7 +52,7 @@ def window(start: str, end: str, tz: str = "UTC", days: list[str] | None = None)
     spec: dict[str, Any] = {"start": start, "end": end, "timezone": tz}
     if days:
         spec["days"] = days
-    return releases._parse_window(spec, "w")
+    return releases.parse_window(spec, "w")
 
 
 @pytest.mark.parametrize(("clock", "is_open"), [

@@ -1,5 +1,6 @@
 """``flinkstate upgrade status|recover``: the upgrade journals beside a deployment registry, and the recovery of
-upgrades whose run died (the old version restored from the stop savepoint, or a verified upgrade finished)."""
+upgrades whose run died (the old version restored from the stop savepoint, or a verified upgrade finished); ``flinkstate
+upgrade run`` (:mod:`flinkstate.cli.upgrade_run`) triggers an upgrade."""
 
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ from flinkstate import (
     sweep,
     why_left_alone,
 )
+from flinkstate.cli import upgrade_run
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("upgrade", help="inspect upgrade journals and recover upgrades whose run died",
+    parser = subparsers.add_parser("upgrade", help="run an upgrade through Airflow, inspect upgrade journals and "
+                                                   "recover upgrades whose run died",
                                    description="Upgrade journals (<savepoint-base>/journal/<deployment>.json) and "
                                                "their recovery.")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    upgrade_run.add_parser(actions)
     for action, help_text in (("status", "print each deployment's last upgrade: phase, outcome, what runs"),
                               ("recover", "recover the upgrades whose run died (or, with --force, every "
                                           "unfinished one); says why a run is left alone, and exits 1 while one is")):

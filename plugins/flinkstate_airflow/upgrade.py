@@ -602,6 +602,21 @@ def _conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, de
     return outcome in (Outcome.UPGRADED, Outcome.CHECKED), f"{text}{before}\n{files}{details}"
 
 
+def conclusion(plan: dict[str, Any] | None, alert: str | None) -> dict[str, Any]:
+    """What the run's ``conclude`` task leaves for whoever triggered the run (its XCom ``conclusion``, which
+    ``flinkstate upgrade run --airflow-url`` reads through Airflow's REST API, where the savepoint base may not be
+    reachable): the journal's outcome (None when the run planned nothing, or a newer run replaced its journal), its
+    durations (``down`` as in run.json) and the one alert (None when the actor that took the run over sent it)."""
+    try:
+        journal = journal_of(plan)
+    except (FlinkStateError, OSError, ValueError):  # an unreadable journal: the alert says what is known
+        journal = None
+    finished = journal is not None and journal.finished
+    return {"outcome": journal.data["outcome"] if journal is not None and finished else None,
+            "durations": journal.durations() if journal is not None else {}, "alert": alert,
+            "run_dir": plan.get("run_dir") if plan else None}
+
+
 def downtime_text(durations: dict[str, float]) -> str:
     """The alert's figure of the downtime (``durations.down``: stop request -> every subtask of the job that runs
     now RUNNING, from Flink's timestamps), with the health gate's own time beside it; empty when it is unknown."""
