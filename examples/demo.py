@@ -10,20 +10,19 @@
 3. runs the same DAG to v3, whose `count` changed type without a declared conversion: the check refuses it, an
    alert goes out, and v2 keeps running with its state.
 
-Alerts go to a small HTTP receiver inside this script (a stand-in for a chat webhook), which prints them. The
-cluster keeps running afterwards with v2 RUNNING; `make cluster-stop` stops it.
+Each upgrade is one `flinkstate upgrade run --local`, which sets up the local Airflow, prints the run's progress, its
+outcome and its alert (the webhook is a receiver inside that command, a stand-in for a chat). The cluster keeps running
+afterwards with v2 RUNNING; `make cluster-stop` stops it.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
+import shlex
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,6 @@ from flinkstate import (
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".work" / "demo"
 JOBS = ROOT / "examples" / "sample-job"
-VENV_BIN = Path(sys.executable).parent
 KEYS = 6
 
 
@@ -56,47 +54,24 @@ def version(name: str, manifest: str, audit: Path) -> dict[str, Any]:
             "program_args": ["--keys", str(KEYS), "--rate", "20", "--audit-dir", str(audit)]}
 
 
-class AlertReceiver:
-    """Prints what the DAG posts to its webhook connection (Slack-compatible JSON)."""
-
-    def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                first = body.get("text", "").splitlines()[0] if body.get("text") else ""
-                print(f"   [webhook] {first}", flush=True)
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.port = self.server.server_address[1]
-
-
-def airflow_env(cluster: LocalFlinkCluster, webhook_port: int) -> dict[str, str]:
-    home = WORK / "airflow"
-    return {**os.environ,
-            "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-            "AIRFLOW_CONN_FLINK_DEFAULT": json.dumps({"conn_type": "http", "host": "127.0.0.1",
-                                                      "port": cluster.status()["rest_port"]}),
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "AIRFLOW_CONN_FLINK_UPGRADE_WEBHOOK": json.dumps({"conn_type": "http", "host": "127.0.0.1",
-                                                              "port": webhook_port, "schema": "http"}),
-            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYTHONPATH": str(ROOT / "plugins")}
-
-
-def run_dag(env: dict[str, str], conf: dict[str, Any], log: Path) -> None:
-    """`airflow dags test flink_state_upgrade` with ``conf``; its (long) log goes to a file."""
-    with open(log, "w") as sink:
-        subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", "flink_state_upgrade", "-c", json.dumps(conf)],
-                       env=env, stdout=sink, stderr=subprocess.STDOUT, check=False, timeout=900)
-    print(f"   (Airflow's log of this run: {log})")
+def upgrade(cluster: LocalFlinkCluster, base: Path, new: dict[str, Any], *, current: dict[str, Any] | None = None,
+            job_id: str | None = None) -> int:
+    """One run of the DAG flink_state_upgrade by `flinkstate upgrade run --local`: a local Airflow (its home in
+    .work/demo/airflow, `airflow dags test`), whose alert goes to a receiver in that command, which prints it with the
+    run's progress and outcome. Its exit status says what the run did (0 upgraded, 3 refused)."""
+    command = [sys.executable, "-m", "flinkstate", "upgrade", "run", "--local", "--airflow-home", str(WORK / "airflow"),
+               "--flink-url", cluster.rest_url, "--deployment", "keyed-stats", "--savepoint-base", str(base),
+               "--jar", new["jar"], "--entry-class", new["entry_class"], "--manifest", new["manifest"],
+               "--parallelism", str(new["parallelism"]), "--log", str(base / f"upgrade-{Path(new['jar']).stem}.log")]
+    if job_id:
+        command += ["--job-id", job_id]
+    if current:  # the first run: the registry has no record of the running version yet
+        command += ["--current-jar", current["jar"], "--current-entry-class", current["entry_class"],
+                    "--current-manifest", current["manifest"], "--current-parallelism", str(current["parallelism"]),
+                    f"--current-program-args={shlex.join(current['program_args'])}"]
+    print(f"   $ flinkstate upgrade run --local --deployment keyed-stats --jar {Path(new['jar']).name} ...", flush=True)
+    # From the project's folder: the command is this checkout's flinkstate.
+    return subprocess.run([*command, "--", *new["program_args"]], cwd=ROOT, check=False, timeout=900).returncode
 
 
 def latest_run(base: Path) -> Path:
@@ -170,15 +145,10 @@ def main() -> int:
     time.sleep(8)
     print(f"   job {job_id} (keyed-stats-v1) RUNNING, building up state")
 
-    receiver = AlertReceiver()
-    env = airflow_env(cluster, receiver.port)
-    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
-
     step("Upgrading to v2 with the Airflow DAG flink_state_upgrade (the POJO gains a field): v2's schema from its "
          "jar, with v2-overlay.yaml (the new field's default)")
     v2 = version("v2", "v2-overlay.yaml", base / "audit-v2")
-    run_dag(env, {"job_name": "keyed-stats", "job_id": job_id, **v2, "savepoint_base": str(base),
-                  "current": v1}, base / "upgrade-v2.log")
+    upgraded = upgrade(cluster, base, v2, current=v1, job_id=job_id)
     registry = json.loads((base / "deployments.json").read_text()) if (base / "deployments.json").exists() else {}
     run_dir = latest_run(base)
     record = json.loads((run_dir / "run.json").read_text())
@@ -190,7 +160,7 @@ def main() -> int:
     show_entries("state before (the stop savepoint, written by v1)", next((run_dir / "stop").glob("savepoint-*")))
     show_entries("state after (the migrated savepoint v2 restored)", run_dir / "migrated" / "savepoint")
     deployed = registry.get("keyed-stats")
-    if record.get("outcome") != "upgraded" or not deployed:
+    if upgraded != 0 or record.get("outcome") != "upgraded" or not deployed:
         print("demo: error: the upgrade to v2 did not succeed; see the log above", file=sys.stderr)
         return 1
     v2_job = deployed["job_id"]
@@ -201,11 +171,11 @@ def main() -> int:
     step("Trying v3: `count` changes from long to String, with no conversion declared (Flink would loop in "
          "restarts)")
     v3 = version("v3", "v3.yaml", base / "audit-v3")
-    run_dag(env, {"job_name": "keyed-stats", **v3, "savepoint_base": str(base)}, base / "upgrade-v3.log")
+    refused = upgrade(cluster, base, v3)
     run_dir = latest_run(base)
     record = json.loads((run_dir / "run.json").read_text())
     findings = json.loads((run_dir / "preflight" / "check-report.json").read_text())["findings"]
-    print(f"   outcome: {record.get('outcome')}: "
+    print(f"   outcome: {record.get('outcome')} (exit status {refused}): "
           + "; ".join(f"{f['code']} at {f['state']}/{f['path']}" for f in findings if f["verdict"] == "INCOMPATIBLE"))
     print(f"   v2 (job {v2_job}) is {client.job_state(v2_job)}; {stop_account(record)}")
     print(f"   the run's folder: {run_dir}\n   its report: {run_dir / 'preflight' / 'check-report.md'}")
