@@ -137,7 +137,8 @@ def _run_folders(folder: str) -> dict[str, list[str]]:
 
 
 def read_run_record(uri: str) -> dict[str, Any]:
-    """An upgrade run's ``run.json`` (local or ``s3://``); a file that is not one is a :class:`HistoryError` naming it."""
+    """An upgrade run's ``run.json`` (local or ``s3://``); a file that is not one is a :class:`HistoryError` naming
+    it."""
     try:
         record = json.loads(read_file(uri))
     except ValueError as exc:
