@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param, task
 from flinkstate_airflow import upgrade
+from flinkstate_airflow.deadline import upgrade_deadline
 from flinkstate_airflow.hooks import FlinkHook, spark_master
 from flinkstate_airflow.notifiers import run_view_url, send_alert
 from flinkstate_airflow.operators import FlinkSavepointOperator, FlinkSubmitJarOperator, TaskRefused
@@ -64,6 +65,8 @@ with DAG(
     # One active run per deployment, not per DAG: the deployment's journal is the lock (a run refuses to start while
     # another run of the same deployment lives), so one deployment's stuck run never blocks another's upgrade.
     max_active_runs=16,
+    # An upgrade still running after FLINKSTATE_UPGRADE_DEADLINE_SECONDS (default 1 h) alerts while it runs.
+    deadline=upgrade_deadline(),
     render_template_as_native_obj=True,
     params={
         "job_name": Param("", type="string", description="the running job's name (or give job_id)"),
