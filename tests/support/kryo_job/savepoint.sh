@@ -13,8 +13,4 @@ rm -rf "$classes" && mkdir -p "$classes"
 javac -nowarn --release 17 -encoding UTF-8 -cp "$lib/*" -d "$classes" "$here/src/kryojob/KryoStateJob.java"
 # A job jar as `flink run` takes one: the job runs from it, and `flinkstate schema --jar` reads it (issue 25).
 jar --create --file "$out/kryo-state-job.jar" --main-class kryojob.KryoStateJob -C "$classes" .
-# --add-opens: Kryo's FieldSerializer and Flink's reflection reach into java.base classes on JDK 17.
-java --add-opens java.base/java.util=ALL-UNNAMED --add-opens java.base/java.lang=ALL-UNNAMED \
-  --add-opens java.base/java.time=ALL-UNNAMED --add-opens java.base/java.math=ALL-UNNAMED \
-  --add-opens java.base/java.net=ALL-UNNAMED -Dlog4j2.level=WARN \
-  -cp "$out/kryo-state-job.jar:$lib/*" kryojob.KryoStateJob "$out" 2> "$out/job.log"
+"$here/run.sh" "$lib" "$out/kryo-state-job.jar" "$out/job.log" "$out"
