@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  flinkstate check SAVEPOINT --jar job-v2.jar --schema v2-overlay.yaml -- ARGS   # runs its main()\n"
                "  flinkstate check SAVEPOINT --schema v2.yaml --dry-run\n"
                "  flinkstate migrate SAVEPOINT --schema v2.yaml --output migrated/\n"
-               "  flinkstate upgrade run --local --deployment D --jar job-v2.jar --savepoint-base B -- ARGS  # the DAG\n"
+               "  flinkstate upgrade run --local --deployment D --jar job-v2.jar --savepoint-base B -- ARGS  # DAG\n"
                "  flinkstate -v describe SAVEPOINT                # -v: what it does, on stderr\n"
                '  eval "$(flinkstate completion bash)"            # tab completion (zsh, fish too)\n'
                "The manifest format: docs/manifest.md; the check report and the exit statuses:\n"

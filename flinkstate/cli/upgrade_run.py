@@ -31,7 +31,7 @@ from flinkstate import (
     upgrade_conf,
 )
 from flinkstate.cli.airflow_local import DAG_ID, AlertReceiver, LocalAirflow, project_folder
-from flinkstate.cli.airflow_rest import AirflowApi
+from flinkstate.cli.airflow_rest import AirflowApi, AirflowError
 from flinkstate.cli.jar_options import take_program_args
 from flinkstate.cli.jobs import flink_url
 
@@ -210,10 +210,19 @@ def _follow_rest(args: argparse.Namespace, conf: dict[str, Any]) -> Concluded:
           f"{printable(api.run_page(DAG_ID, run_id))}", flush=True)
     started = time.monotonic()
     seen: dict[str, str] = {}  # task id -> the state last shown
+    run: dict[str, Any] = {}
     while True:
-        run = api.dag_run(DAG_ID, run_id)
-        for task in sorted(api.task_instances(DAG_ID, run_id),
-                           key=lambda t: (str(t.get("start_date") or "~"), str(t.get("task_id")))):
+        try:
+            run = api.dag_run(DAG_ID, run_id)
+            tasks = api.task_instances(DAG_ID, run_id)
+        except AirflowError as exc:
+            # Only a look failed (a busy api-server, a restart), not the run: look again until the timeout.
+            if (exc.status is not None and exc.status < 500) or time.monotonic() - started > args.timeout:
+                raise
+            _progress(started, f"(no answer from Airflow: {printable(exc)}; asking again)")
+            time.sleep(args.poll)
+            continue
+        for task in sorted(tasks, key=lambda t: (str(t.get("start_date") or "~"), str(t.get("task_id")))):
             task_id, state = str(task.get("task_id")), str(task.get("state"))
             if state in SHOWN_STATES and seen.get(task_id) != state:
                 seen[task_id] = state
