@@ -1,7 +1,8 @@
 """flink_state_upgrade under a real ``airflow standalone`` (api-server, scheduler with LocalExecutor, dag-processor,
 triggerer), driven only through Airflow's REST API as an operator would: v1 of the sample job running on the real
 local Flink is upgraded to v2 through the migration branch (Spark in local mode), then standalone is stopped and no
-process of it may remain."""
+process of it may remain. The upgraded run is then looked at in the Airflow UI, in headless Chromium, through the
+link its alert gives: the DAG run's "Flink upgrade" tab (the plugin's view) with the run's figures and verdicts."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -25,13 +27,20 @@ from flinkstate.engine.local import free_port
 from flinkstate.savepoint import Savepoint
 from tests.support import sample_job
 from tests.support.airflow_env import ROOT
+from tests.support.browser import chromium
 
-pytestmark = [pytest.mark.flink, pytest.mark.airflow, pytest.mark.spark]  # the DAG runs spark-submit
+pytestmark = [pytest.mark.flink, pytest.mark.airflow, pytest.mark.spark,  # the DAG runs spark-submit
+              pytest.mark.browser]  # the view, in Chromium
 
 DAG_ID = "flink_state_upgrade"
 MANIFESTS = ROOT / "examples" / "sample-job" / "manifests"
 VENV_BIN = Path(sys.executable).parent
 WATCHDOG_GRACE = 5  # seconds a dead run's journal must be quiet before the watchdog acts (FLINKSTATE_WATCHDOG_GRACE)
+#: Where the view's screenshots are kept (the README's docs/airflow-view.png is the run's tab, copied from there).
+SCREENSHOTS = Path(os.environ.get("FLINKSTATE_TEST_ARTIFACTS", ROOT / ".work" / "test-artifacts"))
+#: How a check report words each verdict (flinkstate.report), in its Markdown table and its HTML page alike.
+VERDICT_WORDS = {"COMPATIBLE_AS_IS": "as is", "COMPATIBLE_WITH_RECONFIGURED_SERIALIZER": "reconfigured",
+                 "COMPATIBLE_AFTER_MIGRATION": "after migration", "INCOMPATIBLE": "INCOMPATIBLE"}
 
 
 class Api:
@@ -103,6 +112,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory, flink_cluster: LocalFli
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__HOST": "127.0.0.1",
+        # The alerts link to the run's page in the UI at this address (Airflow's own links use it too).
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         # Task processes talk to the api-server's execution API: by default on :8080, which is not ours.
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__CORE__PARALLELISM": "4",  # a 2-core machine shared with other tests
@@ -280,6 +291,10 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         assert len(posted) == 1, posted
         assert posted[0]["text"].startswith("Flink upgrade of keyed-stats succeeded: RUNNING now: the new version")
         assert f"as job {new_job}" in posted[0]["text"]
+        # The alert links to the run's tab in the Airflow UI, where the run's figures and verdicts are seen.
+        link = posted[0]["text"].split("See it in Airflow: ", 1)[1].split()[0]
+        assert link == f"{api.base}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/plugin/flink-upgrade", posted[0]
+        see_the_run_in_chromium(api, link, base / "keyed-stats", run_id, new_job)
     except BaseException:
         print_tail(log_path)
         raise
@@ -287,6 +302,57 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         for job in (running.job_id, new_job):
             if job and client.job_state(job) == "RUNNING":
                 client.cancel(job)
+
+
+def see_the_run_in_chromium(api: Api, link: str, deployment_dir: Path, run_id: str, new_job: str) -> None:
+    """The upgrade run as a person sees it: the alert's link opened in headless Chromium, signed in (the simple
+    auth manager's cookie, with the token the test got): the DAG run's "Flink upgrade" tab shows the plugin's page of
+    the run, with run.json's outcome, what runs and the downtime, and the preflight check's verdict of every state;
+    the "Flink upgrades" page in the navigation lists the run. The page asks nothing of any other server. Without
+    signing in, the view answers 401."""
+    started = time.monotonic()
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{api.base}/flink-upgrades/", timeout=30)
+    assert refused.value.code == 401
+    run_dir = next(d for d in deployment_dir.iterdir() if json.loads((d / "run.json").read_text())["plan"]["run_id"]
+                   == run_id)
+    done = [e for e in json.loads((run_dir / "run.json").read_text())["events"] if e["stage"] == "done"][-1]
+    report = json.loads((run_dir / "preflight" / "check-report.json").read_text())
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with chromium() as browser:
+        context = browser.new_context(viewport={"width": 1400, "height": 1500})  # the figures and the report
+        context.add_cookies([{"name": "_token", "value": api.token, "url": api.base}])
+        page = context.new_page()
+        requested: list[str] = []
+        page.on("request", lambda request: requested.append(request.url))
+        page.goto(link)
+        tab = page.frame_locator('iframe[title="Flink upgrade"]')
+        tab.locator("table.figures").wait_for(timeout=90_000)
+        figures = dict(zip(tab.locator("table.figures th").all_inner_texts(),
+                           tab.locator("table.figures td").all_inner_texts(), strict=True))
+        assert figures["outcome"] == "upgraded", figures
+        assert figures["running after it"] == f"the new version (sample-job-v2.jar) as job {new_job}", figures
+        assert figures["down"].startswith(f"{done['durations']['down']:.1f} s (from the stop request"), figures
+        # The preflight check's verdicts: its HTML page inline when the run has one, else its Markdown.
+        if run_dir.joinpath("preflight", "check-report.html").is_file():
+            rows = tab.frame_locator("iframe.report").locator("tr").all_inner_texts()
+        else:
+            rows = tab.locator("pre.report").inner_text().splitlines()
+        for state in report["states"]:
+            words = [state["operator"], state["state"] or "", VERDICT_WORDS[state["verdict"]]]
+            assert any(all(w in row for w in words) for row in rows), (words, rows)
+        page.screenshot(path=str(SCREENSHOTS / "airflow-view-run.png"))
+        page.goto(f"{api.base}/plugin/flink-upgrades")
+        listing = page.frame_locator('iframe[title="Flink upgrades"]')
+        row = listing.locator("tr", has=listing.get_by_role("link", name=run_id, exact=True))
+        row.wait_for(timeout=60_000)
+        cells = row.locator("td").all_inner_texts()
+        assert cells[3:6] == ["upgraded", f"the new version (sample-job-v2.jar) as job {new_job}",
+                              f"{done['durations']['down']:.1f} s"], cells
+        page.screenshot(path=str(SCREENSHOTS / "airflow-view-list.png"))
+        context.close()
+    assert [u for u in requested if not u.startswith((api.base, f"blob:{api.base}", "data:", "about:"))] == []
+    print(f"the run seen in Chromium in {time.monotonic() - started:.0f} s; screenshots in {SCREENSHOTS}")
 
 
 def _descendants(pid: int) -> list[int]:

@@ -209,9 +209,16 @@ def _outcome(run: UpgradeRun) -> str:
     return f"<span class=\"outcome\" style=\"background:{colour}\">{_e(outcome)}</span>"
 
 
-def _savepoints(run: UpgradeRun) -> str:
-    items = [f"<li><b>{_e(s.kind)}</b> <code>{_e(s.location)}</code>"
-             + (f" <i>(kept: {_e(s.needed)})</i>" if s.needed else "") + "</li>" for s in run.history.savepoints]
+def _savepoints(run: UpgradeRun, *, in_run_folder: bool = False) -> str:
+    """The run's savepoints, each with what keeps it; ``in_run_folder``: named inside the run's folder (the list's
+    narrow column), the whole location in its tooltip."""
+    def name(location: str) -> str:
+        inside = location.removeprefix(f"{run.history.run_dir}/")
+        return f"<code title=\"{_e(location)}\">{_e(inside)}</code>" if in_run_folder else \
+            f"<b>{_e(inside.split('/', 1)[0])}</b> <code>{_e(location)}</code>"
+
+    items = [f"<li>{name(s.location)}" + (f" <i>(kept: {_e(s.needed)})</i>" if s.needed else "") + "</li>"
+             for s in run.history.savepoints]
     return f"<ul>{''.join(items)}</ul>" if items else "<i>none left</i>"
 
 
@@ -239,7 +246,7 @@ def _runs_html(request: Request, deployments: list[Deployment], problems: list[s
                 f"{_e(run.history.run_id)}</a></td><td>{_e(run.history.check_outcome or 'not checked')}"
                 f"{' (' + _e(run.history.verdict) + ')' if run.history.verdict else ''}</td><td>{_outcome(run)}</td>"
                 f"<td>{_e(run.running_now())}</td><td class=\"num\">{_seconds(run.down)}</td>"
-                f"<td>{_savepoints(run)}</td></tr>" for run in deployment.runs]
+                f"<td>{_savepoints(run, in_run_folder=True)}</td></tr>" for run in deployment.runs]
         parts.append("<table><tr><th>planned</th><th>run</th><th>check</th><th>outcome</th><th>running after it</th>"
                      "<th>down</th><th>savepoints</th></tr>" + "".join(rows) + "</table>")
     return "".join(parts)
