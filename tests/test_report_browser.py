@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from flinkstate.errors import printable
+from tests.support.browser import chromium
 from tests.test_report_html import (
     HOSTILE_CONTROL,
     HOSTILE_MARKUP,
@@ -31,10 +32,6 @@ from tests.test_report_html import (
 pytestmark = [pytest.mark.browser, pytest.mark.corpus]
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
-#: Headless, and nothing of its own on the network (no updates, sync, or background requests).
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 #: The background of a verdict cell, by its words (the page's CSS).
 COLOURS = {"as is": "rgb(230, 244, 234)", "reconfigured": "rgb(227, 241, 251)",
            "after migration": "rgb(254, 243, 214)", "INCOMPATIBLE": "rgb(251, 217, 214)"}
@@ -42,14 +39,8 @@ COLOURS = {"as is": "rgb(230, 244, 234)", "reconfigured": "rgb(227, 241, 251)",
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    # Required, not skipped: CI installs Debian's chromium (.ci/run), and a missing one must fail the run.
-    assert CHROMIUM.is_file(), f"{CHROMIUM} is missing: apt-get install chromium (as .ci/run does)"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:  # Debian's, required (a missing one fails the run)
+        yield launched
 
 
 @pytest.fixture(scope="module")
