@@ -47,6 +47,7 @@ import pytest
 import flinkstate
 from flinkstate.binary import assign_key_group
 from flinkstate.engine import LocalFlinkCluster
+from flinkstate.engine.jar_schema import inspect_jar
 from flinkstate.errors import FlinkStateError
 from flinkstate.format.changelog import ChangelogStream
 from flinkstate.format.changelog_handles import ChangelogBackendHandle, ChangelogStreamHandle
@@ -64,6 +65,7 @@ from flinkstate.savepoint import Savepoint
 from flinkstate.storage import settings
 from flinkstate.storage.uri import open_output
 from tests.support import sample_job
+from tests.support.jar_truth import differences
 from tests.test_migration import LABEL_DEFAULT, check_record, target_for
 
 pytestmark = pytest.mark.flink
@@ -322,6 +324,31 @@ def test_describe(changelog_checkpoints: dict[str, Written], name: str) -> None:
     assert (result.returncode, result.stderr) == (0, "")
     for state in ("stats", "count", "recent", "buckets"):
         assert f"keyed state {state}: " in result.stdout, result.stdout
+
+
+EVENT_TIMERS = "_timer_state/event_user-timers"
+
+
+def test_the_jar_gives_the_schema_of_every_changelog_checkpoint(changelog_checkpoints: dict[str, Written],
+                                                                tmp_path: Path) -> None:
+    """Issue 25's ground truth for the changelog jobs: the sample job v1's jar schema (``schema --jar``) is every
+    materialized variant's checkpoint's, HashMap or RocksDB, operator by operator and byte by byte. A log-only
+    checkpoint records a state's meta info with its first change: the event-time timer queue, which the job never
+    uses (its timers are processing-time ones), is registered by the jar and absent from the log (Flink registers it
+    again, empty, on restore); every other state is the jar's, byte for byte."""
+    v1 = inspect_jar(sample_job.jar("v1"), cache_dir=tmp_path)
+    registered = {meta.name for op in v1.operators if op.label == "stats" and op.keyed for meta in op.keyed.states}
+    assert EVENT_TIMERS in registered
+    for name, written in changelog_checkpoints.items():
+        found = differences(v1, written.checkpoint, allow_external_handles=True)
+        if VARIANTS[name][1]:  # materialized
+            assert found == [], name
+            continue
+        checkpoint = open_checkpoint(written.checkpoint)
+        header = checkpoint.keyed_header(checkpoint.operator("stats"))
+        assert header is not None and {meta.name for meta in header.states} == registered - {EVENT_TIMERS}, name
+        assert [line for line in found if not line.startswith("stats: jar ")] == [
+            f"stats, state {EVENT_TIMERS}: meta info bytes"], (name, found)
 
 
 @pytest.mark.parametrize("name", VARIANTS)

@@ -25,11 +25,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flinkstate import FlinkStateError
+from flinkstate import FlinkStateError, check
 from flinkstate.cli import main as cli_main
-from flinkstate.engine.jar_schema import inspect_jar, unregistered_states
+from flinkstate.engine.jar_schema import inspect_jar, trial_restore, unregistered_states
 from flinkstate.engine.local import LocalFlinkCluster
 from flinkstate.manifest import manifest_from_savepoint
+from flinkstate.migration.trial import apply_trial
 from flinkstate.savepoint import Savepoint
 from tests.support import compat_matrix, sample_job
 from tests.support.jar_truth import differences
@@ -147,11 +148,27 @@ def test_older_flink_versions_jars_give_the_schema_of_their_savepoints(
         flink_matrix_savepoints: dict[str, tuple[Path, dict[str, object]]], cache: Path) -> None:
     for version in ("1.20.3", "2.2.0"):
         schema = inspect_jar(sample_job.jar("v1", sample_job.JOB_DIR / "build" / f"flink-{version}"),
-                             flink_home=sample_job.ROOT / ".flink-dists" / version / "pyflink", cache_dir=cache)
+                             flink_home=schema_home(version), cache_dir=cache)
         assert schema.flink_version == version
         for name, (savepoint, _) in flink_matrix_savepoints.items():
             if name.startswith(f"{version}/"):
                 assert differences(schema, savepoint) == [], name
+        # Flink's own verdict (check --trial) on that Flink: its savepoint restores into its jar's operators, every
+        # key group and state as is, and the check agrees with it.
+        savepoint = next(path for name, (path, _) in sorted(flink_matrix_savepoints.items())
+                         if name.startswith(f"{version}/"))
+        trial = trial_restore(schema.jar, savepoint, full=True, flink_home=schema_home(version))
+        assert trial.flink_version == version
+        stats = next(op for op in trial.operators if op.uid == "stats")
+        assert stats.restore_failure is None and stats.open_failure is None and stats.key_groups > 0
+        assert {state.name: state.outcome for state in stats.states if not state.name.startswith("_timer")} == {
+            name: "AS_IS" for name in ("stats", "count", "recent", "buckets")}, stats
+        report = check(savepoint, schema.manifest())
+        assert apply_trial(report, trial) == 0 and report.exit_code == 0, report.render_markdown()
+
+
+def schema_home(version: str) -> Path:
+    return sample_job.ROOT / ".flink-dists" / version / "pyflink"
 
 
 def test_a_state_registered_lazily_is_reported_as_such(taken: dict[str, Path], lazy_jar: Path, cache: Path) -> None:

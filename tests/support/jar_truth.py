@@ -15,10 +15,11 @@ from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.registry import snapshot_bytes
 
 
-def differences(schema: JarSchema, savepoint_dir: Path) -> list[str]:
+def differences(schema: JarSchema, savepoint_dir: Path, *, allow_external_handles: bool = False) -> list[str]:
     """Where the jar's schema and the savepoint's differ: operators (by label and id), each operator's manifest
-    entry, and the bytes of the key serializer snapshot and of every keyed and operator state's meta info."""
-    savepoint = Savepoint.open(savepoint_dir)
+    entry, and the bytes of the key serializer snapshot and of every keyed and operator state's meta info.
+    ``allow_external_handles``: a retained checkpoint's (its files lie outside its folder)."""
+    savepoint = Savepoint.open(savepoint_dir, allow_external_handles=allow_external_handles)
     jar_manifest = schema.manifest()
     savepoint_manifest = manifest_from_savepoint(savepoint)
     found = []
