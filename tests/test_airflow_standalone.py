@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from urllib.parse import quote
 
 import pytest
 
+from flinkstate import slack_text
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.engine.local import free_port
 from flinkstate.savepoint import Savepoint
@@ -195,9 +198,28 @@ def print_tail(path: Path, lines: int = 80) -> None:
         print(f"----- last {lines} lines of {path} -----\n" + "\n".join(text[-lines:]))
 
 
+def upgrade_run(api: Api, home: Path, output: Path, options: list[str]) -> subprocess.Popen[bytes]:
+    """``flinkstate upgrade run --airflow-url`` in a process of its own, as an operator runs it: signed in as the
+    admin standalone made (user and password from the environment, not on the command line), its output to
+    ``output``; from the project's folder, so that it is this checkout's flinkstate."""
+    password = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())["admin"]
+    env = {**os.environ, "FLINKSTATE_AIRFLOW_USER": "admin", "FLINKSTATE_AIRFLOW_PASSWORD": password}
+    with open(output, "wb") as sink:
+        return subprocess.Popen([sys.executable, "-m", "flinkstate", "upgrade", "run", "--airflow-url", api.base,
+                                 "--poll", "1", *options], cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT)
+
+
+def triggered_run(output: Path) -> str | None:
+    """The run id ``flinkstate upgrade run`` printed once it triggered the run."""
+    match = re.search(rf"^{DAG_ID}: run (\S+) of keyed-stats triggered: ", output.read_text(), re.MULTILINE)
+    return match[1] if match else None
+
+
 def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         standalone: tuple[Api, Path, Path], flink_cluster: LocalFlinkCluster, webhook: Any, tmp_path: Path):
-    """The whole upgrade through Airflow's REST API, with the fault of issue 24: the scheduler leaves a gap far
+    """The whole upgrade through Airflow's REST API, triggered and followed by `flinkstate upgrade run --airflow-url`
+    (its options make the conf; it prints each task's state, the outcome, the downtime and the alert, and exits 0),
+    with the fault of issue 24: the scheduler leaves a gap far
     longer than the watchdog's grace between two tasks after the stop (the DAG is paused from `migrate` until the
     watchdog has swept the quiet journal). The run's owner is its DAG run, still running: the watchdog leaves it
     alone, the run ends with v2 alone RUNNING and one alert that says so."""
@@ -207,6 +229,7 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
                                 extra_args=["--checkpoint-interval-ms", "1000"])
     new_job = None
     received_before = len(webhook.received)
+    command: subprocess.Popen[bytes] | None = None
     try:
         api.wait_for(f"{DAG_ID} parsed", lambda: api.call("GET", f"/api/v2/dags/{DAG_ID}"), timeout=180)
         assert api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})["is_paused"] is False
@@ -218,8 +241,15 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
                 "entry_class": sample_job.ENTRY_CLASS, "program_args": running.program_args, "parallelism": 1,
                 "manifest": str(MANIFESTS / "v2.yaml"), "savepoint_base": str(base), "mode": "upgrade",
                 "min_checkpoints": 2, "gate_timeout": 120, "min_running_seconds": 3, "current": v1}
-        run = api.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})
-        run_id = run["dag_run_id"]
+        output = tmp_path / "upgrade-run.out"
+        command = upgrade_run(api, home, output, [
+            "--deployment", "keyed-stats", "--job-id", running.job_id, "--jar", str(sample_job.jar("v2")),
+            "--entry-class", sample_job.ENTRY_CLASS, "--parallelism", "1", "--manifest", str(MANIFESTS / "v2.yaml"),
+            "--savepoint-base", str(base), "--min-checkpoints", "2", "--gate-timeout", "120",
+            "--min-running-seconds", "3", "--current-jar", v1["jar"], "--current-manifest", v1["manifest"],
+            "--current-entry-class", sample_job.ENTRY_CLASS, "--current-parallelism", "1",
+            f"--current-program-args={shlex.join(running.program_args)}", "--", *running.program_args])
+        run_id = api.wait_for("the command to trigger the run", lambda: triggered_run(output), timeout=120)
         journal_file = base / "journal" / "keyed-stats.json"
 
         def phase(wanted: str) -> Callable[[], dict[str, Any] | None]:
@@ -248,16 +278,17 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
         print(f"scheduler gap after migrate: {gap:.0f} s (watchdog grace {WATCHDOG_GRACE} s)")
 
-        def finished() -> str | None:
-            state = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")["state"]
-            return state if state in ("success", "failed") else None
-
         started = time.monotonic()
-        state = api.wait_for(f"run {run_id} finished", finished, timeout=420, interval=1)
+        status = command.wait(timeout=420)  # the command follows the run to its end
         took = time.monotonic() - started
+        printed = output.read_text()
+        run = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
         tasks = {t["task_id"]: t["state"] for t in
                  api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances")["task_instances"]}
-        assert state == "success", tasks
+        assert run["state"] == "success" and status == 0, (status, printed, tasks)
+        assert run["conf"] == conf  # the command's options made the conf a trigger by hand sends
+        # Its progress: the state it printed last for each task is the one Airflow ended it with.
+        assert dict(re.findall(r"^  \[ *\d+ s\] (\w+): (\w+)$", printed, re.MULTILINE)) == tasks, printed
         print(f"upgrade run took {took:.0f} s: {tasks}")
         assert tasks["stop_for_migration"] == tasks["migrate"] == tasks["recheck"] == "success", tasks
         assert tasks["stop_for_restore"] == "skipped" and tasks["conclude"] == "success", tasks
@@ -291,6 +322,14 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         assert len(posted) == 1, posted
         assert posted[0]["text"].startswith("Flink upgrade of keyed-stats succeeded: RUNNING now: the new version")
         assert f"as job {new_job}" in posted[0]["text"]
+        # The command printed the run's outcome, run.json's downtime, and the alert the webhook got.
+        done = [e for e in json.loads((Path(final["run_dir"]) / "run.json").read_text())["events"]
+                if e["stage"] == "done"][-1]
+        head, alert = printed.split("\nalert:\n", 1)
+        assert head.splitlines()[-1] == (f"run {run_id}: success; outcome: upgraded; down "
+                                         f"{done['durations']['down']:.1f} s (stop request -> every subtask of the "
+                                         "job that runs now RUNNING)"), printed
+        assert slack_text("\n".join(line.removeprefix("  ") for line in alert.splitlines())) == posted[0]["text"]
         # The alert links to the run's tab in the Airflow UI, where the run's figures and verdicts are seen.
         link = posted[0]["text"].split("See it in Airflow: ", 1)[1].split()[0]
         assert link == f"{api.base}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/plugin/flink-upgrade", posted[0]
@@ -299,6 +338,8 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         print_tail(log_path)
         raise
     finally:
+        if command is not None and command.poll() is None:  # a failure before its end: it is ours to stop
+            command.kill()
         for job in (running.job_id, new_job):
             if job and client.job_state(job) == "RUNNING":
                 client.cancel(job)
