@@ -4,16 +4,21 @@ One job is carried through the scenarios in order, its state checked value by va
 v1 -> v2 through the migration branch, v2's schema its jar's with v2's overlay (the ``label`` default, no
 hand-written v2 manifest); v2 -> v3 refused (no conversion declared; no manifest at all: v3's jar alone): alert, v2
 keeps running; the same in check-only mode changes nothing; v2 -> v3 with the conversion; then a release that fails
-on start is rolled back to the running version from the stop savepoint. The first two runs go through ``airflow
-dags test`` (as ``make demo`` runs it), whose whole log must be clean: no traceback, no error, a refusal's reason in
-one line. Issue 25's two user mistakes (a manifest that misses a type change the jar made, one that keeps a state
-the jar renamed) are refused by preflight_checks, before anything is stopped.
+on start is rolled back to the running version from the stop savepoint. The first two runs go through ``flinkstate
+upgrade run --local`` (``airflow dags test`` in a process of its own, as ``make demo`` runs it): its options make the
+conf, it prints the outcome, the downtime and the alert the webhook got, and exits 0 or 3 (refused); Airflow's whole
+log must be clean: no traceback, no error, a refusal's reason in one line. Issue 25's two user mistakes (a manifest
+that misses a type change the jar made, one that keeps a state the jar renamed) are refused by preflight_checks,
+before anything is stopped.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +28,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
+from flinkstate.cli.airflow_local import MIGRATED_MARKER
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.manifest import load_manifest
 from flinkstate.savepoint import Savepoint
@@ -133,12 +139,12 @@ def _messages(env: dict[str, Any], since: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def upgraded_to_v2(env: dict[str, Any]) -> dict[str, Any]:
-    """v1 -> v2 with ``airflow dags test``, as ``make demo`` runs it: the run's outcome and its whole log, as a user
-    reads it (one run serves both)."""
+    """v1 -> v2 with ``flinkstate upgrade run --local``, as ``make demo`` runs it: the run's outcome, Airflow's whole
+    log and what the command printed, as a user reads them (one run serves all)."""
     since = len(env["webhook"].received)
     new = _version("v2", "v2-overlay.yaml", env["work"] / "audit-v2")  # v2's jar, and what it cannot say
-    run, log = _run_cli(_conf(env, new, job_name="keyed-stats-v1", current=env["v1"]))
-    return {"run": run, "since": since, "new": new, "log": log}
+    run, log, command = _run_cli(env, _conf(env, new, job_name="keyed-stats-v1", current=env["v1"]))
+    return {"run": run, "since": since, "new": new, "log": log, "command": command}
 
 
 def test_v1_to_v2_through_the_migration_branch(env: dict[str, Any], upgraded_to_v2: dict[str, Any]):
@@ -222,6 +228,15 @@ def test_v1_to_v2_through_the_migration_branch(env: dict[str, Any], upgraded_to_
     assert texts[0].startswith(f"Flink upgrade of keyed-stats-v1 succeeded: RUNNING now: the new version "
                                f"(sample-job-v2.jar) as job {entry['job_id']}"), texts
     assert f" Down {final['durations']['down']:.1f} s (from the stop request until every subtask" in texts[0], texts
+    # The command said the same: exit 0, the outcome with run.json's downtime, each step the journal recorded, and
+    # the alert the webhook got.
+    command = upgraded_to_v2["command"]
+    assert command.returncode == 0, command.stdout + command.stderr
+    assert (f"run {run.run_id}: success; outcome: upgraded; down {final['durations']['down']:.1f} s (stop request -> "
+            "every subtask of the job that runs now RUNNING)") in command.stdout.splitlines(), command.stdout
+    steps = re.findall(r"^  \[ *\d+ s\] (\w+): (\w+)", command.stdout, re.MULTILINE)
+    assert [phase for _, phase in steps if phase != "running"] == [s["phase"] for s in journal["history"]], steps
+    assert _printed_alert(command.stdout) == texts[0]
 
 
 def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict[str, Any],
@@ -229,7 +244,9 @@ def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict
     since = len(env["webhook"].received)
     entry = _registry(env)["keyed-stats-v1"]
     new = _version("v3", None, env["work"] / "audit-v3")  # no manifest: v3's jar says count is a String now
-    run, log = _run_cli(_conf(env, new, job_id=entry["job_id"]))
+    run, log, command = _run_cli(env, _conf(env, new, job_name="keyed-stats-v1", job_id=entry["job_id"]))
+    assert command.returncode == 3, command.stdout + command.stderr  # refused: nothing was stopped
+    assert f"run {run.run_id}: failed; outcome: refused" in command.stdout.splitlines(), command.stdout
     states = _states(run)
     assert str(run.state) == "failed", log[-5000:]
     assert states["alert_incompatible"] == "success" and states["conclude"] == "failed", states
@@ -254,6 +271,7 @@ def test_v2_to_v3_without_a_conversion_is_refused_and_v2_keeps_running(env: dict
     assert "REFUSED" in texts[0] and "nothing was stopped" in texts[0], texts
     assert f"RUNNING now: the old version (sample-job-v2.jar) as job {entry['job_id']}" in texts[0]
     assert "POJO_FIELD_TYPE_CHANGED" in texts[0] and "| stats | stats |" in texts[0]
+    assert _printed_alert(command.stdout) == texts[0]
     # The log gives the reason in one line (the task's end), no traceback anywhere.
     assert "Traceback" not in log, log[-5000:]
     headline = ("Flink upgrade of keyed-stats-v1 REFUSED: the new version cannot restore the state; nothing was "
@@ -491,18 +509,40 @@ def test_flink_unreachable_changes_nothing_and_says_why(env: dict[str, Any], upg
     assert env["client"].job_state(entry["job_id"]) == "RUNNING" and _registry(env)["keyed-stats-v1"] == entry
 
 
-def _run_cli(conf: dict[str, Any]) -> tuple[Any, str]:
-    """One run with ``airflow dags test`` (as ``make demo`` runs it), in a process of its own on this session's
-    Airflow database: the run (read back from the database) and Airflow's whole log of it."""
-    import subprocess
-
+def _run_cli(env: dict[str, Any], conf: dict[str, Any]) -> tuple[Any, str, subprocess.CompletedProcess[str]]:
+    """One run with ``flinkstate upgrade run --local`` (as ``make demo`` runs it: ``airflow dags test`` in a process of
+    its own) on this session's Airflow home and database, its alert passed on to the session's webhook: the run (read
+    back from the database), Airflow's whole log of it, and the command's result. The command's options give the
+    conf: the DAG run's conf is exactly ``conf`` (the command adds only its default mode)."""
     from airflow.models.dagrun import DagRun
 
+    home = Path(os.environ["AIRFLOW_HOME"])
+    # The session's database was created by airflow_env.configure_airflow (initdb): no `airflow db migrate` again.
+    (home / MIGRATED_MARKER).write_text("created by tests/support/airflow_env.py\n")
+    options = ["--deployment", conf["job_name"], "--jar", conf["jar"], "--entry-class", conf["entry_class"],
+               "--parallelism", str(conf["parallelism"]), "--savepoint-base", conf["savepoint_base"],
+               *[f"--{key.replace('_', '-')}={conf[key]}"
+                 for key in ("min_checkpoints", "gate_timeout", "min_running_seconds")]]
+    options += ["--job-id", conf["job_id"]] if conf["job_id"] else []
+    options += ["--manifest", conf["manifest"]] if conf["manifest"] else []
+    if conf.get("current"):
+        current = conf["current"]
+        options += ["--current-jar", current["jar"], "--current-manifest", current["manifest"], "--current-entry-class",
+                    current["entry_class"], "--current-parallelism", str(current["parallelism"]),
+                    f"--current-program-args={shlex.join(current['program_args'])}"]
+    log = env["work"] / f"airflow-{len(list(env['work'].glob('airflow-*.log')))}.log"
     before = {r.run_id for r in DagRun.find(dag_id="flink_state_upgrade")}
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
-    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "dags", "test", "flink_state_upgrade",
-                             "-c", json.dumps(conf)], env=env, capture_output=True, text=True, timeout=900)
-    log = result.stdout + result.stderr
+    command = subprocess.run(
+        [sys.executable, "-m", "flinkstate", "upgrade", "run", "--local", "--airflow-home", str(home), "--flink-url",
+         env["client"].base_url, "--webhook-url", f"http://127.0.0.1:{env['webhook'].port}/hooks/flink", "--log",
+         str(log), *options, "--", *conf["program_args"]], cwd=ROOT, capture_output=True, text=True, timeout=900)
     runs = [r for r in DagRun.find(dag_id="flink_state_upgrade") if r.run_id not in before]
-    assert len(runs) == 1, log[-5000:]
-    return runs[0], log
+    assert len(runs) == 1, command.stdout + command.stderr
+    assert runs[0].conf == {**conf, "mode": "upgrade"}, runs[0].conf
+    return runs[0], log.read_text(), command
+
+
+def _printed_alert(stdout: str) -> str:
+    """The alert as ``flinkstate upgrade run`` printed it (as the webhook got it)."""
+    printed = stdout.split("\nalert:\n", 1)[1].split("\nnote: ", 1)[0]
+    return "\n".join(line.removeprefix("  ") for line in printed.split("\n"))

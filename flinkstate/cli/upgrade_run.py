@@ -28,6 +28,7 @@ from flinkstate import (
     load_release,
     printable,
     running_job_id,
+    slack_text,
     upgrade_conf,
 )
 from flinkstate.cli.airflow_local import DAG_ID, AlertReceiver, LocalAirflow, project_folder
@@ -236,7 +237,9 @@ def _follow_rest(args: argparse.Namespace, conf: dict[str, Any]) -> Concluded:
     concluded = Concluded(run_id, str(run["state"]))
     found = api.xcom(DAG_ID, run_id, "conclude", "conclusion")
     if isinstance(found, dict):
-        concluded.outcome, concluded.alert = found.get("outcome"), found.get("alert")
+        concluded.outcome = found.get("outcome")
+        # The alert as the webhook got it (flinkstate.slack_text: what the team read), as --local prints it too.
+        concluded.alert = slack_text(found["alert"]) if isinstance(found.get("alert"), str) else None
         concluded.durations = found.get("durations") or {}
         concluded.planned = found.get("run_dir") is not None
     else:
