@@ -1,10 +1,13 @@
 """Upgrade a running stateful Flink job safely: savepoint, check, branch, (migrate,) restore, health gate, rollback.
 
-    resolve -> preflight_checks -> preflight_savepoint -> check (Spark*) -> choose_path
+    resolve -> preflight_checks -> preflight_savepoint -> check (Spark*) -> choose_path [-> approve_stop]
       restorable:   stop_for_restore -> restore_path_as_is ----------------------.
       migratable:   stop_for_migration -> migrate (Spark*) -> recheck -----------+-> submit_new -> health_gate -> record
       incompatible: alert_incompatible (old job untouched; the run fails)        |
       check-only:   check_only_done                                              |
+      not approved: approval_refused (old job untouched; the run fails)
+    approve_stop (params approval, approval_timeout): a person answers migrate/restore (go on to the stop the check
+    chose) or abort before anything is stopped; abort or no answer in time is recorded as a refusal.
     every path ends in conclude (runs whatever happened): after a failure past the stop it rolls back (old version
     from the stop savepoint; never when nothing was stopped), writes the outcome, sends the run's one alert, and
     fails the run unless it upgraded (or only checked).
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param, task
 from flinkstate_airflow import upgrade
+from flinkstate_airflow.approval import REFUSED_TASK, StopApprovalOperator, path_before_stop
 from flinkstate_airflow.deadline import upgrade_deadline
 from flinkstate_airflow.hooks import FlinkHook, spark_master
 from flinkstate_airflow.notifiers import run_view_url, send_alert
@@ -65,7 +69,7 @@ with DAG(
     # One active run per deployment, not per DAG: the deployment's journal is the lock (a run refuses to start while
     # another run of the same deployment lives), so one deployment's stuck run never blocks another's upgrade.
     max_active_runs=16,
-    # An upgrade still running after FLINKSTATE_UPGRADE_DEADLINE_SECONDS (default 1 h) alerts while it runs.
+    # An upgrade still running after FLINKSTATE_UPGRADE_DEADLINE_SECONDS (when set) alerts while it runs.
     deadline=upgrade_deadline(),
     render_template_as_native_obj=True,
     params={
@@ -107,6 +111,11 @@ with DAG(
         "rollback_timeout": Param(300, type="integer", minimum=10,
                                   description="rollback: seconds for the old version to run again before the run "
                                               "reports production DOWN"),
+        "approval": Param(False, type="boolean",
+                          description="a person approves (migrate/restore) or aborts in Airflow before the job is "
+                                      "stopped; abort or no answer leaves it running, recorded as refused"),
+        "approval_timeout": Param(3600, type="integer", minimum=0,
+                                  description="approval: seconds to wait for an answer (then abort); 0: no limit"),
         "current": Param(None, type=["null", "object"],
                          description="the running version (jar, entry_class, program_args, parallelism, and its "
                                      "manifest if it has one), when the deployment registry has no record of it"),
@@ -150,11 +159,11 @@ with DAG(
             "--max-dead-letters={{ params.max_dead_letters }}", ALLOW_CODE])
 
     @task.branch
-    def choose_path(plan: dict) -> str:
+    def choose_path(plan: dict, params: dict | None = None, ti=None) -> str:  # Airflow injects params and ti
         report = upgrade.read_check_report(f"{plan['run_dir']}/preflight")
         upgrade.write_run_record(plan, {"stage": "checked", "check_outcome": report["outcome"],
                                         "verdict": report["verdict"]})
-        return upgrade.choose_branch(report, plan["mode"])
+        return path_before_stop(upgrade.choose_branch(report, plan["mode"]), params or {}, ti)
 
     branch = choose_path(plan)  # type: ignore[arg-type]
 
@@ -166,11 +175,18 @@ with DAG(
     def alert_incompatible(plan: dict) -> None:  # recorded here; conclude sends the one alert and fails the run
         upgrade.finish_refused(plan)
 
-    @task
+    approve_stop = StopApprovalOperator(task_id="approve_stop")
+
+    @task(task_id=REFUSED_TASK)
+    def approval_refused(plan: dict, ti=None) -> None:  # recorded here; conclude sends the one alert
+        upgrade.finish_not_approved(plan, ti.xcom_pull(task_ids="approve_stop", key="decision") or {})
+
+    # Each stop follows the check's branch or the approval's: it runs when one of them chose it (the other skipped).
+    @task(trigger_rule="none_failed_min_one_success")
     def stop_for_restore(plan: dict) -> str:
         return upgrade.stop_old(plan, FlinkHook().get_conn(), "stop_for_restore")
 
-    @task
+    @task(trigger_rule="none_failed_min_one_success")
     def stop_for_migration(plan: dict) -> str:
         return upgrade.stop_old(plan, FlinkHook().get_conn(), "stop_for_migration")
 
@@ -266,11 +282,14 @@ with DAG(
 
     plan >> checks >> preflight >> check >> branch
     incompatible, checked_only = alert_incompatible(plan), check_only_done(plan)  # type: ignore[arg-type]
-    branch >> [stopped_for_restore, stopped_for_migration, incompatible, checked_only]
+    not_approved = approval_refused(plan)  # type: ignore[arg-type]
+    branch >> [stopped_for_restore, stopped_for_migration, incompatible, checked_only, approve_stop]
+    approve_stop >> [stopped_for_restore, stopped_for_migration, not_approved]
     stopped_for_migration >> migrate >> rechecked >> migrated_path
     [as_is_path, migrated_path] >> chosen >> submit_new >> gate
     recorded = record(plan, submit_new.output, chosen, gate.output)  # type: ignore[arg-type]
     gate >> recorded
     everything = [plan, checks, preflight, check, branch, stopped_for_restore, stopped_for_migration, migrate,
-                  rechecked, as_is_path, migrated_path, chosen, submit_new, gate, recorded, incompatible, checked_only]
+                  rechecked, as_is_path, migrated_path, chosen, submit_new, gate, recorded, incompatible, checked_only,
+                  approve_stop, not_approved]
     everything >> conclude()
