@@ -488,6 +488,26 @@ def finish_refused(plan: dict[str, Any]) -> None:
     write_run_record(plan, {"stage": "done", "outcome": "refused"})
 
 
+def finish_not_approved(plan: dict[str, Any], decision: dict[str, Any]) -> None:
+    """The approval before the stop was refused (``abort``, or no answer in time): nothing was stopped, the old job
+    runs on; recorded as a refusal, with the decision (conclude's alert says who refused or that time ran out)."""
+    journal = fence(plan, "approval_refused", "the refusal is not recorded")
+    if journal is not None:
+        journal.finish(Outcome.REFUSED, "approval_refused", running={"version": "old", "job_id": plan["job_id"]},
+                       approval=decision)
+    write_run_record(plan, {"stage": "done", "outcome": "refused", "approval": decision})
+
+
+def not_approved_reason(journal_data: dict[str, Any]) -> str | None:
+    """Why the stop was not approved, in a few words (None: the run was not refused at an approval)."""
+    decision = next((step["approval"] for step in journal_data["history"] if step.get("approval")), None)
+    if decision is None:
+        return None
+    if decision.get("timed_out"):
+        return f"no answer within {decision.get('timeout_seconds')} s"
+    return f"{decision.get('by') or 'someone'} chose {decision.get('chosen')!r}"
+
+
 def finish_checked(plan: dict[str, Any]) -> None:
     journal = fence(plan, "check_only_done", "the check is not recorded")
     if journal is not None:
@@ -584,10 +604,13 @@ def _conclude(plan: dict[str, Any] | None, client: FlinkRestClient | None, *, de
         before = (f" Before starting, this run recovered the dead run {rec['run_id']} (died in phase "
                   f"{rec['phase']}): {rec['outcome']}: {rec['account']}.")
     down = downtime_text(durations)
+    not_approved = not_approved_reason(data)
     text = {
         Outcome.UPGRADED: f"{prefix} succeeded: {now}, restored from {data.get('restore_path')}.{down}",
         Outcome.CHECKED: f"{prefix} checked (check-only: nothing changed). {now}.",
-        Outcome.REFUSED: f"{prefix} REFUSED: the new version cannot restore the state; nothing was stopped. {now}.",
+        Outcome.REFUSED: f"{prefix} REFUSED: the new version cannot restore the state; nothing was stopped. {now}."
+        if not_approved is None else f"{prefix} REFUSED: the stop was not approved ({not_approved}); nothing was "
+                                     f"stopped. {now}.",
         Outcome.UNCHANGED: f"{prefix} FAILED before the old job was stopped: {failed}. Nothing changed. {now}.",
         Outcome.ROLLED_BACK: f"{prefix} FAILED and was ROLLED BACK: {failed}. {now}, restored from the stop savepoint "
                      f"{data.get('stop_savepoint')}.{down}",
