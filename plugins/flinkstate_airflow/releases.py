@@ -1,21 +1,7 @@
 """Scheduled upgrades: what the ``flink_scheduled_upgrades`` DAG decides, kept out of the DAG file.
 
 A release file (YAML, read by :mod:`flinkstate.upgrades.releases`, which ``flinkstate upgrade run --release`` reads too)
-says which version of each deployment should run, and when it may be upgraded::
-
-    jobs:
-      keyed-stats:                        # the deployment's name = its key in the deployment registry
-        flink_job_name: keyed-stats-v1    # optional (default: the key); only used when the registry has no job id
-        jar: /path/new.jar                # or s3://... as the Flink REST upload accepts a local path only: local
-        entry_class: sample.KeyedStatsJob
-        program_args: [--keys, "10"]
-        parallelism: 2
-        manifest: /path/v2-overlay.yaml   # optional: the version's schema is its jar's; a manifest is an overlay of it
-        window: {start: "02:00", end: "04:00", timezone: UTC, days: [mon, tue]}   # optional: always open
-        current: {jar: ..., program_args: [...]}   # optional: the running version, when the registry has no record
-        allow_non_restored_state: false      # optional, passed on to flink_state_upgrade, as are
-        min_checkpoints: 2                   # min_checkpoints, max_restarts, gate_timeout, max_dead_letters and mode
-    savepoint_base: /path/or/s3://bucket/prefix
+says which version of each deployment should run, and when it may be upgraded (its format: that module's docstring).
 
 Every tick, each deployment whose release version differs from the version the registry
 (``<savepoint_base>/deployments.json``) says runs, and whose window is open now, becomes one run of
