@@ -455,7 +455,8 @@ class UpgradeJournal:
 
     def durations(self) -> dict[str, float]:
         """Seconds per step, from the phases' times: stop, migrate (with its re-check), submit, restore (from the
-        submission until every subtask of the new job ran, its state restored), gate (the health gate's own time,
+        submit request until every subtask of the new job ran, its state restored: the submit step, which waits for
+        the tasks, overlaps it; from the end of that step it would come out negative), gate (the health gate's own time,
         after the job was back), rollback; and ``down``: from the stop request until every subtask of the job that
         runs now was RUNNING (``running_again_at``, Flink's own timestamps: see :meth:`note_running_again`).
         ``down`` is absent while nothing runs, and when that time is unknown (it is never stretched to the gate)."""
@@ -474,7 +475,7 @@ class UpgradeJournal:
         spans = {"stop": span(Phase.STOPPING, Phase.STOPPED),
                  "migrate": migrate if migrate is not None else span(Phase.MIGRATING, Phase.MIGRATED),
                  "submit": span(Phase.SUBMITTING, Phase.SUBMITTED),
-                 "restore": since(Phase.SUBMITTED, running_again) if self.data.get("outcome") == Outcome.UPGRADED
+                 "restore": since(Phase.SUBMITTING, running_again) if self.data.get("outcome") == Outcome.UPGRADED
                  else None,
                  "gate": span(Phase.GATING, Phase.GATE_PASSED), "rollback": span(Phase.ROLLING_BACK, Phase.DONE)}
         if self.reached(Phase.STOPPED) and self.data.get("running"):
