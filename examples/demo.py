@@ -100,8 +100,9 @@ def downtime(record: dict[str, Any]) -> str:
     durations = final_event(record).get("durations") or {}
     if "down" not in durations:
         return "downtime: not recorded (no time at which every subtask of the new job was RUNNING)"
-    names = {"stop": "stop", "migrate": "migration with its re-check", "submit": "submit",
-             "restore": "restore (submit request -> every subtask RUNNING)"}
+    # (run.json's submit step waits for the tasks, so it lies inside the restore, which runs from the submit request)
+    names = {"stop": "stop", "migrate": "migration with its re-check",
+             "restore": "submit and restore (submit request -> every subtask RUNNING)"}
     steps = {name: durations[key] for key, name in names.items() if key in durations}
     steps["Airflow between tasks"] = durations["down"] - sum(steps.values())
     gate = f"; then the health gate, {durations['gate']:.1f} s" if "gate" in durations else ""

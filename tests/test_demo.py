@@ -41,7 +41,7 @@ def test_the_demo_prints_the_downtime_run_json_records(tmp_path: Path):
     record = _concluded(tmp_path, _upgraded_journal)
     assert _demo().downtime(record) == (
         "downtime (stop request -> every v2 subtask RUNNING): 33.0 s = stop 1.0, migration with its re-check 23.5, "
-        "submit 0.5, restore (submitted -> every subtask RUNNING) 7.0, Airflow between tasks 1.0; then the "
+        "submit and restore (submit request -> every subtask RUNNING) 7.5, Airflow between tasks 1.0; then the "
         "health gate, 14.0 s")
 
 
