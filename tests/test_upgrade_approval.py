@@ -73,13 +73,12 @@ def _time_out(ti: Any) -> None:
 def _run_answered(conf: dict[str, Any], respond: Callable[[Any], None]) -> tuple[Any, dict[str, Any]]:
     """One run, answered from another thread once approve_stop waits; also what the request showed."""
     shown: dict[str, Any] = {}
+    run_ended = threading.Event()
 
     def responder() -> None:
-        deadline = time.monotonic() + 240
         while (ti := _awaiting_input()) is None:
-            if time.monotonic() > deadline:
+            if run_ended.wait(0.5):  # the run ended without asking (the test then fails on what it shows)
                 return
-            time.sleep(0.5)
         from airflow.models.hitl import HITLDetail
         from airflow.utils.session import create_session
 
@@ -97,8 +96,11 @@ def _run_answered(conf: dict[str, Any], respond: Callable[[Any], None]) -> tuple
     # looks the DAG's deadline alerts up by id and is given the serialised alert instead (StatementError). The
     # deadline is not what this module tests (tests/test_upgrade_deadline.py does).
     dag.deadline = None
-    run = dag.test(run_conf=conf)
-    thread.join(timeout=10)
+    try:
+        run = dag.test(run_conf=conf)
+    finally:
+        run_ended.set()
+        thread.join(timeout=10)
     return run, shown
 
 
