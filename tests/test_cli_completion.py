@@ -54,7 +54,7 @@ def test_bash_completes_a_subcommands_options_and_the_global_ones():
         assert option in candidates, (option, candidates)
     assert "--format" not in candidates and "--dry-run" not in candidates  # check's, not migrate's
     assert len(candidates) == len(set(candidates))
-    assert _complete("flinkstate check x --format ")[1] == ["markdown", "json"]
+    assert _complete("flinkstate check x --format ")[1] == ["markdown", "json", "html"]
 
 
 def test_bash_completes_paths_where_they_go(tmp_path: Path):

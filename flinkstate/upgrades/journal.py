@@ -455,8 +455,7 @@ class UpgradeJournal:
 
     def durations(self) -> dict[str, float]:
         """Seconds per step, from the phases' times: stop, migrate (with its re-check), submit, restore (from the
-        submit request until every subtask of the new job ran, its state restored: the submit step, which waits for
-        the tasks, overlaps it; from the end of that step it would come out negative), gate (the health gate's own time,
+        submit request until every subtask of the new job ran, its state restored: it holds the submit step), gate (the health gate's own time,
         after the job was back), rollback; and ``down``: from the stop request until every subtask of the job that
         runs now was RUNNING (``running_again_at``, Flink's own timestamps: see :meth:`note_running_again`).
         ``down`` is absent while nothing runs, and when that time is unknown (it is never stretched to the gate)."""
