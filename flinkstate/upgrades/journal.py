@@ -454,10 +454,10 @@ class UpgradeJournal:
         return owner_liveness(self.data, stale_after=stale_after, probe=probe)
 
     def durations(self) -> dict[str, float]:
-        """Seconds per step, from the phases' times: stop, migrate (with its re-check), submit, restore (from the
-        submit request until every subtask of the new job ran, its state restored: it holds the submit step), gate (the health gate's own time,
-        after the job was back), rollback; and ``down``: from the stop request until every subtask of the job that
-        runs now was RUNNING (``running_again_at``, Flink's own timestamps: see :meth:`note_running_again`).
+        """Seconds per step, from the phases' times: stop, migrate (with its re-check), submit, restore (submit
+        request to every subtask of the new job running, state restored; it holds submit), gate (the health gate's
+        own time, after the job was back), rollback; and ``down``: from the stop request until every subtask of the
+        job that runs now was RUNNING (``running_again_at``, Flink's own timestamps: see :meth:`note_running_again`).
         ``down`` is absent while nothing runs, and when that time is unknown (it is never stretched to the gate)."""
         def span(start: str, *ends: str) -> float | None:
             began = self.entered_at(start)
