@@ -161,8 +161,7 @@ with DAG(
     @task.branch
     def choose_path(plan: dict, params: dict | None = None, ti=None) -> str:  # Airflow injects params and ti
         report = upgrade.read_check_report(f"{plan['run_dir']}/preflight")
-        upgrade.write_run_record(plan, {"stage": "checked", "check_outcome": report["outcome"],
-                                        "verdict": report["verdict"]})
+        upgrade.record_check(plan, report)
         return path_before_stop(upgrade.choose_branch(report, plan["mode"]), params or {}, ti)
 
     branch = choose_path(plan)  # type: ignore[arg-type]

@@ -88,7 +88,7 @@ from flinkstate.migration.verdict import check
 from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.progress import showing as progress_shown
 from flinkstate.progress import track
-from flinkstate.report import Report, slack_text
+from flinkstate.report import Report, slack_text, summary_lines
 from flinkstate.report_html import ReportFormatError, render_html
 from flinkstate.resolution import BACKENDS
 from flinkstate.savepoint import KeyedStateInfo, Savepoint, open_savepoint
@@ -298,6 +298,7 @@ __all__ = [
     "slack_text",
     "source_split",
     "split_units",
+    "summary_lines",
     "sweep",
     "to_json",
     "track",

@@ -201,6 +201,24 @@ def headline_text(outcome: str, verdict: Verdict, dry_run: bool) -> str:
     return headline
 
 
+def summary_lines(report: Any) -> list[str]:
+    """A check report (its JSON form) in a few plain lines for a log: the headline, then each state that does not
+    restore as it is, with its verdict and migration. Names escaped; a document that is not a report: one line."""
+    if not isinstance(report, dict) or report.get("outcome") not in _OUTCOME_TEXT:
+        return ["(not a check report)"]
+    verdict = Verdict.__members__.get(str(report.get("verdict")), INCOMPATIBLE)
+    lines = [f"compatibility check: {headline_text(report['outcome'], verdict, 'dry_run' in report)} "
+             f"(verdict {verdict.name})"]
+    for row in report.get("states") or []:
+        if not isinstance(row, dict) or row.get("verdict") == AS_IS.name:
+            continue
+        name = f"{row.get('operator')}/{row.get('state')}" if row.get("state") else f"{row.get('operator')}"
+        migration = f", migration: {row['migration']}" if row.get("migration") else ""
+        lines.append(f"  {printable(name)}: {printable(row.get('verdict'))} ({printable(row.get('status'))}"
+                     f"{printable(migration)})")
+    return lines
+
+
 def _verdict_line(report: Report) -> str:
     """The verdict under the headline, always the headline's: the tool's, i.e. the plan ``flinkstate migrate`` runs
     (Flink's own verdict follows on its own line, named as such)."""
@@ -301,4 +319,5 @@ def render_dry_run(section: dict[str, Any], runner: str = "one process") -> str:
 
 
 __all__ = ["EXIT_INCOMPATIBLE", "EXIT_MIGRATION", "EXIT_OK", "REPORT_VERSION", "VERDICT_WORDS", "Report", "StateRow",
-           "escape_html", "escape_markdown", "headline_text", "outcome_after_dry_run", "render_dry_run", "slack_text"]
+           "escape_html", "escape_markdown", "headline_text", "outcome_after_dry_run", "render_dry_run", "slack_text",
+           "summary_lines"]

@@ -244,16 +244,25 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         conf = {"job_id": running.job_id, "job_name": "keyed-stats", "jar": str(sample_job.jar("v2")),
                 "entry_class": sample_job.ENTRY_CLASS, "program_args": running.program_args, "parallelism": 1,
                 "manifest": str(MANIFESTS / "v2.yaml"), "savepoint_base": str(base), "mode": "upgrade",
-                "min_checkpoints": 2, "gate_timeout": 120, "min_running_seconds": 3, "current": v1}
+                "min_checkpoints": 2, "gate_timeout": 120, "min_running_seconds": 3, "approval": True, "current": v1}
         output = tmp_path / "upgrade-run.out"
         command = upgrade_run(api, home, output, [
             "--deployment", "keyed-stats", "--job-id", running.job_id, "--jar", str(sample_job.jar("v2")),
             "--entry-class", sample_job.ENTRY_CLASS, "--parallelism", "1", "--manifest", str(MANIFESTS / "v2.yaml"),
-            "--savepoint-base", str(base), "--min-checkpoints", "2", "--gate-timeout", "120",
+            "--savepoint-base", str(base), "--min-checkpoints", "2", "--gate-timeout", "120", "--approval",
             "--min-running-seconds", "3", "--current-jar", v1["jar"], "--current-manifest", v1["manifest"],
             "--current-entry-class", sample_job.ENTRY_CLASS, "--current-parallelism", "1",
             f"--current-program-args={shlex.join(running.program_args)}", "--", *running.program_args])
         run_id = api.wait_for("the command to trigger the run", lambda: triggered_run(output), timeout=120)
+        # --approval: nothing is stopped until a person answers; the command says where, and the answer goes through
+        # the endpoint the UI's required actions call.
+        api.wait_for("the command to say the stop awaits an answer",
+                     lambda: re.search(r"approve_stop: \w+ \(waiting for a person's answer", output.read_text()),
+                     timeout=300)
+        assert client.job_state(running.job_id) == "RUNNING"
+        api.wait_for("the answer to be taken", lambda: api.call(
+            "PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/approve_stop/-1/hitlDetails",
+            {"chosen_options": ["migrate/restore"]}), timeout=60)
         journal_file = base / "journal" / "keyed-stats.json"
 
         def phase(wanted: str) -> Callable[[], dict[str, Any] | None]:
@@ -296,6 +305,7 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         print(f"upgrade run took {took:.0f} s: {tasks}")
         assert tasks["stop_for_migration"] == tasks["migrate"] == tasks["recheck"] == "success", tasks
         assert tasks["stop_for_restore"] == "skipped" and tasks["conclude"] == "success", tasks
+        assert tasks["approve_stop"] == "success" and tasks["approval_refused"] == "skipped", tasks
 
         registry = json.loads((base / "deployments.json").read_text())["keyed-stats"]
         new_job = registry["job_id"]
@@ -344,6 +354,14 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
         link = posted[0]["text"].split("See it in Airflow: ", 1)[1].split()[0]
         assert link == f"{api.base}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/plugin/flink-upgrade", posted[0]
         see_the_run_in_chromium(api, link, base / "keyed-stats", run_id, new_job)
+        # The task logs as the UI's log tab shows them: choose_path holds the check report's headline and the
+        # states that needed more than a restore, conclude the alert.
+        logs = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{{}}/logs/1?full_content=true"
+        chosen = json.dumps(api.call("GET", logs.format("choose_path")))
+        assert "compatibility check: migration required and possible (verdict COMPATIBLE_AFTER_MIGRATION)" in chosen
+        assert "the check report: " in chosen, chosen[-2000:]
+        concluded = json.dumps(api.call("GET", logs.format("conclude")))
+        assert "flink upgrade alert:" in concluded and "succeeded: RUNNING now: the new version" in concluded
     except BaseException:
         print_tail(log_path)
         raise

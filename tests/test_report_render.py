@@ -9,7 +9,7 @@ import pytest
 
 from flinkstate import Report
 from flinkstate.compatibility import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, RECONFIGURED, Verdict
-from flinkstate.report import StateRow
+from flinkstate.report import StateRow, summary_lines
 
 
 def test_a_manifest_from_a_file_is_named() -> None:
@@ -54,3 +54,20 @@ def test_the_verdict_under_the_headline_is_the_headlines(flink: Verdict, plan: V
     assert len(shown) == 1 and shown[0] in HEADLINE_VERDICTS[headline], head
     assert head[4].startswith(f"- verdict: **{shown[0]}**"), head
     assert head[5] == f"- Flink on its own, restoring the savepoint as it is: {flink.name}", head
+
+
+def test_the_summary_for_a_task_log_is_the_headline_and_the_states_that_need_more_than_a_restore() -> None:
+    """What the DAG's choose_path logs (Airflow's log tab): the report's own headline and verdict, then only the
+    states that do not restore as they are, names escaped; anything that is not a report is one line."""
+    rows = [StateRow("stats", "stats", "kept", kind="VALUE", flink_verdict=INCOMPATIBLE, verdict=AFTER_MIGRATION,
+                     migration="declared"),
+            StateRow("stats", "seen", "kept", kind="VALUE"),
+            StateRow("evil\x1b[2J", "x\ny", "added", kind="VALUE", verdict=RECONFIGURED)]
+    report = Report("/savepoints/savepoint-1", "v2.yaml", rows)
+    assert summary_lines(report.to_json()) == [
+        "compatibility check: migration required and possible (verdict COMPATIBLE_AFTER_MIGRATION)",
+        "  stats/stats: COMPATIBLE_AFTER_MIGRATION (kept, migration: declared)",
+        "  evil\\x1b[2J/x\\ny: COMPATIBLE_WITH_RECONFIGURED_SERIALIZER (added)"]
+    assert report.render_markdown().splitlines()[0] == "# " + summary_lines(report.to_json())[0].split(" (")[0] \
+        .replace("compatibility check", "Compatibility check")
+    assert summary_lines({"outcome": "maybe"}) == summary_lines([]) == ["(not a check report)"]

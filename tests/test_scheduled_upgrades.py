@@ -110,6 +110,10 @@ def test_window_is_judged_in_its_time_zone():
     ("savepoint_base: /b\njobs: {a: {jar: j, manifest: m, mode: dry}}\n", "r.yaml: jobs.a.mode: expected upgrade or"),
     ("savepoint_base: /b\njobs: {a: {jar: j, manifest: m, max_restarts: true}}\n",
      "r.yaml: jobs.a.max_restarts: expected a non-negative int, got True"),
+    ("savepoint_base: /b\njobs: {a: {jar: j, approval: 'yes'}}\n",
+     "r.yaml: jobs.a.approval: expected a bool, got 'yes'"),
+    ("savepoint_base: /b\njobs: {a: {jar: j, approval: true, approval_timeout: -5}}\n",
+     "r.yaml: jobs.a.approval_timeout: expected a non-negative int, got -5"),
     ("savepoint_base: /b\njobs: {a: {jar: j, manifest: [m], current: {jar: j}}}\n", "r.yaml: jobs.a.manifest: "
      "expected a path (optional: the version's schema is its jar's, and a manifest an overlay of it), got ['m']"),
     ("savepoint_base: /b\njobs: {a: {jar: j, current: {manifest: m}}}\n", "r.yaml: jobs.a.current.jar: required"),
@@ -134,7 +138,8 @@ def test_a_version_without_a_manifest_is_its_jars():
 def test_a_full_release_parses(tmp_path: Path):
     text = release_text("s3://bucket/sp/", job_yaml("keyed-stats", V2, (
         "    flink_job_name: keyed-stats-v1\n    window: {start: \"22:00\", end: \"02:00\", timezone: Europe/Berlin, "
-        "days: [Friday, sat]}\n    max_restarts: 1\n    allow_non_restored_state: true\n")))
+        "days: [Friday, sat]}\n    max_restarts: 1\n    allow_non_restored_state: true\n    approval: true\n"
+        "    approval_timeout: 600\n")))
     path = tmp_path / "release.yaml"
     path.write_text(text)
     release = releases.load_release(str(path))
@@ -143,7 +148,11 @@ def test_a_full_release_parses(tmp_path: Path):
     assert job.version == V2 and job.flink_job_name == "keyed-stats-v1" and job.mode == "upgrade"
     assert job.window == Window(at("2026-01-01 22:00").time(), at("2026-01-01 02:00").time().replace(), "Europe/Berlin",
                                 ("fri", "sat"))
-    assert job.options == {"max_restarts": 1, "allow_non_restored_state": True}
+    # A deployment that needs a person's approval before its stop: the scheduler's run asks (the DAG's params).
+    assert job.options == {"max_restarts": 1, "allow_non_restored_state": True, "approval": True,
+                           "approval_timeout": 600}
+    conf = releases.upgrade_conf(release, job, "a" * 32, None)
+    assert (conf["approval"], conf["approval_timeout"]) == (True, 600)
     with pytest.raises(ReleaseError, match=r"^/no/such/release.yaml: cannot read the release file"):
         releases.load_release("/no/such/release.yaml")
 

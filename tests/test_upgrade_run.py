@@ -45,6 +45,10 @@ def test_the_conf_from_options_is_the_dags_conf():
         "parallelism": None, "manifest": "", "savepoint_base": "s3://b/p", "mode": "upgrade"}
     assert conf_of("--deployment", "orders", "--jar", "/jobs/o.jar", "--savepoint-base", "/sp", "--mode",
                    "check-only", "--allow-non-restored-state")["mode"] == "check-only"
+    # A person approves the stop (the DAG's approval step), within the time given.
+    approved = conf_of("--deployment", "orders", "--jar", "/jobs/o.jar", "--savepoint-base", "/sp", "--approval",
+                       "--approval-timeout", "600")
+    assert (approved["approval"], approved["approval_timeout"]) == (True, 600)
 
 
 RELEASE = """savepoint_base: {base}
@@ -58,6 +62,7 @@ jobs:
     window: {{start: "02:00", end: "03:00"}}
     current: {{jar: /jobs/v1.jar, program_args: [--keys, "5"]}}
     min_checkpoints: 3
+    approval: true
     mode: check-only
   renamed:
     flink_job_name: keyed-stats-v1
@@ -72,7 +77,8 @@ def test_the_conf_of_a_release_entry_is_the_schedulers(tmp_path: Path):
     assert conf == {
         "job_name": "keyed-stats", "job_id": "", "jar": "/jobs/v2.jar", "entry_class": "sample.KeyedStatsJob",
         "program_args": ["--keys", "5"], "parallelism": 2, "manifest": "/m/v2-overlay.yaml",
-        "savepoint_base": str(tmp_path / "base"), "mode": "check-only", "min_checkpoints": 3, "gate_timeout": 99,
+        "savepoint_base": str(tmp_path / "base"), "mode": "check-only", "min_checkpoints": 3, "approval": True,
+        "gate_timeout": 99,
         "current": {"jar": "/jobs/v1.jar", "manifest": None, "entry_class": None, "program_args": ["--keys", "5"],
                     "parallelism": None}}
     # An option wins over the entry; the window is the scheduler's business, not a manual run's.

@@ -29,6 +29,8 @@ from flinkstate import FlinkStateError, printable
 #: Where flinkstate's sources are, beside the project's dags/ and plugins/ (a checkout or an editable install).
 PROJECT = Path(__file__).resolve().parents[2]
 DAG_ID = "flink_state_upgrade"
+#: Its approval step's task (plugins/flinkstate_airflow/approval.py): while it runs, a person's answer is awaited.
+APPROVAL_TASK = "approve_stop"
 #: Written into AIRFLOW_HOME once its database is migrated: later runs skip the ~20 s of `airflow db migrate`.
 MIGRATED_MARKER = "flinkstate-db-migrated"
 

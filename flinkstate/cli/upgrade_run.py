@@ -31,7 +31,7 @@ from flinkstate import (
     slack_text,
     upgrade_conf,
 )
-from flinkstate.cli.airflow_local import DAG_ID, AlertReceiver, LocalAirflow, project_folder
+from flinkstate.cli.airflow_local import APPROVAL_TASK, DAG_ID, AlertReceiver, LocalAirflow, project_folder
 from flinkstate.cli.airflow_rest import AirflowApi, AirflowError
 from flinkstate.cli.jar_options import take_program_args
 from flinkstate.cli.jobs import flink_url
@@ -42,10 +42,11 @@ EXIT_CODES = {Outcome.UPGRADED: 0, Outcome.CHECKED: 0, Outcome.REFUSED: EXIT_REF
               Outcome.UNCHANGED: EXIT_UNCHANGED, Outcome.ROLLED_BACK: EXIT_ROLLED_BACK, Outcome.DOWN: EXIT_DOWN}
 #: The DAG's params given as options (None: the DAG's default), with their types.
 PARAM_OPTIONS: dict[str, type] = {"min_checkpoints": int, "max_restarts": int, "gate_timeout": int,
-                                  "min_running_seconds": int, "max_dead_letters": int, "rollback_timeout": int}
+                                  "min_running_seconds": int, "max_dead_letters": int, "rollback_timeout": int,
+                                  "approval_timeout": int}
 #: Task states worth a progress line (the ones before a task runs are not).
 SHOWN_STATES = {"running", "success", "failed", "skipped", "upstream_failed", "up_for_retry", "up_for_reschedule",
-                "deferred", "removed"}
+                "deferred", "awaiting_input", "removed"}
 USER_ENV, PASSWORD_ENV = "FLINKSTATE_AIRFLOW_USER", "FLINKSTATE_AIRFLOW_PASSWORD"
 
 
@@ -91,6 +92,9 @@ def add_parser(actions: Any) -> None:
     params.add_argument("--mode", choices=("upgrade", "check-only"))
     params.add_argument("--allow-non-restored-state", action="store_true", default=None)
     params.add_argument("--engine", choices=("auto", "spark", "in-process"))
+    params.add_argument("--approval", action="store_true", default=None,
+                        help="a person approves the stop in the Airflow UI (migrate/restore/abort) before anything is "
+                             "stopped; no answer within --approval-timeout seconds aborts (the job runs on)")
     for name in PARAM_OPTIONS:
         params.add_argument(f"--{name.replace('_', '-')}", type=int, metavar="N")
 
@@ -144,6 +148,7 @@ def build_conf(args: argparse.Namespace) -> dict[str, Any]:
         conf = upgrade_conf(Release("the command line", args.savepoint_base.rstrip("/"), {}), job,
                             args.job_id or "", job.current)
     overrides = {"mode": args.mode, "allow_non_restored_state": args.allow_non_restored_state, "engine": args.engine,
+                 "approval": args.approval,
                  **{name: getattr(args, name) for name in PARAM_OPTIONS}}
     conf.update({key: value for key, value in overrides.items() if value is not None})
     return conf
@@ -227,7 +232,10 @@ def _follow_rest(args: argparse.Namespace, conf: dict[str, Any]) -> Concluded:
             task_id, state = str(task.get("task_id")), str(task.get("state"))
             if state in SHOWN_STATES and seen.get(task_id) != state:
                 seen[task_id] = state
-                _progress(started, f"{printable(task_id)}: {printable(state)}")
+                waiting = task_id == APPROVAL_TASK and state in ("deferred", "awaiting_input")  # asked
+                hint = f" (waiting for a person's answer: migrate, restore or abort, in the run's required " \
+                       f"actions: {printable(api.run_page(DAG_ID, run_id))})" if waiting else ""
+                _progress(started, f"{printable(task_id)}: {printable(state)}{hint}")
         if run.get("state") in ("success", "failed"):
             break
         if time.monotonic() - started > args.timeout:

@@ -15,6 +15,8 @@ entry. No Airflow here: the file is read through the bounded YAML loader (size, 
         current: {jar: ..., program_args: [...]}   # optional: the running version, when the registry has no record
         allow_non_restored_state: false      # optional, passed on to flink_state_upgrade, as are
         min_checkpoints: 2                   # min_checkpoints, max_restarts, gate_timeout, max_dead_letters and mode
+        approval: true                       # optional: a person approves the stop (the Airflow UI) ...
+        approval_timeout: 3600               # ... within this many seconds, else the run aborts (the job runs on)
     savepoint_base: /path/or/s3://bucket/prefix
 """
 
@@ -35,7 +37,8 @@ from flinkstate.upgrades.journal import JobVersion, UpgradeError
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 #: Per-job settings passed through to flink_state_upgrade's params, with their types.
 PASS_THROUGH: dict[str, type] = {"allow_non_restored_state": bool, "min_checkpoints": int, "max_restarts": int,
-                                 "gate_timeout": int, "max_dead_letters": int}
+                                 "gate_timeout": int, "max_dead_letters": int, "approval": bool,
+                                 "approval_timeout": int}
 JOB_KEYS = {"flink_job_name", "jar", "entry_class", "program_args", "parallelism", "manifest", "window", "current",
             "mode", *PASS_THROUGH}
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")

@@ -19,6 +19,7 @@ Layout of one run (``savepoint_base`` is a local folder or ``s3://bucket/prefix`
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -58,6 +59,7 @@ from flinkstate import (
     restore_old,
     safe_name,
     schema_of_jar,
+    summary_lines,
     sweep,
     unrecorded,
     write_file,
@@ -65,6 +67,8 @@ from flinkstate import (
 )
 
 __all__ = ["DeploymentRegistry", "JobVersion", "UpgradeError", "UpgradeJournal", "local_path", "safe_name"]
+
+log = logging.getLogger(__name__)
 
 CHECK_REPORT = "check-report.json"
 CHECK_REPORT_MARKDOWN = "check-report.md"
@@ -196,6 +200,16 @@ def read_check_report(report_dir: str) -> dict[str, Any]:
         raise UpgradeError(f"{uri}: unexpected report (version {report.get('report_version')}, outcome "
                            f"{report.get('outcome')!r})")
     return report
+
+
+def record_check(plan: dict[str, Any], report: dict[str, Any]) -> None:
+    """The check's outcome in ``run.json``, and the report's headline and the states that need more than a restore
+    in this task's log (Airflow's log tab; the check task's own log is the Spark application's)."""
+    write_run_record(plan, {"stage": "checked", "check_outcome": report["outcome"], "verdict": report["verdict"]})
+    for line in summary_lines(report):
+        log.info("%s", line)
+    log.info("the check report: %s/preflight/%s (and its HTML beside it)", printable(plan["run_dir"]),
+             CHECK_REPORT_MARKDOWN)
 
 
 def choose_branch(report: dict[str, Any], mode: str) -> str:
