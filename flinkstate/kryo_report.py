@@ -48,6 +48,18 @@ def kryo_verdict(savepoint: Savepoint, operator_id: str, state: StateMetaInfo) -
     if not found:
         return None
     snapshot: KryoSnapshot = found[0]
+    sample = kryo_sample(savepoint, operator_id, state)
+    if isinstance(sample, str):
+        return sample
+    values, blocks = sample
+    where = f"in the first {len(values)} Kryo records of {blocks} key-group block{'s' if blocks != 1 else ''}"
+    return f"{snapshot.describe_values(values)} {where}" if values else f"Kryo: no values in the first {blocks} " \
+        f"key-group blocks"
+
+
+def kryo_sample(savepoint: Savepoint, operator_id: str, state: StateMetaInfo) -> tuple[list[Any], int] | str:
+    """The Kryo records (:class:`KryoValue` or :class:`OpaqueValue`) of the state's first key-group blocks and the
+    number of blocks read, or why none could be read (one line, as ``describe`` says it)."""
     values: list[Any] = []
     blocks = 0
     try:
@@ -67,10 +79,7 @@ def kryo_verdict(savepoint: Savepoint, operator_id: str, state: StateMetaInfo) -
         return f"Kryo: not decodable ({exc.what})"
     except StorageError as exc:
         return f"Kryo: not sampled ({exc})"
-    sample = values[:SAMPLE_VALUES]
-    where = f"in the first {len(sample)} Kryo records of {blocks} key-group block{'s' if blocks != 1 else ''}"
-    return f"{snapshot.describe_values(sample)} {where}" if sample else f"Kryo: no values in the first {blocks} " \
-        f"key-group blocks"
+    return values[:SAMPLE_VALUES], blocks
 
 
 def kryo_records(item: Any, out: list[Any]) -> None:
@@ -117,4 +126,4 @@ def metadata_version_refusal(source: Savepoint, metadata_version: int | None) ->
 
 
 __all__ = ["SAMPLE_BLOCKS", "SAMPLE_VALUES", "add_kryo_verdicts", "add_operator_kryo_verdicts", "kryo_records",
-           "kryo_verdict", "metadata_version_refusal"]
+           "kryo_sample", "kryo_verdict", "metadata_version_refusal"]

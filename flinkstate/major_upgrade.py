@@ -4,8 +4,11 @@ manifest describes, and the states whose bytes the other major's serializers wou
 Flink 1.x writes Kryo data with Kryo 2.24, Flink 2.x reads it with Kryo 5.6 (FLINK-3154), and the Kryo serializer
 snapshots of both are byte-identical: Flink's snapshot check says "as is", then Flink 2.x misreads every value
 silently or loops restarting. ``java.util`` List/Map/Set values that 1.x serializes with Kryo get Flink's own
-collection serializers in 2.x (FLINK-34123, FLINK-35068, FLINK-35555). flinkstate cannot migrate either yet
-(issue 27): every such state is INCOMPATIBLE, with one finding per Kryo serializer in its tree.
+collection serializers in 2.x (FLINK-34123, FLINK-35068, FLINK-35555). Each Kryo serializer in a state's tree is one
+finding (a silent misread: INCOMPATIBLE as the savepoint is); ``migrate`` carries the Kryo records of Flink 1.x
+across, re-encoded for Kryo 5 (:mod:`flinkstate.migration.kryo_major`), so the check's verdict is the plan's:
+COMPATIBLE_AFTER_MIGRATION where it carries them, INCOMPATIBLE with the plan's refusal where it cannot (a Kryo key, a
+Kryo'd collection that 2.x serializes with its own serializers, a user class's record at migration time).
 
 * **The savepoint's Flink** is told by its ``_metadata`` version: up to 4 Flink 1.x, from 5 Flink 2.x (the same rule
   that picks the Kryo reader: :func:`flinkstate.serializers.kryo.kryo_version_for_metadata`).
@@ -74,6 +77,21 @@ def savepoint_flink_major(metadata_version: int) -> int:
     return 1 if metadata_version <= LAST_FLINK1_METADATA_VERSION else 2
 
 
+def carries_kryo(source_metadata_version: int, target_flink: str | None) -> bool:
+    """Whether a migration of a savepoint of this ``_metadata`` version for a job on ``target_flink`` re-encodes
+    its Kryo data: Flink 1.x (Kryo 2.24) to 2.x (Kryo 5.6)."""
+    return savepoint_flink_major(source_metadata_version) == 1 and target_flink is not None \
+        and flink_major(target_flink) == 2
+
+
+def output_metadata_version(source_metadata_version: int, target_flink: str | None) -> int | None:
+    """The ``_metadata`` version such a migration writes, the one its target writes (so that Flink and flinkstate
+    read its Kryo data with Kryo 5): 5 for Flink 2.0, 6 from 2.1; None when it carries no Kryo data (the source's)."""
+    if target_flink is None or not carries_kryo(source_metadata_version, target_flink):
+        return None
+    return 5 if target_flink.split(".")[:2] == ["2", "0"] else 6
+
+
 def kryo_paths(snapshot: TypeSerializerSnapshot, path: str) -> Iterator[tuple[str, KryoSnapshot]]:
     """Every Kryo serializer in ``snapshot``'s tree with its path (``value.payload``, ``value.element``): POJO fields
     by name, composites by their labels; any other family's nested Kryo serializers at the family's own path (so that
@@ -103,7 +121,8 @@ def across_majors(source_major: int, target_major: int,
     """The findings on a state's serializers (``parts``: path and the snapshot the savepoint records) when a job of
     Flink ``target_major`` restores a savepoint of Flink ``source_major``: one per Kryo serializer in their trees.
     Flink's snapshot check passes them (the Kryo snapshots of both majors are the same bytes), so each is a silent
-    misread for the verdict: INCOMPATIBLE, not migratable (flinkstate does not re-encode Kryo data yet)."""
+    misread for the verdict; whether ``migrate`` carries it is the plan's to say (:mod:`flinkstate.migration.verdict`).
+    """
     if source_major == target_major:
         return []
     source, target = _flink(source_major), _flink(target_major)
@@ -117,14 +136,15 @@ def across_majors(source_major: int, target_major: int,
                     COLLECTION_CODE, path, f"{path}: a {kryo.type_class} serialized by Kryo in {source}; Flink 2.x "
                     f"serializes {kryo.type_class.removeprefix('java.util.')} values with its own collection "
                     f"serializers (FLINK-34123, FLINK-35068, FLINK-35555) and Kryo 5.6 cannot read Kryo 2.24 bytes; "
-                    f"flinkstate does not migrate them yet", AS_IS, kryo.type_class,
+                    f"migrate converts them to the 2.x job's {kryo.type_class.removeprefix('java.util.')} "
+                    f"serializer (a schema that keeps them Kryo is refused)", AS_IS, kryo.type_class,
                     silent_misread=True, migratable=False))
             else:
                 findings.append(Finding(
                     KRYO_CODE, path, f"{path}: Kryo data ({kryo.type_class}) written by {source}; {target} reads it "
-                    f"with the other Kryo, which misreads it silently or fails the restore (FLINK-3154); flinkstate "
-                    f"does not migrate Kryo data across Flink majors yet", AS_IS, kryo.type_class,
-                    silent_misread=True, migratable=False))
+                    f"with the other Kryo, which misreads it silently or fails the restore (FLINK-3154)"
+                    f"{'; migrate re-encodes its records for Kryo 5.6' if source_major == 1 else ''}", AS_IS,
+                    kryo.type_class, silent_misread=True, migratable=False))
     return findings
 
 
@@ -132,5 +152,6 @@ def _flink(major: int) -> str:
     return "Flink 1.x (Kryo 2.24)" if major == 1 else "Flink 2.x (Kryo 5.6)"
 
 
-__all__ = ["COLLECTION_CODE", "FLINK2_COLLECTIONS", "FLINK_MAJORS", "KRYO_CODE", "across_majors", "flink_major",
-           "flink_version_problem", "kryo_paths", "savepoint_flink_major", "target_flink_version"]
+__all__ = ["COLLECTION_CODE", "FLINK2_COLLECTIONS", "FLINK_MAJORS", "KRYO_CODE", "across_majors", "carries_kryo",
+           "flink_major", "flink_version_problem", "kryo_paths", "output_metadata_version", "savepoint_flink_major",
+           "target_flink_version"]

@@ -1,24 +1,31 @@
-"""Issue 27, first step: a Flink 1.x savepoint judged for a Flink 2.x job. Real savepoints of our KryoStateJob
+"""Issue 27: a Flink 1.x savepoint judged and migrated for a Flink 2.x job. Real savepoints of our KryoStateJob
 (tests/support/kryo_job), written by Flink 1.20.3 (Kryo 2.24) and by Flink 2.3 (Kryo 5.6) in an earlier test run and
 vendored (their ``_metadata`` only: the state is inline): every Kryo serializer in a state's tree (a whole value, a
-POJO field, a list's elements) gets a finding and the state is INCOMPATIBLE for a 2.x target, named by the manifest's
-``flink_version`` or ``--target-flink``; the same savepoint against a 1.x target, or a manifest that names no Flink,
-is judged as before; ``migrate`` refuses in one line. Unit level: headers only, no JVM."""
+POJO field, a list's elements) gets a finding for a 2.x target, named by the manifest's ``flink_version`` or
+``--target-flink``; the same savepoint against a 1.x target, or a manifest that names no Flink, is judged as before.
+``check`` says what ``migrate`` does: against the 2.3 build's schema, the Kryo records are re-encoded for Kryo 5 and
+the Kryo'd List field becomes Flink 2.x's list (COMPATIBLE_AFTER_MIGRATION; the output, _metadata version 6, holds
+exactly the values Flink 2.3 wrote itself); a state holding a user class's records, or a schema that keeps a List
+field Kryo, is INCOMPATIBLE and ``migrate`` refuses in one line; a broken re-encoding fails the verification. Unit
+level: headers and inline state only, no JVM (the restore on Flink 2.3 is in test_kryo_savepoint)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from flinkstate import check
 from flinkstate.cli import main
 from flinkstate.engine.jar_schema import JarSchema
-from flinkstate.major_upgrade import COLLECTION_CODE, KRYO_CODE, across_majors
+from flinkstate.jsonify import to_json
+from flinkstate.major_upgrade import COLLECTION_CODE, KRYO_CODE, across_majors, output_metadata_version
 from flinkstate.manifest import Manifest, ManifestError, manifest_from_savepoint, parse_manifest
 from flinkstate.manifest_overlay import OverlayContradiction, parse_overlay
 from flinkstate.report import Report
 from flinkstate.savepoint import Savepoint
+from flinkstate.serializers import kryo_carry
 from flinkstate.typenotation import to_snapshot
 
 SAVEPOINTS = Path(__file__).resolve().parent / "support" / "kryo_job" / "savepoints"
@@ -98,7 +105,9 @@ def test_a_flink2_savepoint_for_its_own_flink_is_as_is() -> None:
 def test_the_flink2_jobs_schema_against_the_flink1_savepoint() -> None:
     """The 2.3 build's schema (Holder.tags is Flink 2.x's Nullable<List<Nullable<String>>>, the rest Kryo): the
     List field was already a type change; the whole Kryo value and the lists of Kryo elements, which the check called
-    as is, are now incompatible, and the Kryo payload and tags get their findings too."""
+    as is, get their findings, and every state is incompatible: each operator has a state whose Kryo records hold a
+    user class (Point), which cannot be re-encoded, so the plan of its operator is refused
+    (test_check_says_what_migrate_cannot_carry)."""
     manifest = _manifest(FLINK2, None)
     before = check(FLINK1, manifest)
     assert not _new_findings(before)
@@ -128,9 +137,10 @@ def test_nested_kryo_is_found_at_its_path() -> None:
 
 def test_check_cli_reports_and_migrate_refuses_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                                            ) -> None:
-    """``check`` exits 4; ``migrate`` refuses before writing anything, in one line naming the operator, the state,
-    the path and the finding; both with the version from the manifest or from --target-flink. For a 1.x target
-    migrate copies the savepoint (exit 0), as before."""
+    """The 1.x job's own schema said to be a 2.x job's (its List field still Kryo, which Flink 2.x gives its list
+    serializer): ``check`` exits 4; ``migrate`` refuses before writing anything, in one line naming the file, the
+    operator, the state, the field and why; both with the version from the manifest or from --target-flink. For a
+    1.x target migrate copies the savepoint (exit 0), as before."""
     declared = tmp_path / "v2.yaml"
     declared.write_text(_manifest_text(FLINK1, "2.3"))
     plain = tmp_path / "plain.yaml"
@@ -144,8 +154,10 @@ def test_check_cli_reports_and_migrate_refuses_in_one_line(tmp_path: Path, capsy
         assert main(["migrate", str(FLINK1), *args, "--output", str(out)]) == 1
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "Traceback" not in err
-        assert f"operator {OPAQUE_OP}, state opaque_holder" in err and f"{KRYO_CODE}: value.payload: Kryo data" in err
-        assert "INCOMPATIBLE" in err and not out.exists()
+        assert f"operator {OPAQUE_OP}, state opaque_holder: a java.util.List serialized by Kryo (field tags), which " \
+               f"the new version's schema keeps as Kryo: Flink 2.x serializes java.util.List fields with its own " \
+               f"serializers (FLINK-34123)" in err
+        assert not out.exists()
     out = tmp_path / "same-major"
     assert main(["migrate", str(FLINK1), "--schema", str(plain), "--target-flink", "1.20", "--output", str(out)]) == 0
     assert Savepoint.open(out).metadata.version == 4
@@ -189,3 +201,109 @@ def test_a_jars_schema_is_its_flinks_and_an_overlay_may_not_say_another() -> Non
         parse_overlay(jar, "manifest_version: 1\nflink_version: \"1.20\"\n", "o.yaml")
     assert str(error.value) == "o.yaml: flink_version: contradicts the jar job.jar: the overlay says Flink 1.20, the " \
                                "jar is built for Flink 2.3.0"
+
+
+def _flink2_schema(tmp_path: Path, dropped: tuple[tuple[str, str], ...]) -> Path:
+    """The 2.3 build's schema for Flink 2.3, with ``dropped`` (operator, state) declared dropped."""
+    manifest = _manifest(FLINK2, "2.3")
+    for operator, state in dropped:
+        manifest.operators[operator].states.pop(state)
+        manifest.operators[operator].dropped_states.append(state)
+    path = tmp_path / "v2.yaml"
+    path.write_text(manifest.dump())
+    return path
+
+
+#: The states holding a user class's Kryo records (Point): what the ground truth's migration drops.
+USER_CLASS_STATES = (("opaque", "opaque_holder"), ("opaque", "mixed"), ("kryo", "whole"))
+
+
+def _values(savepoint: Path | Savepoint, state: str) -> dict[str, object]:
+    sp = savepoint if isinstance(savepoint, Savepoint) else Savepoint.open(savepoint)
+    return {key: to_json(value) for key, _, value in sp.iter_entries(KRYO_OP, state)}
+
+
+def test_migrate_carries_kryo_records_and_a_kryod_list_to_flink2(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The 1.20.3 savepoint migrated for the 2.3 build (its user-class states dropped): ``check`` says
+    COMPATIBLE_AFTER_MIGRATION (exit 3) for the carried states, with the findings migratable; ``migrate`` writes
+    _metadata version 6 (Kryo 5 for Flink and flinkstate), and the output's values, read with Kryo 5, are exactly
+    those Flink 2.3 wrote itself for the same keys (the Kryo payloads and list elements, and tags as Flink 2.x's
+    list); re-checked against the 2.3 build's schema, every state restores as is (the dropped ones start empty)."""
+    schema = _flink2_schema(tmp_path, USER_CLASS_STATES)
+    report = check(FLINK1, schema)
+    assert report.exit_code == 3
+    verdicts = _verdicts(report)
+    assert {state: verdicts[state] for state in KRYO_STATES} == dict.fromkeys(KRYO_STATES,
+                                                                              "COMPATIBLE_AFTER_MIGRATION")
+    rows = {row.state: row for row in report.rows}
+    assert rows["objects"].migration == rows["holder"].migration == "values rewritten by flinkstate"
+    assert {(f.code, f.path, f.migratable) for f in rows["holder"].findings if f.code in NEW_CODES} == {
+        (KRYO_CODE, "value.payload", True), (COLLECTION_CODE, "value.tags", True)}
+    out = tmp_path / "out"
+    assert main(["migrate", str(FLINK1), "--schema", str(schema), "--output", str(out)]) == 0
+    assert "(_metadata version 6)" in capsys.readouterr().out
+    migrated, source = Savepoint.open(out), Savepoint.open(FLINK1)
+    assert (migrated.metadata.version, migrated.kryo_version, source.kryo_version) == (6, 5, 2)
+    for state in ("objects", "holder"):
+        assert _values(migrated, state) == _values(FLINK2, state), state
+    assert _values(migrated, "objects") == _values(source, "objects")  # the same objects ...
+    assert _records(migrated) == _records(FLINK2) != _records(source)  # ... in Flink 2.3's own Kryo 5 records
+    assert _values(source, "holder") != _values(migrated, "holder")  # tags: a Kryo record in 1.x
+    again = check(out, _manifest(FLINK2, "2.3"))  # the 2.3 build's own schema: the dropped states start empty
+    assert again.exit_code == 0, [(row.state, row.verdict.name) for row in again.rows]
+
+
+def _records(savepoint: Path | Savepoint) -> dict[str, list[bytes]]:
+    """The Kryo records of ``objects``, key by key."""
+    sp = savepoint if isinstance(savepoint, Savepoint) else Savepoint.open(savepoint)
+    return {key: [element.data for element in value] for key, _, value in sp.iter_entries(KRYO_OP, "objects")}
+
+
+def test_check_says_what_migrate_cannot_carry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A state whose sampled Kryo records hold a user class (``whole``: Point for k0) cannot be re-encoded: ``check``
+    says INCOMPATIBLE with the plan's refusal naming the class (and the operator's other states cannot be planned
+    with it); ``migrate`` refuses with the same line before writing anything."""
+    schema = _flink2_schema(tmp_path, USER_CLASS_STATES[:2])
+    report = check(FLINK1, schema)
+    assert report.exit_code == 4
+    rows = {row.state: row for row in report.rows if row.operator == "kryo"}
+    refusal = next(f for f in rows["whole"].findings if f.code == "MIGRATION_REFUSED")
+    assert "operator kryo, state whole: its Kryo records cannot be re-encoded for Flink 2.x (Kryo 5.6): a sampled " \
+           "Kryo record holds kryojob.KryoStateJob$Point" in refusal.message and "\n" not in refusal.message
+    assert {state: rows[state].verdict.name for state in ("whole", "objects", "holder")} == dict.fromkeys(
+        ("whole", "objects", "holder"), "INCOMPATIBLE")
+    out = tmp_path / "out"
+    assert main(["migrate", str(FLINK1), "--schema", str(schema), "--output", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and refusal.message in err and not out.exists()
+
+
+def test_a_broken_reencoding_fails_the_verification(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The verification decodes the output with Kryo 5 and compares with the source read with Kryo 2: a Kryo 5
+    writer that wrote another String (every "s0" as "s9") is caught, and nothing is published."""
+    write_string = kryo_carry.WRITERS["java.lang.String"]
+
+    def wrong(out: Any, node: Any) -> None:
+        write_string(out, kryo_carry.KryoNode(node.java_class, "s9" if node.value == "s0" else node.value))
+
+    monkeypatch.setitem(kryo_carry.WRITERS, "java.lang.String", wrong)
+    out = tmp_path / "out"
+    assert main(["migrate", str(FLINK1), "--schema", str(_flink2_schema(tmp_path, USER_CLASS_STATES)), "--output",
+                 str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "verification" in err and "objects" in err, err
+    assert not out.exists()
+
+
+def test_kryo_data_carried_to_flink2_needs_flink2s_metadata_version(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["migrate", str(FLINK1), "--schema", str(_flink2_schema(tmp_path, USER_CLASS_STATES)), "--output",
+                 str(out), "--metadata-version", "4"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("Kryo data re-encoded for Flink 2.x (Kryo 5.6) needs the _metadata version Flink 2.x writes "
+                        "(5 or 6), not 4") and not out.exists()
+    assert output_metadata_version(4, "2.0.1") == 5 and output_metadata_version(4, "2.3") == 6
+    assert output_metadata_version(4, "1.20") is output_metadata_version(6, "2.3") is None

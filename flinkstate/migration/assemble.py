@@ -31,6 +31,8 @@ from flinkstate.kryo_report import metadata_version_refusal
 from flinkstate.migration.plan import MigrationError, MigrationPlan
 from flinkstate.migration.rewrite import SubtaskResult
 from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.kryo import kryo_version_for_metadata
+from flinkstate.serializers.kryo_data import KRYO5
 from flinkstate.storage.locations import METADATA_FILE, SavepointLocation
 from flinkstate.storage.outputs import SavepointOutput
 
@@ -39,9 +41,16 @@ from flinkstate.storage.outputs import SavepointOutput
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def check_metadata_version(source: Savepoint, metadata_version: int | None) -> None:
+def check_metadata_version(source: Savepoint, metadata_version: int | None, kryo_carried: bool = False) -> None:
     """Refuses, before anything is written, a ``_metadata`` version the source's state cannot be given (Kryo data
-    is copied as it is, and the metadata version says which Kryo reads it)."""
+    is copied as it is, and the metadata version says which Kryo reads it). Kryo data re-encoded for Kryo 5
+    (``kryo_carried``) needs a Flink 2.x version."""
+    if kryo_carried:
+        if metadata_version is None or kryo_version_for_metadata(metadata_version) != KRYO5:
+            raise MigrationError(f"{source.location.uri}: Kryo data re-encoded for Flink 2.x (Kryo 5.6) needs the "
+                                 f"_metadata version Flink 2.x writes (5 or 6), not "
+                                 f"{metadata_version or source.metadata.version}")
+        return
     refusal = metadata_version_refusal(source, metadata_version)
     if refusal:
         raise MigrationError(refusal)

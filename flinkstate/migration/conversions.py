@@ -204,5 +204,15 @@ def identity(value: Any) -> Any:
     return value
 
 
-__all__ = ["ConversionError", "MigrationPlanError", "Transform", "conversion", "identity", "java_double_to_string",
-           "java_float_to_string"]
+
+def chain(first: Transform | None, second: Transform | None) -> Transform | None:
+    """``second`` after ``first``; either may be None (no transform)."""
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return lambda value: second(first(value))
+
+
+__all__ = ["ConversionError", "MigrationPlanError", "Transform", "chain", "conversion", "identity",
+           "java_double_to_string", "java_float_to_string"]

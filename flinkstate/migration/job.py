@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flinkstate.errors import FlinkStateError
+from flinkstate.major_upgrade import output_metadata_version
 from flinkstate.manifest import Manifest, load_manifest
 from flinkstate.migration.code_policy import CodePolicy
 from flinkstate.migration.manifest_targets import targets_from_manifest
@@ -64,6 +65,12 @@ class MigrationJob:
         new = (self.schema if isinstance(self.schema, Manifest) else load_manifest(self.schema)
                ).with_target_flink(self.target_flink)
         return new, load_manifest(self.old_schema) if self.old_schema else None
+
+    def output_metadata_version(self, source: Savepoint) -> int | None:
+        """``--metadata-version``, else the target's when Kryo data is carried from Flink 1.x to 2.x (None: the
+        source's)."""
+        manifest, _ = self.manifests()
+        return self.metadata_version or output_metadata_version(source.metadata.version, manifest.flink_version)
 
     def targets(self, source: Savepoint) -> list[OperatorTarget]:
         manifest, old_manifest = self.manifests()
@@ -122,7 +129,7 @@ class MigrationJob:
         self.gate(source)
         report = migrate_savepoint(
             self.savepoint, self.targets(source), open_output(self.output),
-            metadata_version=self.metadata_version, compressed=self.compression,
+            metadata_version=self.output_metadata_version(source), compressed=self.compression,
             extra_check=self._output_check(manifest), run_units=run_units,
             max_dead_letters=self.max_dead_letters, code=self.allow_code, now_ms=self.now_ms)
         self._write_report(report)
@@ -137,10 +144,12 @@ class MigrationJob:
 
         self.check_locations()
         manifest, _ = self.manifests()
-        self.gate(Savepoint.open(self.savepoint))
+        source = Savepoint.open(self.savepoint)
+        self.gate(source)
         report, _ = migrate_in_units(self, self.output, map_units or map_locally,
                                      units if units is not None else default_unit_count(1),
-                                     metadata_version=self.metadata_version, max_dead_letters=self.max_dead_letters,
+                                     metadata_version=self.output_metadata_version(source),
+                                     max_dead_letters=self.max_dead_letters,
                                      extra_check=self._output_check(manifest))
         self._write_report(report)
         return report

@@ -4,12 +4,15 @@ and the check of a migrated savepoint against the new manifest."""
 from __future__ import annotations
 
 from flinkstate.format.keyed_header import TIMERS
+from flinkstate.major_upgrade import carries_kryo
 from flinkstate.manifest import Manifest, OperatorSchema, StateSchema
 from flinkstate.migration.plan import MigrationError, OperatorTarget, StateTarget
 from flinkstate.migration.spec import parse_migration, parse_operator_migration
 from flinkstate.migration.transforms import RowNames
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.kryo import set_kryo_version
+from flinkstate.serializers.kryo_data import KRYO5
 from flinkstate.serializers.row import RowSnapshot
 
 
@@ -47,8 +50,10 @@ def _old_state(old_manifest: Manifest | None, op: OperatorSchema, old_name: str)
 def targets_from_manifest(source: Savepoint, manifest: Manifest, old_manifest: Manifest | None = None
                           ) -> list[OperatorTarget]:
     """One target per manifest operator found in the savepoint (by ``renamed_from`` or its own uid/id). States the
-    savepoint does not have are new: Flink creates them empty."""
+    savepoint does not have are new: Flink creates them empty. A Flink 1.x savepoint for a 2.x manifest: the new
+    version's Kryo serializers read with Kryo 5, so its Kryo data is carried (re-encoded) by the plan."""
     file = manifest.path or "<manifest>"
+    carry = carries_kryo(source.metadata.version, manifest.flink_version)
     targets = []
     for label, op in manifest.operators.items():
         try:
@@ -62,7 +67,7 @@ def targets_from_manifest(source: Savepoint, manifest: Manifest, old_manifest: M
         existing = {s.name for s in header.states} if header is not None else set()
         target = OperatorTarget(op.uid or op.operator_id, op.renamed_from, [], list(op.dropped_states), op.key,
                                 parse_operator_migration(op.migration, f"operators.{label}.migration", file),
-                                op.max_parallelism)
+                                op.max_parallelism, carry_kryo=carry)
         for name, state in op.states.items():
             old_name = state.renamed_from or name
             if old_name not in existing:
@@ -71,6 +76,8 @@ def targets_from_manifest(source: Savepoint, manifest: Manifest, old_manifest: M
                                          f"no state {old_name!r}")
                 continue
             migration = parse_migration(state.migration, f"operators.{label}.states.{name}.migration", file)
+            if carry:
+                set_kryo_version([state.value, state.user_key], KRYO5)
             old_schema = _old_state(old_manifest, op, old_name)
             names = row_names(old_schema.value if old_schema else None, state.value)
             target.states.append(StateTarget(name, None if state.kind == TIMERS else state.value, state.user_key,

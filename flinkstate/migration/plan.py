@@ -24,11 +24,13 @@ from flinkstate.format.metadata import OperatorState
 from flinkstate.identity import OperatorRef
 from flinkstate.migration.code_policy import CodeNotAllowed, CodePolicy, load_function
 from flinkstate.migration.conversions import MigrationPlanError, Transform, conversion
+from flinkstate.migration.kryo_major import uncarried_record
 from flinkstate.migration.native import is_native
 from flinkstate.migration.spec import NO_MIGRATION, StateMigration
 from flinkstate.migration.transforms import RowNames, build_transform, chain, restored_unaided
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
+from flinkstate.serializers.kryo import kryo_snapshots
 from flinkstate.serializers.registry import snapshot_bytes
 
 #: A user function returns this to drop an entry.
@@ -84,6 +86,9 @@ class OperatorTarget:
     key_migration: StateMigration = NO_MIGRATION
     #: The new version's max parallelism (None: not declared, the savepoint's is kept).
     max_parallelism: int | None = None
+    #: A Flink 1.x savepoint for a Flink 2.x job: every Kryo record is re-encoded for Kryo 5 (the targets' Kryo
+    #: serializers say Kryo 5), and a state whose Kryo data the plan would keep as it is is refused.
+    carry_kryo: bool = False
 
     @property
     def ref(self) -> OperatorRef:
@@ -140,6 +145,8 @@ class OperatorPlan:
 class MigrationPlan:
     operators: dict[str, OperatorPlan]  # by source operator id; only operators with a target
     compressed: bool | None = None  # None: as the source
+    #: Kryo 2.24 records re-encoded for Kryo 5.6: the output needs a Flink 2.x ``_metadata`` version.
+    kryo_carried: bool = False
 
     def units(self) -> list[tuple[str, int]]:
         """(source operator id, subtask) of every keyed stream that is rewritten: the parallel work units."""
@@ -185,7 +192,7 @@ def plan_migration(source: Savepoint, targets: list[OperatorTarget], *, compress
     plans, errors = plan_operators(source, targets, reencode=reencode, code=code, now_ms=now_ms)
     if errors:
         raise errors[0]
-    return MigrationPlan(plans, compressed)
+    return MigrationPlan(plans, compressed, any(t.carry_kryo for t in targets))
 
 
 def plan_operators(source: Savepoint, targets: list[OperatorTarget], *, reencode: bool = False,
@@ -291,12 +298,40 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
         rewrites.append(StateRewrite(meta.name, new_name, len(new_states), meta.kind, value_t, user_key_t,
                                      bool(t and t.migration.dead_letter), reencode))
         new_states.append(_new_meta(meta, new_name, new_value, new_user_key, new_key))
+    if target.carry_kryo:
+        _refuse_uncarried_kryo(source, op, header, rewrites, refuse)
     names = [s.name for s in new_states]
     if len(set(names)) != len(names):
         raise refuse(f"two states would be named alike after renaming: {names}")
     new_header = KeyedBackendHeader(header.version, header.compressed, new_key or header.key_serializer, new_states)
     return OperatorPlan(op, new_id, new_uid, header, new_header, rewrites, key_transform,
                         target.key_migration.dead_letter, native)
+
+
+def _refuse_uncarried_kryo(source: Savepoint, op: OperatorState, header: KeyedBackendHeader,
+                           rewrites: list[StateRewrite | None], refuse: Callable[..., MigrationError]) -> None:
+    """Flink 1.x -> 2.x: Kryo data the plan would keep as Kryo 2.24 bytes, which Flink 2.x reads with Kryo 5, or
+    whose sampled records it cannot re-encode (a user class)."""
+    for kind, snapshot in (("key", header.key_serializer),
+                           *(("namespace", s.namespace_serializer) for s in header.states if s.kind != TIMERS)):
+        if kryo_snapshots([snapshot]):
+            raise refuse(f"the {kind} is Kryo data of Flink 1.x (Kryo 2.24), which Flink 2.x reads with Kryo 5.6; "
+                         f"flinkstate re-encodes Kryo values, not keys or namespaces")
+    for meta, rewrite in zip(header.states, rewrites, strict=True):
+        if rewrite is None or meta.kind == TIMERS:
+            continue
+        kept = [s for s, t in ((meta.value_serializer, rewrite.transform),
+                               (meta.user_key_serializer, rewrite.user_key_transform)) if t is None]
+        if kryo_snapshots(kept):
+            raise refuse("its Kryo data of Flink 1.x (Kryo 2.24) would be kept as it is, and Flink 2.x reads it with "
+                         "Kryo 5.6: declare the state's type in the manifest (its records are then re-encoded), or "
+                         "drop it", meta.name)
+        why = uncarried_record(source, op.operator_id, meta) if kryo_snapshots([meta.value_serializer,
+                                                                                 meta.user_key_serializer]) else None
+        if why is not None:
+            raise refuse(f"its Kryo records cannot be re-encoded for Flink 2.x (Kryo 5.6): {why}; flinkstate "
+                         f"re-encodes records of JDK classes with Kryo's built-in serializers only: drop the state, "
+                         f"or declare a function", meta.name)
 
 
 def _target_key(target: OperatorTarget, refuse: Callable[[str], MigrationError]) -> TypeSerializerSnapshot | None:

@@ -136,8 +136,8 @@ def migrate_savepoint(source_path: str, targets: list[OperatorTarget], output: S
     start = time.perf_counter()
     try:
         source = Savepoint.open(source_path, allow_external_handles)
-        check_metadata_version(source, metadata_version)
         plan = plan_migration(source, targets, compressed=compressed, reencode=reencode, code=code, now_ms=now_ms)
+        check_metadata_version(source, metadata_version, plan.kryo_carried)  # planning writes nothing
         results = run_units(source, plan, plan.units(), output)
         dead_lettered = sum(c.dead_lettered for r in results for c in r.counts.values())
         if dead_lettered > max_dead_letters:

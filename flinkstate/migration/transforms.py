@@ -19,9 +19,11 @@ from flinkstate.migration.conversions import (
     ConversionError,
     MigrationPlanError,
     Transform,
+    chain,
     conversion,
     identity,
 )
+from flinkstate.migration.kryo_major import kryo_carry_transform, kryo_collection_transform, kryo_reads_differ
 from flinkstate.migration.spec import FieldRule
 from flinkstate.serializers.avro import AvroSnapshot
 from flinkstate.serializers.base import TypeSerializerSnapshot, UnknownSnapshot
@@ -77,6 +79,8 @@ def restored_unaided(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -
     after reconfiguration (an enum constant added or reordered, Kryo registrations changed, ...), and no silent
     misread. Such values keep their bytes; a state whose values keep their bytes keeps its old snapshot, as Flink's
     restored (reconfigured) serializer does."""
+    if kryo_reads_differ(old, new):  # the same snapshot bytes, read by another Kryo (Flink 1.x -> 2.x)
+        return False
     if _same(old, new) or _same_pojo_values(old, new):
         return True
     result = new.resolve_compatibility(old, "value")
@@ -134,6 +138,8 @@ def build_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, *,
             return conversion(convert, old, new)
         except MigrationPlanError as exc:
             raise MigrationPlanError(f"{exc}{where}") from None
+    if (carry := kryo_carry_transform(old, new, where) or kryo_collection_transform(old, new, where)) is not None:
+        return carry
     if restored_unaided(old, new) and not _rows_reordered(row_names, path) and _inert(old, new, rules):
         return None
     for snapshot, side in ((old, "savepoint's"), (new, "manifest's")):
@@ -486,14 +492,6 @@ def _avro_record(writer: dict[str, Any], reader: dict[str, Any], named: dict[str
         return out
 
     return record
-
-
-def chain(first: Transform | None, second: Transform | None) -> Transform | None:
-    if first is None:
-        return second
-    if second is None:
-        return first
-    return lambda value: second(first(value))
 
 
 __all__ = ["RowNames", "avro_transform", "build_transform", "chain", "restored_unaided"]

@@ -350,7 +350,7 @@ def migrate_in_units(job: PlanSource, output_uri: str, map_units: MapUnits, targ
     start = time.perf_counter()
     _PLANS.clear()  # a new run reads its inputs afresh (the savepoint may have been rewritten since an earlier one)
     source, plan = _source_and_plan(job)
-    check_metadata_version(source, metadata_version)
+    check_metadata_version(source, metadata_version, plan.kryo_carried)
     output = open_output(output_uri)
     try:
         scratch = open_output(f"{output_uri.rstrip('/')}.parts")

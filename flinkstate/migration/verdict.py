@@ -48,10 +48,11 @@ class PlannedOutput:
     """The savepoint a plan would write, as the checker reads savepoints: each planned operator under its new id and
     uid with the plan's new keyed-state header; every other operator as the source has it."""
 
-    def __init__(self, source: SavepointView, plans: dict[str, OperatorPlan]) -> None:
+    def __init__(self, source: SavepointView, plans: dict[str, OperatorPlan], kryo_carried: bool = False) -> None:
         self.view = source
         self.source = source.savepoint
         self.plans = plans
+        self.kryo_carried = kryo_carried
         self._operators: list[OperatorState] = []
         self._source_of: dict[str, OperatorState] = {}
         for op in self.source.operators:
@@ -66,8 +67,9 @@ class PlannedOutput:
 
     @property
     def flink_major(self) -> int:
-        """The plan writes the source's ``_metadata`` version (``migrate`` refuses another for Kryo data)."""
-        return self.view.flink_major
+        """The plan writes the source's ``_metadata`` version (``migrate`` refuses another for Kryo data), or, when it
+        carries Kryo data from Flink 1.x to 2.x, the 2.x version its target reads."""
+        return 2 if self.kryo_carried else self.view.flink_major
 
     def keyed_header(self, op: OperatorState) -> KeyedBackendHeader | None:
         source = self._source_of[op.operator_id]
@@ -114,7 +116,9 @@ def judge_plan(report: Report, view: SavepointView, manifest: Manifest, previous
                check_output: OutputChecker) -> None:
     """Sets every row's verdict, findings and ``migration`` from the plan (see the module docstring)."""
     source = view.savepoint
-    labels = {(op.uid or op.operator_id): label for label, op in manifest.operators.items()}
+    # by uid and by operator id: a plan names an operator of a savepoint that records no uid (Flink 1.x) by its id
+    labels = {key: label for label, op in manifest.operators.items()
+              for key in (op.operator_id, op.uid or op.operator_id)}
     try:
         targets = targets_from_manifest(source, manifest, previous)
     except MigrationError as exc:
@@ -125,7 +129,8 @@ def judge_plan(report: Report, view: SavepointView, manifest: Manifest, previous
     for error in errors:
         refused.setdefault(labels.get(error.operator or "", error.operator or ""), []).append(error)
     planned = {_label(labels, plan): plan for plan in plans.values()}
-    output_rows = {(row.operator, row.state): row for row in check_output(PlannedOutput(view, plans))}
+    carried = any(target.carry_kryo for target in targets)
+    output_rows = {(row.operator, row.state): row for row in check_output(PlannedOutput(view, plans, carried))}
     for row in report.rows:
         if row.operator in refused:
             _refused_row(row, refused[row.operator])
@@ -273,7 +278,12 @@ def _state_file(staged: Savepoint, operator: str) -> str:
 
 
 def blocking_finding(report: Report) -> tuple[StateRow, Finding | None] | None:
-    """The first row the check calls incompatible, and the finding that says why (``migrate``'s refusal)."""
+    """The first row the check calls incompatible, and the finding that says why (``migrate``'s refusal). A row the
+    plan refuses goes first: the operator's other rows are incompatible only because of it."""
+    for row in report.rows:
+        refused = next((f for f in row.findings if f.code == "MIGRATION_REFUSED"), None)
+        if row.verdict is INCOMPATIBLE and refused is not None:
+            return row, refused
     for row in report.rows:
         if row.verdict is INCOMPATIBLE:
             finding = next((f for f in row.findings if f.code == "MIGRATION_REFUSED"), None) or \

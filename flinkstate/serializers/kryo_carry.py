@@ -369,10 +369,13 @@ def write_kryo5(node: KryoNode | None, registrations: list[tuple[str, bool]]) ->
     return bytes(out.out)
 
 
-def kryo2_to_kryo5(data: bytes, registrations: list[tuple[str, bool]]) -> bytes:
-    """The Kryo 5.6 record of the object Kryo 2.24 wrote as ``data``. Raises :class:`KryoOpaque` (a class
-    flinkstate cannot decode or write) or :class:`KryoCorrupt`."""
-    return write_kryo5(read_tree(data, registrations, KRYO2), registrations)
+def kryo2_to_kryo5(data: bytes, registrations: list[tuple[str, bool]],
+                   new_registrations: list[tuple[str, bool]] | None = None) -> bytes:
+    """The Kryo 5.6 record of the object Kryo 2.24 wrote as ``data`` with ``registrations`` (the savepoint's Kryo
+    snapshot's), written with ``new_registrations`` (the new version's; default: the same). Raises
+    :class:`KryoOpaque` (a class flinkstate cannot decode or write) or :class:`KryoCorrupt`."""
+    tree = read_tree(data, registrations, KRYO2)
+    return write_kryo5(tree, registrations if new_registrations is None else new_registrations)
 
 
 __all__ = ["WRITERS", "KryoNode", "kryo2_to_kryo5", "read_tree", "write_kryo5"]
