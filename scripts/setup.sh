@@ -135,4 +135,9 @@ for version in $FLINK_MATRIX_VERSIONS; do
   examples/sample-job/build.sh ".flink-dists/$version/pyflink" "examples/sample-job/build/flink-$version"
   inspector/build.sh ".flink-dists/$version/pyflink"
 done
+# Flink 1.x builds of the edge job and the matrix's base (the jar ground truth on the other major: test_jar_schema)
+if [[ " $FLINK_MATRIX_VERSIONS " == *" 1.20.3 "* ]]; then
+  examples/edge-job/build.sh .flink-dists/1.20.3/pyflink examples/edge-job/build/flink-1.20.3
+  examples/compat-matrix/build.sh .flink-dists/1.20.3/pyflink examples/compat-matrix/build/flink-1.20.3 base
+fi
 say "ready (Java $major, $(.venv/bin/python --version), Flink $(ls "$flink_home"/lib/flink-dist-*.jar | sed 's/.*flink-dist-\(.*\)\.jar/\1/'))"

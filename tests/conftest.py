@@ -24,6 +24,8 @@ from tests.support import sample_job
 FIXTURE_MARKERS: dict[str, str] = {
     "flink_cluster": "flink",
     "flink_matrix_savepoints": "flink",
+    "flink1_job_savepoints": "flink",
+    "older_flink_savepoints": "flink",
     "s3_endpoint": "s3",
     "airflow_home": "airflow",
     "webhook": "airflow",
@@ -194,9 +196,10 @@ def flink_savepoints_info(_written_savepoints: dict[str, tuple[Path, dict[str, A
 
 
 @pytest.fixture(scope="session")
-def flink_matrix_savepoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
-    """``<flink version>/<variant>`` -> (savepoint directory, info) for savepoints written by Flink 1.20.3
-    (metadata version 4) and 2.2.0 (version 6) in this test run, each on its own short-lived local cluster."""
+def older_flink_savepoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """Everything written on the older Flinks' clusters (1.20.3, 2.2.0) in this test run, each on its own
+    short-lived local cluster: the sample job's MATRIX_VARIANTS, and on 1.20.3 the Flink 1.x builds of the edge job
+    and of the compatibility matrix's base (info ``job``). Use the two fixtures below."""
     def make(root: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
         written: dict[str, tuple[Path, dict[str, Any]]] = {}
         for version in MATRIX_VERSIONS:
@@ -209,9 +212,45 @@ def flink_matrix_savepoints(tmp_path_factory: pytest.TempPathFactory) -> dict[st
                 for name, entry in write_savepoints(cluster, work, MATRIX_VARIANTS, flink_version=version,
                                                     build_dir=build_dir).items():
                     written[f"{version}/{name}"] = entry
+                if version == "1.20.3":
+                    for job, savepoint in write_flink1_job_savepoints(cluster, work / "jobs").items():
+                        written[f"{version}/{job}"] = (savepoint, {"job": job, "flink_version": version})
         return written
 
     return made_once_per_run(tmp_path_factory, "flink-matrix", make)
+
+
+@pytest.fixture(scope="session")
+def flink_matrix_savepoints(older_flink_savepoints: dict[str, tuple[Path, dict[str, Any]]]
+                            ) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """``<flink version>/<variant>`` -> (savepoint directory, info) for the sample job's savepoints written by Flink
+    1.20.3 (metadata version 4) and 2.2.0 (version 6) in this test run."""
+    return {name: entry for name, entry in older_flink_savepoints.items() if "job" not in entry[1]}
+
+
+@pytest.fixture(scope="session")
+def flink1_job_savepoints(older_flink_savepoints: dict[str, tuple[Path, dict[str, Any]]]) -> dict[str, Path]:
+    """``edge-job`` / ``compat-matrix-base`` -> the savepoint its Flink 1.20.3 build wrote on Flink 1.20.3."""
+    return {info["job"]: path for path, info in older_flink_savepoints.values() if "job" in info}
+
+
+def write_flink1_job_savepoints(cluster: LocalFlinkCluster, root: Path) -> dict[str, Path]:
+    """The edge job's v1 and the matrix's base, their Flink 1.20.3 builds side by side (a slot each), each stopped
+    with a savepoint once every key was seen."""
+    from tests.support import compat_matrix, edge_job
+
+    runs = {"edge-job": edge_job.submit(cluster.client, "v1", root / "audit-edge", keys=10, rate=400,
+                                        build_dir=edge_job.JOB_DIR / "build" / "flink-1.20.3"),
+            "compat-matrix-base": compat_matrix.submit(
+                cluster.client, "base", root / "audit-matrix", backend="hashmap", rate=200,
+                build_dir=compat_matrix.JOB_DIR / "build" / "flink-1.20.3")}
+    savepoints = {}
+    for job, run in runs.items():
+        cluster.client.wait_until_running(run.job_id, timeout=120)
+        run.wait_for_keys()
+        location = cluster.client.stop_with_savepoint(run.job_id, str(root / f"raw-{job}"))
+        savepoints[job] = Path(shutil.move(location.removeprefix("file:"), root / job))
+    return savepoints
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,10 @@ RocksDB, snappy on and off, parallelism 1 and 2) and the 1.20.3 / 2.2.0 ones, an
 runs on the session cluster (in waves of the cluster's slots), sample-job v2 and v3, the 16 compatibility-matrix
 variants (the base version: the session's savepoints on HashMap and RocksDB) and a job that registers one state
 lazily. The SQL jobs, the edge job, the Kryo job and the changelog jobs are compared in their own modules, on the
-savepoints those take anyway (tests/support/jar_truth.py). Plus: what the comparison says when the jar is another
-version (it can fail), the lazily registered state reported as such, main() needing arguments or a config file,
-failing, hanging; the cache; the CLI.
+savepoints those take anyway (tests/support/jar_truth.py); the Flink 1.20.3 builds of the edge job and the matrix's
+base here, on the savepoints they wrote on Flink 1.20.3 (conftest's older_flink_savepoints). Plus: what the
+comparison says when the jar is another version (it can fail), the lazily registered state reported as such, main()
+needing arguments or a config file, failing, hanging; the cache; the CLI.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from flinkstate.engine.local import LocalFlinkCluster
 from flinkstate.manifest import manifest_from_savepoint
 from flinkstate.migration.trial import apply_trial
 from flinkstate.savepoint import Savepoint
-from tests.support import compat_matrix, sample_job
+from tests.support import compat_matrix, edge_job, sample_job
 from tests.support.jar_truth import differences
 from tests.support.java_build import build_jar
 
@@ -165,6 +166,23 @@ def test_older_flink_versions_jars_give_the_schema_of_their_savepoints(
             name: "AS_IS" for name in ("stats", "count", "recent", "buckets")}, stats
         report = check(savepoint, schema.manifest())
         assert apply_trial(report, trial) == 0 and report.exit_code == 0, report.render_markdown()
+
+
+def test_flink1_builds_of_the_edge_job_and_the_matrix_give_the_schema_of_their_savepoints(
+        flink1_job_savepoints: dict[str, Path], cache: Path) -> None:
+    """The other major: the edge job (Kryo registrations, java.time, POJO subclasses, TTL ...) and the matrix's base
+    compiled against Flink 1.20.3 and run on it; the jar inspector on Flink 1.20.3's classes gives what they wrote
+    (HashMap), every snapshot the same bytes."""
+    build = "flink-1.20.3"
+    jars = {"edge-job": (edge_job.jar("v1", edge_job.JOB_DIR / "build" / build), ["--keys", "10", "--rate", "400"]),
+            "compat-matrix-base": (compat_matrix.jar("base", compat_matrix.JOB_DIR / "build" / build),
+                                   ["--variant", "base"])}
+    assert set(flink1_job_savepoints) == set(jars)
+    for job, (jar, program_args) in jars.items():
+        schema = inspect_jar(jar, flink_home=schema_home("1.20.3"), cache_dir=cache, program_args=program_args)
+        assert schema.flink_version == "1.20.3"
+        assert Savepoint.open(flink1_job_savepoints[job]).metadata.version <= 4  # Flink 1.x wrote it
+        assert differences(schema, flink1_job_savepoints[job]) == [], job
 
 
 def schema_home(version: str) -> Path:

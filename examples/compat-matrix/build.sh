@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds the compatibility-matrix job, its base version and every variant: build.sh FLINK_HOME [OUT_DIR]
+# Builds the compatibility-matrix job, its base version and every variant: build.sh FLINK_HOME [OUT_DIR [NAME...]]
+# (NAME...: only these versions, e.g. base).
 # A variant is src/common + src/base with the files of variants/<name>/ replacing or adding to them, minus the base
 # files listed in variants/<name>/REMOVE. Produces OUT_DIR/compat-matrix-<name>.jar (default OUT_DIR: build/ beside
 # this script); a jar is rebuilt only when one of its sources is newer, so re-running is fast.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-flink_home=${1:?usage: build.sh FLINK_HOME [OUT_DIR]}
+flink_home=${1:?usage: build.sh FLINK_HOME [OUT_DIR [NAME...]]}
 out=${2:-$here/build}
+only=("${@:3}")
 [ -d "$flink_home/lib" ] || { echo "build.sh: no Flink distribution at $flink_home (missing lib/)" >&2; exit 1; }
 command -v javac >/dev/null || { echo "build.sh: javac not found: install a JDK 17 or newer" >&2; exit 1; }
 mkdir -p "$out"
@@ -36,7 +38,9 @@ build() {  # build NAME [VARIANT_DIR]
   echo "built $jar"
 }
 
-build base
+wanted() { [ ${#only[@]} -eq 0 ] || [[ " ${only[*]} " == *" $1 "* ]]; }
+wanted base && build base
 for variant in "$here"/variants/*/; do
-  build "$(basename "$variant")" "${variant%/}"
+  wanted "$(basename "$variant")" && build "$(basename "$variant")" "${variant%/}"
 done
+exit 0

@@ -22,8 +22,9 @@ MANIFESTS = JOB_DIR / "manifests"
 ENTRY_CLASS = "matrix.MatrixJob"
 
 
-def jar(variant: str) -> Path:
-    path = JOB_DIR / "build" / f"compat-matrix-{variant}.jar"
+def jar(variant: str, build_dir: Path | None = None) -> Path:
+    """The variant's jar: Flink 2.3's build, or the one in ``build_dir`` (build/flink-1.20.3: the base only)."""
+    path = (build_dir or JOB_DIR / "build") / f"compat-matrix-{variant}.jar"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run 'make setup' to build the compatibility matrix")
     return path
@@ -59,11 +60,11 @@ class MatrixRun:
 
 def submit(client: FlinkRestClient, variant: str, audit_dir: Path, *, backend: str, keys: int = 4,
            rate: float = 40, savepoint_path: str | os.PathLike[str] | None = None,
-           allow_non_restored_state: bool = False) -> MatrixRun:
+           allow_non_restored_state: bool = False, build_dir: Path | None = None) -> MatrixRun:
     """Submits one version of the matrix job (parallelism 1) without waiting for it to run."""
     args = ["--keys", str(keys), "--rate", str(rate), "--audit-dir", str(audit_dir), "--variant", variant,
             "--set", f"state.backend.type={backend}"]
-    job_id = client.submit_jar(jar(variant), entry_class=ENTRY_CLASS, program_args=args, parallelism=1,
+    job_id = client.submit_jar(jar(variant, build_dir), entry_class=ENTRY_CLASS, program_args=args, parallelism=1,
                                savepoint_path=os.fspath(savepoint_path) if savepoint_path else None,
                                allow_non_restored_state=allow_non_restored_state)
     return MatrixRun(client, job_id, Path(audit_dir), keys)

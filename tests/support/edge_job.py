@@ -189,11 +189,12 @@ class EdgeJobRun(SampleJobRun):
 def submit(client: FlinkRestClient, version: str, audit_dir: Path, *, keys: int = 20, rate: float = 200,
            parallelism: int = 1, state_backend: str = "hashmap",
            savepoint_path: str | os.PathLike[str] | None = None, extra_args: Sequence[str] = (),
-           wait: bool = True) -> EdgeJobRun:
+           wait: bool = True, build_dir: Path | None = None) -> EdgeJobRun:
     """Submits one version of the edge job and (by default) waits until all its tasks run."""
     args = ["--keys", str(keys), "--rate", str(rate), "--audit-dir", str(audit_dir),
             "--set", f"state.backend.type={state_backend}", *extra_args]
-    job_id = client.submit_jar(jar(version), entry_class=ENTRY_CLASS, program_args=args, parallelism=parallelism,
+    job_id = client.submit_jar(jar(version, build_dir), entry_class=ENTRY_CLASS, program_args=args,
+                               parallelism=parallelism,
                                savepoint_path=os.fspath(savepoint_path) if savepoint_path else None)
     run = EdgeJobRun(client, job_id, version, Path(audit_dir), keys, args)
     if wait:
@@ -202,10 +203,10 @@ def submit(client: FlinkRestClient, version: str, audit_dir: Path, *, keys: int 
 
 
 def write_savepoint(cluster: LocalFlinkCluster, root: Path, *, backend: str, keys: int = 20,
-                    parallelism: int = 2, extra_args: Sequence[str] = ()) -> Path:
+                    parallelism: int = 2, extra_args: Sequence[str] = (), build_dir: Path | None = None) -> Path:
     """Runs v1 until every key has seen a few events, stops it with a savepoint and moves that to root/savepoint."""
     run = submit(cluster.client, "v1", root / "audit", keys=keys, rate=400, parallelism=parallelism,
-                 state_backend=backend, extra_args=extra_args)
+                 state_backend=backend, extra_args=extra_args, build_dir=build_dir)
     run.wait_for_keys()
     time.sleep(1.0)  # several events per key, so that lists and maps hold more than one entry
     location = cluster.client.stop_with_savepoint(run.job_id, str(root))
