@@ -235,8 +235,14 @@ def _reachable(item: Any, seen: set[int]) -> Iterator[TypeSerializerSnapshot]:
 
 def kryo_snapshots(snapshots: Iterable[Any]) -> list[KryoSnapshot]:
     """The KryoSnapshots inside ``snapshots`` (None entries skipped), outermost first."""
+    return [s for s in reachable_snapshots(snapshots) if isinstance(s, KryoSnapshot)]
+
+
+def reachable_snapshots(snapshots: Iterable[Any]) -> list[TypeSerializerSnapshot]:
+    """Every snapshot inside ``snapshots`` (None entries skipped), the snapshots themselves and all they nest,
+    outermost first."""
     seen: set[int] = set()
-    return [s for item in snapshots if item is not None for s in _reachable(item, seen) if isinstance(s, KryoSnapshot)]
+    return [s for item in snapshots if item is not None for s in _reachable(item, seen)]
 
 
 def set_kryo_version(snapshots: Iterable[Any], kryo_version: int) -> None:
