@@ -307,3 +307,19 @@ def test_kryo_data_carried_to_flink2_needs_flink2s_metadata_version(tmp_path: Pa
                         "(5 or 6), not 4") and not out.exists()
     assert output_metadata_version(4, "2.0.1") == 5 and output_metadata_version(4, "2.3") == 6
     assert output_metadata_version(4, "1.20") is output_metadata_version(6, "2.3") is None
+
+
+def test_kryo_state_the_schema_does_not_declare_is_refused(tmp_path: Path) -> None:
+    """A Kryo state the 2.x schema leaves out (neither declared nor dropped) would keep its Kryo 2.24 bytes, which
+    Flink 2.x reads with Kryo 5: refused by the plan, in one line naming it."""
+    manifest = parse_manifest(_flink2_schema(tmp_path, USER_CLASS_STATES).read_text())
+    manifest.operators["kryo"].states.pop("objects")
+    report = check(FLINK1, manifest)
+    assert report.exit_code == 4
+    row = next(row for row in report.rows if row.state == "objects")  # the savepoint's state, not declared
+    refusal = next(f for f in row.findings if f.code == "MIGRATION_REFUSED")
+    assert row.verdict.name == "INCOMPATIBLE"
+    assert refusal.message.endswith(
+        "operator kryo, state objects: its Kryo data of Flink 1.x (Kryo 2.24) would be kept as it is, and Flink 2.x "
+        "reads it with Kryo 5.6: declare the state's type in the manifest (its records are then re-encoded), or "
+        "drop it"), refusal.message
