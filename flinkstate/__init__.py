@@ -31,6 +31,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from flinkstate.audit import Audit, Exposure, audit_savepoint
 from flinkstate.binary import Reader, Writer
 from flinkstate.bounded_yaml import YAMLRefused, load_yaml
 from flinkstate.compatibility import Compatibility, Finding, Verdict
@@ -179,6 +180,7 @@ __all__ = [
     "PLUGIN_GROUP",
     "SOURCE_SPLITS_STATE",
     "SUPPORTED_VERSIONS",
+    "Audit",
     "CodeNotAllowed",
     "CodePolicy",
     "CodeRefused",
@@ -187,6 +189,7 @@ __all__ = [
     "DryRunResult",
     "DryRunUnit",
     "EnvironmentProblem",
+    "Exposure",
     "Finding",
     "FlinkJobFailed",
     "FlinkRestClient",
@@ -249,6 +252,7 @@ __all__ = [
     "add_allow_code_argument",
     "apply_overlay",
     "apply_trial",
+    "audit_savepoint",
     "check",
     "client_for",
     "configure",

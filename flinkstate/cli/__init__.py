@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "flinkstate.cli.cluster",
     "flinkstate.cli.jobs",
     "flinkstate.cli.describe",
+    "flinkstate.cli.audit",
     "flinkstate.cli.dump",
     "flinkstate.cli.migrate",
     "flinkstate.cli.schema", "flinkstate.cli.check",
