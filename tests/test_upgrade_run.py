@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from flinkstate.cli import build_parser, main
+from flinkstate.cli import build_parser, main, upgrade_run
 from flinkstate.cli.upgrade_run import Concluded, _report, build_conf
 from flinkstate.engine.local import free_port
 
@@ -49,6 +49,12 @@ def test_the_conf_from_options_is_the_dags_conf():
     approved = conf_of("--deployment", "orders", "--jar", "/jobs/o.jar", "--savepoint-base", "/sp", "--approval",
                        "--approval-timeout", "600")
     assert (approved["approval"], approved["approval_timeout"]) == (True, 600)
+    # --local: no UI runs unless the user starts one; the command says what the run waits for, before it starts.
+    assert upgrade_run.local_approval_note(approved) == (
+        "flink_state_upgrade: approval: the run waits for a person's answer before the stop (600 s) in an Airflow UI "
+        "on this AIRFLOW_HOME (airflow api-server); none in time aborts it (the job runs on)")
+    assert "(no limit)" in str(upgrade_run.local_approval_note({"approval": True, "approval_timeout": 0}))
+    assert upgrade_run.local_approval_note({"approval": False}) is None
 
 
 RELEASE = """savepoint_base: {base}

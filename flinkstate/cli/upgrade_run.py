@@ -200,8 +200,22 @@ class Concluded:
 
 def _run(args: argparse.Namespace) -> int:
     conf = build_conf(args)
+    note = None if args.airflow_url else local_approval_note(conf)
+    if note:
+        print(note, flush=True)
     concluded = _follow_rest(args, conf) if args.airflow_url else _follow_local(args, conf)
     return _report(concluded)
+
+
+def local_approval_note(conf: dict[str, Any]) -> str | None:
+    """What a local run (airflow dags test) with an approval step waits for, said before it starts: no UI runs
+    unless the user starts one on the same AIRFLOW_HOME."""
+    if not conf.get("approval"):
+        return None
+    timeout = conf.get("approval_timeout")
+    limit = "the DAG's default" if timeout is None else "no limit" if timeout == 0 else f"{timeout} s"
+    return (f"{DAG_ID}: approval: the run waits for a person's answer before the stop ({limit}) in an Airflow UI "
+            "on this AIRFLOW_HOME (airflow api-server); none in time aborts it (the job runs on)")
 
 
 def _follow_rest(args: argparse.Namespace, conf: dict[str, Any]) -> Concluded:
