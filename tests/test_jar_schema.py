@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flinkstate import FlinkStateError, check
+from flinkstate import FlinkStateError, audit_savepoint, check
 from flinkstate.cli import main as cli_main
 from flinkstate.engine.jar_schema import inspect_jar, trial_restore, unregistered_states
 from flinkstate.engine.local import LocalFlinkCluster
@@ -166,6 +166,12 @@ def test_older_flink_versions_jars_give_the_schema_of_their_savepoints(
             name: "AS_IS" for name in ("stats", "count", "recent", "buckets")}, stats
         report = check(savepoint, schema.manifest())
         assert apply_trial(report, trial) == 0 and report.exit_code == 0, report.render_markdown()
+        # audit --jar: the jar tells which operators have a uid where a 1.x savepoint's metadata does not say
+        uids = {op.operator_id: op.uid for op in schema.operators}
+        codes = {(e.operator, e.code) for e in audit_savepoint(Savepoint.open(savepoint), uids).exposures}
+        if version == "1.20.3":
+            assert not {code for _, code in codes} & {"OPERATOR_UID_UNKNOWN", "GENERATED_OPERATOR_ID"}, codes
+            assert "OPERATOR_UID_UNKNOWN" in {e.code for e in audit_savepoint(Savepoint.open(savepoint)).exposures}
 
 
 def test_flink1_builds_of_the_edge_job_and_the_matrix_give_the_schema_of_their_savepoints(
