@@ -7,7 +7,11 @@ with a savepoint. Each key then holds five entries (stats, count, recent, one bu
 K = 200,000 gives 10^6 entries; a second, small savepoint (2,000 keys = 10^4 entries) shows that `describe` does
 not grow with the number of entries. Savepoints are cached under .work/bench/ (delete it to write them anew).
 
-    .venv/bin/python bench/bench_reader.py [--keys 200000] [--small-keys 2000]
+    .venv/bin/python bench/bench_reader.py [--keys 200000] [--small-keys 2000] [--backend rocksdb] [--native-only]
+
+With --backend rocksdb, the same job also stops with a native savepoint (formatType NATIVE: RocksDB's own files),
+whose full decode is printed beside the canonical one's, against the same goal (issue 28); --native-only prints
+just that.
 
 The dump section times `flinkstate dump`'s work per state of the large savepoint (decode with the compiled path,
 JSON Lines written to /dev/null): with the reference writer (json.dumps of to_json, line by line) and with the
@@ -73,10 +77,14 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def write_savepoint(cluster: LocalFlinkCluster, keys: int, backend: str, parallelism: int = 1) -> Path:
-    """A savepoint of the sample job after every key saw exactly one event (cached, per keys, backend and
-    parallelism). ``parallelism`` is the keyed operator's: that many keyed-state streams, one per subtask."""
+def write_savepoint(cluster: LocalFlinkCluster, keys: int, backend: str, parallelism: int = 1,
+                    format_type: str = "CANONICAL") -> Path:
+    """A savepoint of the sample job after every key saw exactly one event (cached, per keys, backend, parallelism
+    and format). ``parallelism`` is the keyed operator's: that many keyed-state streams, one per subtask;
+    ``format_type`` NATIVE (RocksDB only) writes RocksDB's own files instead of canonical key-group blocks."""
     suffix = "" if parallelism == 1 else f"-p{parallelism}"  # parallelism 1 keeps the cache names it always had
+    if format_type != "CANONICAL":
+        suffix += f"-{format_type.lower()}"
     target = WORK / f"savepoint-{backend}-{keys}{suffix}"
     if (target / "_metadata").exists():
         return target
@@ -90,7 +98,9 @@ def write_savepoint(cluster: LocalFlinkCluster, keys: int, backend: str, paralle
             raise TimeoutError(f"the job did not reach {keys} keys in 10 minutes")
         time.sleep(0.5)
     # Stop as soon as every key has been seen once, so every key holds the same five entries.
-    location = cluster.client.stop_with_savepoint(run.job_id, str(WORK / "raw"))
+    trigger = cluster.client.trigger_stop_with_savepoint(run.job_id, str(WORK / "raw"), format_type=format_type)
+    location = cluster.client.wait_for_savepoint(run.job_id, trigger, timeout=300)
+    cluster.client.wait_for_job_state(run.job_id, {"FINISHED", "CANCELED"}, timeout=300)
     shutil.move(location.removeprefix("file:"), target)
     return target
 
@@ -225,21 +235,49 @@ def corpus_rate(states: list[tuple[Blocks, Any, Any]], name: str, repeat: int) -
     return n / seconds, n // 200  # type: ignore[operator]
 
 
+def print_native_rates(canonical: Path, native: Path, repeat: int) -> None:
+    """Full decode of the native RocksDB savepoint beside the canonical one of the same job on RocksDB (issue 28)."""
+    print(f"\nfull decode, native RocksDB savepoint beside the canonical one (RocksDB backend, one core; "
+          f"goal {GOAL:,} entries/s):")
+    print(f"  {'savepoint':<40}{'entries':>10}{'MB':>7}{'pure s':>8}{'pure/s':>11}{'compiled s':>11}"
+          f"{'compiled/s':>12}{'x goal':>8}")
+    for savepoint in (canonical, native):
+        seconds: dict[str, float] = {}
+        for name in MODES:
+            with mode(name):
+                seconds[name], counts = timed(lambda sp=savepoint: decode_all(sp), repeat=repeat)
+        entries = sum(counts.values())  # type: ignore[union-attr]
+        print(f"  {savepoint.name:<40}{entries:>10,}{directory_bytes(savepoint) / 1e6:>7.1f}{seconds['pure']:>8.2f}"
+              f"{entries / seconds['pure']:>11,.0f}{seconds['compiled']:>11.2f}{entries / seconds['compiled']:>12,.0f}"
+              f"{entries / seconds['compiled'] / GOAL:>7.2f}x")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--small-keys", type=int, default=2_000)
     parser.add_argument("--backend", default="hashmap", choices=["hashmap", "rocksdb"])
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is printed")
+    parser.add_argument("--native-only", action="store_true",
+                        help="only the native RocksDB savepoint's decode beside the canonical one (RocksDB backend)")
     args = parser.parse_args()
+    if args.native_only:
+        args.backend = "rocksdb"
 
     WORK.mkdir(parents=True, exist_ok=True)
     with LocalFlinkCluster(WORK / "cluster", slots=2) as cluster:
         print(f"writing savepoints on real Flink ({args.backend}); cached in {WORK}", flush=True)
         small = write_savepoint(cluster, args.small_keys, args.backend)
         large = write_savepoint(cluster, args.keys, args.backend)
+        # a RocksDB job's savepoint can also be RocksDB's own files (formatType NATIVE): decoded beside the canonical
+        native = write_savepoint(cluster, args.keys, args.backend, format_type="NATIVE") \
+            if args.backend == "rocksdb" else None
 
     print(f"\nload average {load_average()}; best of {args.repeat} runs per figure")
+    if native is not None:
+        print_native_rates(large, native, args.repeat)
+        if args.native_only:
+            return 0
     print(f"\n{'savepoint':<30}{'entries':>10}{'MB':>7}{'cp -r s':>9}{'cat s':>8}{'describe s':>11}"
           f"{'pure s':>8}{'pure/s':>11}{'compiled s':>11}{'compiled/s':>12}{'speedup':>8}{'x goal':>8}")
     for savepoint in (small, large):

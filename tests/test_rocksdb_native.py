@@ -273,6 +273,14 @@ def test_real_rocksdb_native_savepoint_reads(flink_cluster: LocalFlinkCluster, t
     for _, stream in streams:
         groups = [kg for kg, _ in stream.iter_blocks("count")]
         assert groups == sorted(groups) and all(kg in stream.key_group_range for kg in groups)
+    # every state (POJO, list of merge operands, map, timers) read by the compiled key-group scan alone, as its
+    # reference reads it (issue 28: the corpus's native savepoints hold only Long values and timers)
+    from tests.test_speedups import assert_native_scan_compiled
+
+    scanned = {state.name for _, stream in streams for state in stream.header().states
+               if state.name in stream._families and assert_native_scan_compiled(
+                   stream, state, list(stream._scan(stream._open_db(), state.name, b"")), state.name)}
+    assert {"stats", "count", "recent", "buckets", timer_state} <= scanned, scanned
     manifest, output = tmp_path / "m.yaml", tmp_path / "out"
     assert _run_cli(["schema", str(source), "-o", str(manifest)])[0] == 0
     status, stdout, stderr = _run_cli(["check", str(source), "--schema", str(manifest), "--format", "json"])

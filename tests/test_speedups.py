@@ -11,6 +11,7 @@ FLINKSTATE_PURE_PYTHON is set, which is how the pure-Python reference is run on 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -475,3 +476,124 @@ def test_canonical_forms_of_decoded_values_alike(case: str, data: st.DataObject)
     fast = _speedups.fast_canonical(canonical)
     assert fast is not None
     assert same(fast(("key", None, value)), canonical(("key", None, value)))
+
+
+# -- native RocksDB snapshots: a key group's (key, value) pairs, taken from RocksDB's iterator in one call ------------
+
+@functools.cache
+def native_columns() -> list[tuple[str, Any, Any, list[tuple[bytes, bytes]]]]:
+    """``(where, stream, state, pairs)`` of every keyed state with entries in the corpus's native RocksDB savepoints
+    whose header this reader knows, the pairs as the reader's RocksDB scan gives them (the retained checkpoints hold
+    the same kinds of state: opening their RocksDB instances too would double the time for nothing new)."""
+    from flinkstate.format.rocksdb_native import NativeRocksDBStream
+    from tests.test_rocksdb_native import NATIVE_DIRS
+
+    found = []
+    for path in (p for p in NATIVE_DIRS if p.endswith("-savepoint-native")):
+        sp = Savepoint.open(SAVEPOINTS / path)
+        for op in sp.operators:
+            for index, stream in sp.keyed_streams(op):
+                assert isinstance(stream, NativeRocksDBStream)
+                if stream.header(tolerant=True).error is not None:  # a serializer of Flink's tests' own
+                    continue
+                db = stream._open_db()
+                for state in stream.header().states:
+                    if state.name in stream._families and (pairs := list(stream._scan(db, state.name, b""))):
+                        found.append((f"{path.split('resources/')[-1]}/{op.operator_id}/{index}/{state.name}",
+                                      stream, state, pairs))
+    return found
+
+
+
+def _decoders(stream: Any, state: Any) -> tuple[Any, Any]:
+    """The state's compiled key-group scan (None when its values have no compiled decoder) and its reference."""
+    from functools import partial
+
+    from flinkstate.format.keyed_entries import make_entry_decoder, reference_entry_decoder
+    from flinkstate.format.rocksdb_native import take_key_group
+
+    layout = stream._key_layout(stream.header(), state)
+    compiled = _speedups.native_group_scanner(make_entry_decoder(state, layout))
+    return compiled, partial(take_key_group, reference_entry_decoder(state, layout))
+
+
+def _key_groups(take_group: Any, pairs: list[tuple[bytes, bytes]], prefix_bytes: int) -> list[Any]:
+    """Every key group as ``take_group`` reads it from ``pairs``, as ``iter_blocks`` calls it: its entries and the
+    pair it stopped at."""
+    groups: list[Any] = []
+    remaining = iter(pairs)
+    pending = next(remaining, None)
+    while pending is not None:
+        entries: list[Any] = []
+        pending = take_group(remaining, pending, prefix_bytes, entries)
+        groups.append((entries, pending))
+    return groups
+
+
+def assert_native_scan_compiled(stream: Any, state: Any, pairs: list[tuple[bytes, bytes]], where: str) -> bool:
+    """The state's compiled key-group scan reads ``pairs`` (a native RocksDB stream's) as its reference does, the
+    same key groups, entries (types too) and the same pair stopped at, decoding every pair itself: its reference
+    decoder refuses to be asked (a compiled decoder that fell back on every entry would still be right, but slow).
+    False when the state's values have no compiled decoder."""
+    from functools import partial
+
+    from flinkstate.format.keyed_entries import reference_entry_decoder
+    from flinkstate.format.rocksdb_native import take_key_group
+
+    def refuse(*args: Any) -> Any:
+        raise AssertionError(f"{where}: the compiled scan needed the reference decoder")
+
+    layout = stream._key_layout(stream.header(), state)
+    compiled = _speedups.fast_entry_decoder(state, layout, refuse)
+    if compiled is None:
+        return False
+    want = _key_groups(partial(take_key_group, reference_entry_decoder(state, layout)), pairs, stream.prefix_bytes)
+    assert sum(len(entries) for entries, _ in want) == len(pairs), where
+    got = _key_groups(_speedups.native_group_scanner(compiled), pairs, stream.prefix_bytes)
+    assert same(got, want), f"{where}: {str(got)[:300]} != {str(want)[:300]}"
+    return True
+
+
+@needs_compiled
+def test_native_rocksdb_key_groups_alike() -> None:
+    """Every keyed state of Flink's native RocksDB savepoints in the corpus (Long values and timers; the sample job's
+    POJO, list, map and timers: tests/test_rocksdb_native.py): the compiled scan (``scan_pairs``: one call per key
+    group, RocksDB's pairs decoded in place) reads what its reference (``rocksdb_native.take_key_group``) reads."""
+    compiled = [len(pairs) for where, stream, state, pairs in native_columns()
+                if assert_native_scan_compiled(stream, state, pairs, where)]
+    assert (len(compiled), sum(compiled)) == (48, 64)
+
+
+@functools.cache
+def compiled_native_columns() -> list[tuple[str, Any, Any, list[tuple[bytes, bytes]]]]:
+    return [column for column in native_columns() if _decoders(column[1], column[2])[0] is not None]
+
+
+@needs_compiled
+@settings(max_examples=200, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_changed_native_rocksdb_pairs_read_alike(data: st.DataObject) -> None:
+    """A byte of a key or value changed, one cut off or added, a key cut below its key-group prefix: the compiled
+    scan reads the same entries, or fails with the reference's own error (it reruns the reference on what it
+    cannot decode)."""
+    where, stream, state, pairs = data.draw(st.sampled_from(compiled_native_columns()))
+    changed = list(pairs)
+    at = data.draw(st.integers(0, len(changed) - 1))
+    part = data.draw(st.sampled_from([0, 1]))  # the key or the value
+    raw = bytearray(changed[at][part])
+    how = data.draw(st.sampled_from(["byte", "cut", "add", "short key"]))
+    if how == "byte" and raw:
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    elif how == "cut" and raw:
+        del raw[data.draw(st.integers(0, len(raw) - 1)):]
+    elif how == "add":
+        raw += bytes([data.draw(st.integers(0, 255))])
+    elif how == "short key":
+        part, raw = 0, raw[:stream.prefix_bytes - 1] if part == 0 else bytearray()
+    pair = (bytes(raw), changed[at][1]) if part == 0 else (changed[at][0], bytes(raw))
+    changed[at] = pair
+    compiled, reference = _decoders(stream, state)
+    got = _outcome(lambda: _key_groups(compiled, changed, stream.prefix_bytes))
+    want = _outcome(lambda: _key_groups(reference, changed, stream.prefix_bytes))
+    assert got[0] == want[0] and same(got[1], want[1]), f"{where} ({how}): {str(got)[:300]} != {str(want)[:300]}"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -394,6 +394,17 @@ def scan_compiled(decoder: object, data: bytes, key_group: int, wanted: int, sta
     return entries
 
 
+def native_group_scanner(decoder: object) -> Callable[[Iterator[tuple[bytes, bytes]], tuple[bytes, bytes], int,
+                                                      list[tuple[Any, ...]]], tuple[bytes, bytes] | None] | None:
+    """``decoder``'s compiled ``scan_pairs``: one key group of a native RocksDB snapshot's ``(key, value)`` pairs
+    taken from RocksDB's iterator and decoded in one call (the reference:
+    :func:`flinkstate.format.rocksdb_native.take_key_group`); None when ``decoder`` is not compiled. Its errors are
+    the reference's (an entry it fails on is decoded by the reference decoder)."""
+    if not is_compiled(decoder):
+        return None
+    return decoder.scan_pairs
+
+
 def raw_entries_compiled(data: bytes, state_count: int | None, key_group: int | None = None, prefix_bytes: int = 1
                          ) -> list[tuple[int, int, int, int, int]] | None:
     """``(state id, ks, ke, vs, ve)`` of every entry of an uncompressed block, split in one compiled pass (state ids
@@ -411,5 +422,6 @@ def raw_entries_compiled(data: bytes, state_count: int | None, key_group: int | 
 
 __all__ = ["BUILD_ERROR", "JSON_BUILD_ERROR", "PURE_PYTHON_VARIABLE", "block_runs", "codec_spec", "enabled",
            "encoder_spec", "fast_canonical", "fast_codec", "fast_encoder", "fast_entry_decoder", "fast_json_lines",
-           "fast_same_entries", "is_compiled", "pure_python_requested", "raw_entries_compiled", "reencode_checker",
-           "same_entries_reference", "scan_compiled", "state_pairs", "state_span"]
+           "fast_same_entries", "is_compiled", "native_group_scanner", "pure_python_requested",
+           "raw_entries_compiled", "reencode_checker", "same_entries_reference", "scan_compiled", "state_pairs",
+           "state_span"]

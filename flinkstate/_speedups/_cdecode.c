@@ -941,9 +941,11 @@ static PyObject *end_mismatch(void) {
     return NULL;
 }
 
-/* One entry as the reference's make_entry_decoder returns it; NULL with an exception on any failure. */
-static PyObject *decode_entry(EntryObject *self, Ctx *ctx, Py_ssize_t ks, Py_ssize_t ke, Py_ssize_t vs,
-                              Py_ssize_t ve) {
+/* One entry as the reference's make_entry_decoder returns it, its key at ks..ke of ``ctx`` and its value at vs..ve
+ * of ``vctx`` (the same buffer in a canonical block; a native RocksDB snapshot's key and value are two); NULL with
+ * an exception on any failure. */
+static PyObject *decode_entry_in(EntryObject *self, Ctx *ctx, Py_ssize_t ks, Py_ssize_t ke, Ctx *vctx,
+                                 Py_ssize_t vs, Py_ssize_t ve) {
     Py_ssize_t o = ks + self->prefix;
     PyObject *key, *ns, *third = NULL, *fourth = NULL;
     if (self->kind == E_TIMER) {
@@ -979,7 +981,7 @@ static PyObject *decode_entry(EntryObject *self, Ctx *ctx, Py_ssize_t ks, Py_ssi
     if (self->ambiguous) o += varint_le_size(o - ns_start);
     if (self->kind == E_VALUE) {
         Py_ssize_t v = vs;
-        third = decode_node(self->value->root, ctx, &v);
+        third = decode_node(self->value->root, vctx, &v);
         if (third == NULL) goto fail2;
         if (v != ve) {
             end_mismatch();
@@ -990,13 +992,13 @@ static PyObject *decode_entry(EntryObject *self, Ctx *ctx, Py_ssize_t ks, Py_ssi
         if (third == NULL) goto fail2;
         Py_ssize_t v = vs;
         while (v < ve) {
-            PyObject *item = decode_node(self->value->root, ctx, &v);
+            PyObject *item = decode_node(self->value->root, vctx, &v);
             if (item == NULL) goto fail3;
             int rc = PyList_Append(third, item);
             Py_DECREF(item);
             if (rc < 0) goto fail3;
             if (v < ve) {
-                if (ctx->p[v] != 0x2C) {  /* ListDelimitedSerializer's ',' */
+                if (vctx->p[v] != 0x2C) {  /* ListDelimitedSerializer's ',' */
                     end_mismatch();
                     goto fail3;
                 }
@@ -1010,15 +1012,15 @@ static PyObject *decode_entry(EntryObject *self, Ctx *ctx, Py_ssize_t ks, Py_ssi
     } else {  /* E_MAP */
         third = decode_node(self->user_key->root, ctx, &o);
         if (third == NULL) goto fail2;
-        if (o != ke || vs >= ctx->size) {
+        if (o != ke || vs >= vctx->size) {
             end_mismatch();
             goto fail3;
         }
-        if (ctx->p[vs]) {
+        if (vctx->p[vs]) {
             fourth = Py_NewRef(Py_None);
         } else {
             Py_ssize_t v = vs + 1;
-            fourth = decode_node(self->value->root, ctx, &v);
+            fourth = decode_node(self->value->root, vctx, &v);
             if (fourth == NULL) goto fail3;
             if (v != ve) {
                 Py_DECREF(fourth);
@@ -1052,6 +1054,12 @@ fail2:
     Py_DECREF(key);
     Py_DECREF(ns);
     return NULL;
+}
+
+/* One entry of one buffer (a canonical block's, or the reference's key + value). */
+static PyObject *decode_entry(EntryObject *self, Ctx *ctx, Py_ssize_t ks, Py_ssize_t ke, Py_ssize_t vs,
+                              Py_ssize_t ve) {
+    return decode_entry_in(self, ctx, ks, ke, ctx, vs, ve);
 }
 
 /* entry(buf, ks, ke, vs, ve) -> entry tuple: the reference's signature; any failure is the reference's to report. */
@@ -1221,9 +1229,87 @@ static PyObject *Entry_scan_block(EntryObject *self, PyObject *args) {
     return rc < 0 ? NULL : PyLong_FromSsize_t(walk.pos);
 }
 
+/* -- a native RocksDB snapshot's entries: (key, value) pairs as RocksDB's iterator gives them ---------------------- */
+
+/* A pair's key and value (new references), checked to be a (bytes, bytes) tuple; -1 with TypeError if not. */
+static int native_pair(PyObject *pair, PyObject **key, PyObject **value) {
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
+        !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
+        PyErr_SetString(PyExc_TypeError, "native RocksDB entries are (bytes, bytes) pairs");
+        return -1;
+    }
+    *key = PyTuple_GET_ITEM(pair, 0);
+    *value = PyTuple_GET_ITEM(pair, 1);
+    return 0;
+}
+
+/* The key group a RocksDB key starts with (its big-endian prefix), or -1 with ValueError for a shorter key; the
+ * reference (rocksdb_native.take_key_group) raises the same error. */
+static Py_ssize_t native_key_group(PyObject *key, int prefix_bytes) {
+    const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(key);
+    Py_ssize_t size = PyBytes_GET_SIZE(key);
+    if (size < prefix_bytes) {
+        PyErr_Format(PyExc_ValueError, "a key of %zd bytes, shorter than its %d-byte key-group prefix", size,
+                     prefix_bytes);
+        return -1;
+    }
+    return prefix_bytes == 2 ? (((Py_ssize_t)k[0] << 8) | k[1]) : (Py_ssize_t)k[0];
+}
+
+/* scan_pairs(pairs, first, prefix_bytes, entries) -> the first pair of the next key group, or None at the end:
+ * decodes ``first`` and every following (key, value) pair of ``pairs`` (an iterator) in the same key group into
+ * ``entries``, each as entry(key + value, 0, len(key), len(key), len(key + value)) decodes it (read in place from
+ * the two; on any failure the reference decodes the joined bytes: its failure is the error).
+ * rocksdb_native.take_key_group is the reference; one call per key group instead of the Python loop's work per
+ * entry. */
+static PyObject *Entry_scan_pairs(EntryObject *self, PyObject *args) {
+    PyObject *pairs, *pair, *entries, *key, *value;
+    int prefix_bytes;
+    if (!PyArg_ParseTuple(args, "OOiO!", &pairs, &pair, &prefix_bytes, &PyList_Type, &entries)) return NULL;
+    if (native_pair(pair, &key, &value) < 0) return NULL;
+    Py_ssize_t key_group = native_key_group(key, prefix_bytes);
+    if (key_group < 0) return NULL;
+    Py_INCREF(pair);
+    for (;;) {
+        Ctx key_ctx, value_ctx;
+        ctx_from(&key_ctx, key);
+        ctx_from(&value_ctx, value);
+        PyObject *entry = decode_entry_in(self, &key_ctx, 0, key_ctx.size, &value_ctx, 0, value_ctx.size);
+        if (entry == NULL) {  /* the reference decodes key + value, one buffer, or says why not */
+            PyErr_Clear();
+            PyObject *buf = PyBytes_FromStringAndSize(NULL, key_ctx.size + value_ctx.size);
+            if (buf == NULL) goto fail;
+            memcpy(PyBytes_AS_STRING(buf), key_ctx.p, key_ctx.size);
+            memcpy(PyBytes_AS_STRING(buf) + key_ctx.size, value_ctx.p, value_ctx.size);
+            entry = PyObject_CallFunction(self->fallback, "Onnnn", buf, (Py_ssize_t)0, key_ctx.size, key_ctx.size,
+                                          key_ctx.size + value_ctx.size);
+            Py_DECREF(buf);
+        }
+        Py_DECREF(pair);
+        if (entry == NULL) return NULL;
+        int rc = PyList_Append(entries, entry);
+        Py_DECREF(entry);
+        if (rc < 0) return NULL;
+        pair = PyIter_Next(pairs);
+        if (pair == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            Py_RETURN_NONE;
+        }
+        if (native_pair(pair, &key, &value) < 0) goto fail;
+        Py_ssize_t group = native_key_group(key, prefix_bytes);
+        if (group < 0) goto fail;
+        if (group != key_group) return pair;
+    }
+fail:
+    Py_DECREF(pair);
+    return NULL;
+}
+
 static PyMethodDef Entry_methods[] = {
     {"scan_block", (PyCFunction)Entry_scan_block, METH_VARARGS,
      "scan_block(data, key_group, wanted, state_count, prefix_bytes, entries) -> end offset"},
+    {"scan_pairs", (PyCFunction)Entry_scan_pairs, METH_VARARGS,
+     "scan_pairs(pairs, first, prefix_bytes, entries) -> the first (key, value) of the next key group, or None"},
     {NULL, NULL, 0, NULL},
 };
 

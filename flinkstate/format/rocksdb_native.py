@@ -30,8 +30,10 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
+from flinkstate._speedups import native_group_scanner
 from flinkstate.binary import KeyGroupRange
 from flinkstate.format.handles import (
     ByteStreamStateHandle,
@@ -41,7 +43,7 @@ from flinkstate.format.handles import (
     StreamStateHandle,
 )
 from flinkstate.format.heap_blocks import HeapBlock
-from flinkstate.format.keyed_entries import make_entry_decoder
+from flinkstate.format.keyed_entries import EntryDecoder, make_entry_decoder
 from flinkstate.format.keyed_header import KeyedBackendHeader
 from flinkstate.format.keyed_stream import KeyedStateStream, StreamSource, encode_block, key_group_prefix_bytes
 from flinkstate.format_errors import SavepointFormatError, UnsupportedFormat
@@ -219,11 +221,19 @@ class NativeRocksDBStream(KeyedStateStream):
     def _scan(self, db: Any, state_name: str, start_key: bytes) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` of one column family from ``start_key`` on, in key order, until the caller stops or the
         column family ends; an iterator that stops on an error raises it (``_check_status``)."""
-        cursor = db.get_column_family(state_name).iter()
-        cursor.seek(start_key)
-        while cursor.valid():
-            yield bytes(cursor.key()), bytes(cursor.value())
+        family = db.get_column_family(state_name)
+        pair: tuple[bytes, bytes] | None = None
+        # rocksdict's items() makes each pair in one call (raw mode: bytes), but ends on an error as at the end of
+        # the data: a cursor past the last pair it gave must be at the end too, with no error
+        for pair in family.items(from_key=start_key):
+            yield pair
+        cursor = family.iter()
+        cursor.seek(start_key if pair is None else pair[0])
+        if pair is not None and cursor.valid():
             cursor.next()
+        if cursor.valid():
+            raise _IteratorStopped(f"RocksDB's items ended before key 0x{bytes(cursor.key()).hex()}, which it "
+                                   f"holds{self._options_problem}")
         self._check_status(cursor)
 
     def _check_status(self, cursor: Any) -> None:
@@ -255,23 +265,22 @@ class NativeRocksDBStream(KeyedStateStream):
         if not len(wanted):
             return
         prefix = self.prefix_bytes
+        # one call per key group, in C when the decoder is compiled (no Python per entry), else the reference
+        take_group = native_group_scanner(decode_entry) or partial(take_key_group, decode_entry)
         current: int | None = None
-        entries: list[tuple[Any, ...]] = []
-        start_key = wanted.start.to_bytes(prefix, "big")
         try:
-            for key, value in self._scan(db, state_name, start_key):
-                key_group = int.from_bytes(key[:prefix], "big")
+            pairs = self._scan(db, state_name, wanted.start.to_bytes(prefix, "big"))
+            pending = next(pairs, None)
+            while pending is not None:
+                key_group = int.from_bytes(pending[0][:prefix], "big")
                 if key_group > wanted.end:
                     break
                 if key_group < wanted.start:
                     raise SavepointFormatError(f"entry of key group {key_group} before key group {wanted.start}")
-                if key_group != current:
-                    if entries:
-                        assert current is not None
-                        yield current, entries
-                    current, entries = key_group, []
-                buf = key + value
-                entries.append(decode_entry(buf, 0, len(key), len(key), len(buf)))
+                current = key_group
+                entries: list[tuple[Any, ...]] = []
+                pending = take_group(pairs, pending, prefix, entries)
+                yield current, entries
         except SavepointFormatError as exc:
             where = f", key group {current}" if current is not None else ""
             raise SavepointFormatError(f"{self.context}, state {state_name}{where}: {exc.what}",
@@ -283,10 +292,6 @@ class NativeRocksDBStream(KeyedStateStream):
             where = f", key group {current}" if current is not None else ""
             raise SavepointFormatError(f"{self.context}, state {state_name}{where}: cannot read the entry "
                                        f"({type(exc).__name__}: {exc})", self.source.path) from None
-        if entries:
-            assert current is not None
-            yield current, entries
-
 
     def canonical_block(self, key_group: int) -> bytes:
         """The key group's block as a canonical savepoint of the same job stores it (uncompressed; ``b""`` when the
@@ -338,6 +343,28 @@ class NativeRocksDBStream(KeyedStateStream):
         return encode_block(runs)
 
 
+def take_key_group(decode_entry: EntryDecoder, pairs: Iterator[tuple[bytes, bytes]], first: tuple[bytes, bytes],
+                   prefix_bytes: int, entries: list[tuple[Any, ...]]) -> tuple[bytes, bytes] | None:
+    """Decodes ``first`` and every following pair of ``pairs`` in its key group into ``entries``; returns the first
+    pair of the next key group, or None at the end. The reference of the compiled ``EntryDecoder.scan_pairs``
+    (flinkstate/_speedups/_cdecode.c), which must do exactly this."""
+    key, value = first
+    if len(key) < prefix_bytes:
+        raise ValueError(f"a key of {len(key)} bytes, shorter than its {prefix_bytes}-byte key-group prefix")
+    group = key[:prefix_bytes]
+    while True:
+        buf = key + value
+        entries.append(decode_entry(buf, 0, len(key), len(key), len(buf)))
+        pair = next(pairs, None)
+        if pair is None:
+            return None
+        key, value = pair
+        if len(key) < prefix_bytes:
+            raise ValueError(f"a key of {len(key)} bytes, shorter than its {prefix_bytes}-byte key-group prefix")
+        if key[:prefix_bytes] != group:
+            return pair
+
+
 def column_family_options(directory: str) -> tuple[dict[str, Any], str]:
     """rocksdict options per column family from the snapshot's ``OPTIONS`` file (RocksDB's loader creates the merge
     operator it names), and ``""``; or no options and why they cannot be loaded (for messages)."""
@@ -379,4 +406,4 @@ def native_handle_files(handle: IncrementalKeyedStateHandle) -> int:
 
 
 __all__ = ["NATIVE_ROCKSDB", "TAKE_CANONICAL", "NativeRocksDBStream", "column_family_options", "iter_raw",
-           "native_handle_files"]
+           "native_handle_files", "take_key_group"]
