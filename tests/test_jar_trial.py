@@ -10,7 +10,10 @@ restores on real Flink, quoting what Flink did), for a handful of variants on Ha
   (the heap backend's restore of a POJO whose field type changed, RocksDB's StateMigrationException for a Tuple
   whose arity changed), and the check agrees with it (no TRIAL_DISAGREES, the exit status the ground truth has);
 - a real disagreement fires: the check judges one variant's manifest while the jar is another's (the issue's
-  "the manifest does not describe the jar"), in both directions, and the finding fails the check.
+  "the manifest does not describe the jar"), in both directions, and the finding fails the check;
+- the timer queues (rows of kind TIMERS) get Flink's answer too, resolved where the operator's timer service creates
+  them: as is for the matrix's (empty) queues beside every variant's states, and for the sample job's, which hold a
+  timer per key, on HashMap and RocksDB (the session's sample-job savepoints).
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from flinkstate import check, render_html
+from flinkstate import Savepoint, check, render_html
 from flinkstate.cli import main as cli_main
-from flinkstate.engine.jar_schema import trial_restore
+from flinkstate.engine.jar_schema import inspect_jar, trial_restore
 from flinkstate.migration.trial import apply_trial
-from tests.support import compat_matrix
+from tests.support import compat_matrix, sample_job
 from tests.test_report_html import Page, words
 
 pytestmark = pytest.mark.flink  # the inspector's JVM on Flink's runtime, the session cluster's savepoints
@@ -34,6 +37,9 @@ pytestmark = pytest.mark.flink  # the inspector's JVM on Flink's runtime, the se
 HEAP_FIELD_TYPE_ERROR = "java.lang.IllegalArgumentException: Can not set int field matrix.Item.count to java.lang.Long"
 NEW_STATE_INCOMPATIBLE = "must not be incompatible with the old state serializer"
 AS_IS = {"count": "as is", "pojo": "as is", "row": "as is", "tuple": "as is", "color": "as is"}
+#: A KeyedProcessFunction's timer service ("user-timers"): its two queues, created when the operator opens.
+TIMERS = ("_timer_state/processing_user-timers", "_timer_state/event_user-timers")
+TIMERS_AS_IS = dict.fromkeys(TIMERS, "as is")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,19 +62,18 @@ def _trial_report(tmp_path: Path, savepoint: Path, variant: str, backend: str) -
 
 
 def _trial_column(document: dict[str, Any], operator: str = "matrix") -> dict[str, str]:
-    return {row["state"]: row["flink_trial"] for row in document["states"]
-            if row["operator"] == operator and "flink_trial" in row and not row["state"].startswith("_timer_state/")}
+    return {row["state"]: row.get("flink_trial") for row in document["states"] if row["operator"] == operator}
 
 
 # (backend, variant) -> check's exit status (the ground truth's), Flink's trial answer for the matrix operator's states
 CASES = {
-    ("hashmap", "as-is"): (0, AS_IS),
-    ("hashmap", "pojo-field-added"): (3, {**AS_IS, "pojo": "migrated by Flink"}),
-    ("hashmap", "pojo-field-type-changed"): (4, dict.fromkeys(AS_IS, "FAILED (the operator's restore): "
-                                                                   + HEAP_FIELD_TYPE_ERROR)),
-    ("hashmap", "enum-constant-appended"): (0, {**AS_IS, "color": "reconfigured"}),
-    ("rocksdb", "pojo-field-added"): (3, {**AS_IS, "pojo": "migrated by Flink"}),
-    ("rocksdb", "tuple-arity-changed"): (4, {**AS_IS, "tuple": "FAILED"}),
+    ("hashmap", "as-is"): (0, {**AS_IS, **TIMERS_AS_IS}),
+    ("hashmap", "pojo-field-added"): (3, {**AS_IS, "pojo": "migrated by Flink", **TIMERS_AS_IS}),
+    ("hashmap", "pojo-field-type-changed"): (4, dict.fromkeys([*AS_IS, *TIMERS], "FAILED (the operator's restore): "
+                                                              + HEAP_FIELD_TYPE_ERROR)),
+    ("hashmap", "enum-constant-appended"): (0, {**AS_IS, "color": "reconfigured", **TIMERS_AS_IS}),
+    ("rocksdb", "pojo-field-added"): (3, {**AS_IS, "pojo": "migrated by Flink", **TIMERS_AS_IS}),
+    ("rocksdb", "tuple-arity-changed"): (4, {**AS_IS, "tuple": "FAILED", **TIMERS_AS_IS}),
 }
 
 
@@ -90,7 +95,7 @@ def test_the_trial_reports_what_flink_did_and_agrees_with_the_check(
         assert NEW_STATE_INCOMPATIBLE in column["tuple"]
         column["tuple"] = "FAILED"
     assert column == expected, document
-    assert _trial_column(document, "extra") == {"seen": "as is"}, document
+    assert _trial_column(document, "extra") == {"seen": "as is", **TIMERS_AS_IS}, document
     # The HTML report of it: the jar the types came from, Flink's trial answer per state beside the check's
     page = Page(render_html(document))
     assert document["jar"] == str(compat_matrix.jar(variant)) and document["overlay"] is None
@@ -146,3 +151,20 @@ def test_a_disagreement_between_flink_and_the_check_fails_the_check(
         disagreements_cell = page.tables["verdicts"][1][2]
         assert (disagreements_cell.text, disagreements_cell.classes) == ("1 disagreement with the check",
                                                                          "verdict v-incompatible")
+
+
+def test_the_sample_jobs_timers_restore_as_is_on_hashmap_and_rocksdb(flink_savepoints: dict[str, Path]) -> None:
+    """The sample job's operator holds a processing-time timer per key: Flink restores its queues (one key group's
+    timers read back) and its timer service creates them with the same timer serializer, on either backend."""
+    schema = inspect_jar(sample_job.jar("v1"))
+    for savepoint, backend in ((flink_savepoints["heap-p1"], "hashmap"), (flink_savepoints["rocksdb-p2"], "rocksdb")):
+        assert any(Savepoint.open(savepoint).iter_entries("stats", TIMERS[0])), "no timer to restore"
+        trial = trial_restore(schema.jar, savepoint, program_args=_program(backend)[1:])  # the job's backend
+        stats = next(op for op in trial.operators if op.uid == "stats")
+        assert (stats.restore_failure, stats.open_failure, stats.key_groups) == (None, None, 1), stats
+        assert {state.name: state.outcome for state in stats.states} == dict.fromkeys(
+            ["stats", "count", "recent", "buckets", *TIMERS], "AS_IS"), (backend, stats)
+        report = check(savepoint, schema.manifest(), backend=backend)
+        assert apply_trial(report, trial) == 0 and report.exit_code == 0, report.render_markdown()
+        timer_rows = {row.state: (row.kind, row.trial) for row in report.rows if row.state in TIMERS}
+        assert timer_rows == dict.fromkeys(TIMERS, ("TIMERS", "as is")), (backend, timer_rows)

@@ -9,9 +9,11 @@ schema that is not the one Flink sees, or a rule of the tool is wrong: either wa
 trusted, so the row gets the finding ``TRIAL_DISAGREES`` and is INCOMPATIBLE (the check fails, exit 4).
 
 Rows are compared where both answered for the same state: a state kept, not declared, not registered or dropped,
-and an operator the job no longer has. A renamed or added state is shown, not compared (Flink restores the
-savepoint as it is, before any rename). A failure of the operator's keyed restore (its key serializer, values that
-no longer read) fails every state of it: the tool agrees when it calls at least one of them incompatible.
+and an operator the job no longer has. The timer queues (rows of kind TIMERS) are compared as the states are: Flink
+answers for them where the operator's timer service creates them (it refuses an incompatible timer serializer).
+A renamed or added state is shown, not compared (Flink restores the savepoint as it is, before any rename). A
+failure of the operator's keyed restore (its key serializer, values that no longer read) fails every state of it:
+the tool agrees when it calls at least one of them incompatible.
 """
 
 from __future__ import annotations

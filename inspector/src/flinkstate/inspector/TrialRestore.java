@@ -14,14 +14,18 @@ import org.apache.flink.runtime.checkpoint.StateObjectCollection;
 import org.apache.flink.runtime.checkpoint.metadata.CheckpointMetadata;
 import org.apache.flink.runtime.execution.Environment;
 import org.apache.flink.runtime.jobgraph.OperatorID;
+import org.apache.flink.runtime.state.HeapPriorityQueuesManager;
 import org.apache.flink.runtime.state.KeyGroupRange;
 import org.apache.flink.runtime.state.KeyGroupsStateHandle;
 import org.apache.flink.runtime.state.KeyedStateHandle;
 import org.apache.flink.runtime.state.OperatorStateHandle;
 import org.apache.flink.runtime.state.RegisteredKeyValueStateBackendMetaInfo;
+import org.apache.flink.runtime.state.RegisteredPriorityQueueStateBackendMetaInfo;
 import org.apache.flink.runtime.state.StateBackend;
 import org.apache.flink.runtime.state.StateBackendLoader;
+import org.apache.flink.runtime.state.StateSerializerProvider;
 import org.apache.flink.runtime.state.hashmap.HashMapStateBackend;
+import org.apache.flink.runtime.state.heap.HeapPriorityQueueSnapshotRestoreWrapper;
 import org.apache.flink.streaming.api.graph.StreamConfig;
 import org.apache.flink.streaming.api.operators.SourceOperator;
 import org.apache.flink.streaming.api.operators.StreamOperator;
@@ -61,6 +65,14 @@ import java.util.Set;
  * empty HashMap backend, so that the operator's later states are resolved too. A restore that fails (the key
  * serializer, values that no longer read) fails the whole operator, as it would fail the task.
  *
+ * <p>The timer queues ({@code _timer_state/processing_<service>}, {@code _timer_state/event_<service>}) are watched
+ * the same way: the operator's timer service creates them through the keyed backend as a
+ * {@code PriorityQueueSetFactory} ({@code create(name, elementSerializer)}, from
+ * {@code InternalTimeServiceManagerImpl.getInternalTimerService}), where the heap backend
+ * ({@code HeapPriorityQueuesManager.createOrUpdate}) and RocksDB ({@code tryRegisterPriorityQueueMetaInfo}) resolve
+ * the restored queue's element serializer against the new one and throw when it is incompatible (they migrate no
+ * timer: any other answer is accepted). A restored queue the operator never creates is NOT_REGISTERED, as a state.
+ *
  * <p>Output (big-endian, {@link DataOutputStream}): the magic {@code flinkstate-jar-trial}, format version 1, the
  * Flink version, the backend's name, the key groups mode, then per operator of the savepoint that the job has: its
  * id, uid, name, the number of key groups restored, the restore failure (empty: none), the failure of its
@@ -72,9 +84,6 @@ final class TrialRestore {
 
     static final String MAGIC = "flinkstate-jar-trial";
     static final int FORMAT_VERSION = 1;
-    /** Flink's own priority queue states (timers) in a keyed backend: not the job's states. */
-    private static final String TIMER_STATE_PREFIX = "_timer_state/";
-
     /** What Flink answered for one state. */
     static final class StateOutcome {
         final String name;
@@ -274,16 +283,23 @@ final class TrialRestore {
         Object scratchBackend;
         final Map<String, StateOutcome> outcomes = new LinkedHashMap<>();
 
-        /** The states the keyed backend restored (its registered states after the restore), timers aside. */
+        /**
+         * The states and timer queues the keyed backend restored (its registered ones after the restore: RocksDB
+         * keeps both in one table, the heap backend its queues in its priority queues manager).
+         */
         Set<String> restoredStates() {
             Set<String> names = new LinkedHashSet<>();
-            Map<?, ?> states = keyedBackend == null ? null : registeredStates(keyedBackend);
+            if (keyedBackend == null) {
+                return names;
+            }
+            Map<?, ?> states = registeredStates(keyedBackend);
             if (states != null) {
                 for (Object key : states.keySet()) {
-                    if (!String.valueOf(key).startsWith(TIMER_STATE_PREFIX)) {
-                        names.add(String.valueOf(key));
-                    }
+                    names.add(String.valueOf(key));
                 }
+            }
+            for (Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>> queues : heapQueues(keyedBackend)) {
+                names.addAll(queues.keySet());
             }
             return names;
         }
@@ -341,6 +357,10 @@ final class TrialRestore {
             collectInterfaces(c, interfaces);
         }
         InvocationHandler handler = (proxy, method, args) -> {
+            String queue = queueCreation(method, args);
+            if (queue != null) {
+                return watchedQueueCreation(keyed, watch, queue, method, args);
+            }
             StateDescriptor<?, ?> descriptor = registration(method, args);
             if (descriptor == null) {
                 try {
@@ -375,6 +395,117 @@ final class TrialRestore {
         };
         return Proxy.newProxyInstance(TrialRestore.class.getClassLoader(), interfaces.toArray(new Class<?>[0]),
                 handler);
+    }
+
+    /**
+     * A timer queue's creation, watched: Flink's answer is the compatibility of the new element serializer with the
+     * restored queue's (what the backend resolves in it, and throws on when incompatible), or the exception. A
+     * creation that fails continues on the empty backend, as a failed state registration does.
+     */
+    private Object watchedQueueCreation(Object keyed, Watch watch, String name, Method method, Object[] args)
+            throws Throwable {
+        boolean first = !watch.outcomes.containsKey(name);
+        String resolved = first ? resolvedQueue(keyed, name, (TypeSerializer<?>) args[1]) : null;
+        try {
+            Object queue = method.invoke(keyed, args);
+            if (first) {
+                // INCOMPATIBLE cannot pass the backend's check: if it did, what Flink accepted is the answer
+                watch.outcomes.put(name, new StateOutcome(name,
+                        resolved == null || resolved.equals("INCOMPATIBLE") ? "AS_IS" : resolved, ""));
+            }
+            return queue;
+        } catch (InvocationTargetException e) {
+            Throwable failure = innermost(e.getCause());
+            if (first) {
+                watch.outcomes.put(name, new StateOutcome(name, "FAILED",
+                        SchemaInspector.oneLine(SchemaInspector.describe(failure))));
+            }
+            try {
+                return method.invoke(watch.scratchBackend, args);
+            } catch (InvocationTargetException again) {
+                throw e.getCause();
+            }
+        }
+    }
+
+    /** The timer queue a keyed backend call creates ({@code PriorityQueueSetFactory.create(name, serializer)}), or null. */
+    private static String queueCreation(Method method, Object[] args) {
+        if (!method.getName().equals("create") || args == null || args.length < 2
+                || !(args[0] instanceof String) || !(args[1] instanceof TypeSerializer)) {
+            return null;
+        }
+        return (String) args[0];
+    }
+
+    /**
+     * Flink's own resolution of a timer queue's new element serializer against the snapshot the backend restored
+     * (StateSerializerProvider.registerNewSerializerForRestoredState's), NEW when the queue was not restored, null
+     * when it cannot be told (the creation itself then says what is wrong).
+     */
+    private static String resolvedQueue(Object keyed, String name, TypeSerializer<?> serializer) {
+        try {
+            RegisteredPriorityQueueStateBackendMetaInfo<?> meta = restoredQueue(keyed, name);
+            if (meta == null) {
+                return "NEW";
+            }
+            for (Class<?> c = meta.getClass(); c != null; c = c.getSuperclass()) {
+                for (Field field : c.getDeclaredFields()) {
+                    if (StateSerializerProvider.class.isAssignableFrom(field.getType())) {
+                        field.setAccessible(true);
+                        StateSerializerProvider<?> provider = (StateSerializerProvider<?>) field.get(meta);
+                        return resolve(serializer, provider.getPreviousSerializerSnapshot());
+                    }
+                }
+            }
+            return null;
+        } catch (Throwable e) {
+            return null;
+        }
+    }
+
+    /** The restored meta info of a timer queue: in RocksDB's table of states, or in a heap priority queues manager. */
+    private static RegisteredPriorityQueueStateBackendMetaInfo<?> restoredQueue(Object keyed, String name)
+            throws Exception {
+        Map<?, ?> states = registeredStates(keyed);
+        Object entry = states == null ? null : states.get(name);
+        if (entry != null) {
+            Field field = entry.getClass().getField("metaInfo");  // RocksDbKvStateInfo.metaInfo
+            field.setAccessible(true);
+            Object meta = field.get(entry);
+            return meta instanceof RegisteredPriorityQueueStateBackendMetaInfo
+                    ? (RegisteredPriorityQueueStateBackendMetaInfo<?>) meta : null;
+        }
+        for (Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>> queues : heapQueues(keyed)) {
+            HeapPriorityQueueSnapshotRestoreWrapper<?> wrapper = queues.get(name);
+            if (wrapper != null) {
+                return wrapper.getMetaInfo();
+            }
+        }
+        return null;
+    }
+
+    /**
+     * The heap timer queues of a keyed backend: those of its priority queues managers (the heap backend's
+     * {@code priorityQueuesManager}; RocksDB's {@code heapPriorityQueuesManager} when its timers are on the heap).
+     */
+    private static List<Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>>> heapQueues(Object keyed) {
+        List<Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>>> found = new ArrayList<>();
+        for (Class<?> c = keyed.getClass(); c != null; c = c.getSuperclass()) {
+            for (Field field : c.getDeclaredFields()) {
+                if (HeapPriorityQueuesManager.class.isAssignableFrom(field.getType())) {
+                    try {
+                        field.setAccessible(true);
+                        HeapPriorityQueuesManager manager = (HeapPriorityQueuesManager) field.get(keyed);
+                        if (manager != null) {
+                            found.add(manager.getRegisteredPQStates());
+                        }
+                    } catch (IllegalAccessException | RuntimeException e) {
+                        // not readable here: its queues are then not reported
+                    }
+                }
+            }
+        }
+        return found;
     }
 
     private static void collectInterfaces(Class<?> type, Set<Class<?>> into) {
