@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 
 from flinkstate.engine import LocalFlinkCluster
-from flinkstate.engine.jar_schema import inspect_jar
+from flinkstate.engine.jar_schema import inspect_jar, trial_restore
+from flinkstate.engine.rest import FlinkJobFailed
 from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.format.sst_walk import column_family_tables, resolved_entries
 from flinkstate.format_errors import SavepointFormatError
@@ -39,6 +40,7 @@ from flinkstate.manifest import Manifest
 from flinkstate.manifest_overlay import manifest_of_jar
 from flinkstate.migration.plan import MigrationError
 from flinkstate.migration.runner import migrate_savepoint
+from flinkstate.migration.trial import apply_trial
 from flinkstate.migration.verdict import check
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.uri import open_output
@@ -258,3 +260,45 @@ def test_a_changed_window_size_is_a_finding_from_the_two_jars(snapshots: Snapsho
     assert report.exit_code == 0
     same = check(snapshots.paths["canonical"], old, previous=old)
     assert not any(f.code == "WINDOW_CHANGED" for row in same.rows for f in row.findings)
+
+
+#: Flink's refusal of a timer queue whose timer serializer is incompatible (RocksDBPriorityQueueSetFactory).
+QUEUE_REFUSED = ("org.apache.flink.util.StateMigrationException: The new priority queue serializer must not be "
+                 "incompatible.")
+
+
+def test_count_windows_fail_the_time_windows_timers_on_flink_and_in_the_trial(
+        flink_cluster: LocalFlinkCluster, snapshots: Snapshots, tmp_path: Path) -> None:
+    """Issue 25, ``check --trial`` on timer queues that Flink fails: the next version counts elements per key
+    (``countWindow``, a GlobalWindow) where the savepoint's ``windows`` operator held tumbling time windows. The
+    keyed restore passes (same key), then its timer service's queues, whose timer serializer's namespace was a
+    TimeWindow, are refused when the operator opens: on the cluster, and in the trial, each queue with Flink's
+    exception; the check agrees (no disagreement, exit 4)."""
+    count_windows = ["--count-window", "10"]
+    canonical = snapshots.paths["canonical"]
+    with pytest.raises(FlinkJobFailed) as failed:  # the ground truth: real Flink, the savepoint, the new version
+        lm.submit(flink_cluster.client, snapshots.jar, tmp_path / "audit", SHAPE, rate=RATE, lag_ms=0,
+                  savepoint_path=canonical, extra_args=count_windows)
+    for job in flink_cluster.client.find_jobs("list-merge"):  # it restarts in a loop until cancelled
+        flink_cluster.client.cancel(job["jid"])
+    assert QUEUE_REFUSED.split(": ", 1)[1] in str(failed.value), failed.value
+
+    args = ["--keys", str(SHAPE.keys), *count_windows, "--set", "state.backend.type=rocksdb"]
+    trial = trial_restore(snapshots.jar, canonical, entry_class=lm.ENTRY_CLASS, program_args=args)
+    outcomes = {op.uid: {state.name: (state.outcome, state.error) for state in op.states}
+                for op in trial.operators if op.uid in (lm.LISTS_UID, lm.WINDOWS_UID)}
+    contents = outcomes[lm.WINDOWS_UID].pop(lm.WINDOW_STATE)
+    assert contents[0] == "FAILED" and contents[1] is not None and contents[1].startswith(
+        "org.apache.flink.util.StateMigrationException: The new namespace serializer (org.apache.flink.streaming."
+        "api.windowing.windows.GlobalWindow$Serializer@"), contents
+    assert outcomes == {
+        lm.WINDOWS_UID: dict.fromkeys([lm.PROCESSING_WINDOW_TIMERS, lm.WINDOW_TIMERS], ("FAILED", QUEUE_REFUSED)),
+        lm.LISTS_UID: dict.fromkeys([lm.LIST_STATE, "_timer_state/processing_user-timers",
+                                     "_timer_state/event_user-timers"], ("AS_IS", None))}, outcomes
+    report = check(canonical, manifest_of_jar(inspect_jar(snapshots.jar, entry_class=lm.ENTRY_CLASS,
+                                                          program_args=args)))
+    assert apply_trial(report, trial) == 0 and report.exit_code == 4, report.render_markdown()
+    timer_rows = {row.state: (row.verdict.name, row.trial) for row in report.rows if row.operator == lm.WINDOWS_UID
+                  and row.state in (lm.PROCESSING_WINDOW_TIMERS, lm.WINDOW_TIMERS)}
+    assert timer_rows == dict.fromkeys([lm.PROCESSING_WINDOW_TIMERS, lm.WINDOW_TIMERS],
+                                       ("INCOMPATIBLE", f"FAILED: {QUEUE_REFUSED}")), timer_rows

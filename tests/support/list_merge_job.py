@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ BUILD_DIR = SOURCE_DIR / "build"
 ENTRY_CLASS = "listmerge.ListMergeJob"
 SOURCE_UID, LISTS_UID, WINDOWS_UID = "sequence-source", "lists", "windows"
 LIST_STATE, WINDOW_STATE, WINDOW_TIMERS = "added", "window-contents", "_timer_state/event_window-timers"
+PROCESSING_WINDOW_TIMERS = "_timer_state/processing_window-timers"  # created empty beside the event-time queue
 #: A watermark this far behind the sequence never fires a window: every window stays in the state.
 NO_FIRING_LAG_MS = 10**12
 
@@ -51,14 +53,15 @@ def key_name(index: int) -> str:
 
 def submit(client: FlinkRestClient, jar: Path, audit_dir: Path, shape: Shape, *, rate: float, lag_ms: int,
            parallelism: int = 2, conf: dict[str, str] | None = None, checkpoint_interval_ms: int = 0,
-           savepoint_path: str | os.PathLike[str] | None = None) -> str:
+           savepoint_path: str | os.PathLike[str] | None = None, extra_args: Sequence[str] = ()) -> str:
     """Submits the job on RocksDB (keyed operators at ``parallelism``, the source at 1) and waits until its tasks
-    run; returns the job id."""
+    run; returns the job id. ``extra_args``: more program arguments (``--count-window N``: the other version)."""
     args = ["--keys", str(shape.keys), "--window-ms", str(shape.window_ms), "--rate", str(rate),
             "--lag-ms", str(lag_ms), "--audit-dir", str(audit_dir),
             "--checkpoint-interval-ms", str(checkpoint_interval_ms)]
     for key, value in {"state.backend.type": "rocksdb", **(conf or {})}.items():
         args += ["--set", f"{key}={value}"]
+    args += extra_args
     job_id = client.submit_jar(jar, entry_class=ENTRY_CLASS, program_args=args, parallelism=parallelism,
                                savepoint_path=os.fspath(savepoint_path) if savepoint_path else None)
     client.wait_until_running(job_id, timeout=120)

@@ -14,6 +14,7 @@ import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 import org.apache.flink.streaming.api.functions.windowing.ProcessWindowFunction;
 import org.apache.flink.streaming.api.windowing.assigners.TumblingEventTimeWindows;
+import org.apache.flink.streaming.api.windowing.windows.GlobalWindow;
 import org.apache.flink.streaming.api.windowing.windows.TimeWindow;
 import org.apache.flink.util.Collector;
 
@@ -55,7 +56,9 @@ import java.util.UUID;
  *
  * <p>Arguments: {@code --keys N}, {@code --rate EVENTS_PER_SECOND}, {@code --window-ms MS}, {@code --lag-ms MS},
  * {@code --audit-dir DIR}, {@code --checkpoint-interval-ms MS} (0: none), {@code --set key=value} (repeatable: any
- * Flink option, e.g. {@code state.backend.type=rocksdb}).
+ * Flink option, e.g. {@code state.backend.type=rocksdb}), {@code --count-window N} (another version of the job: the
+ * {@code windows} operator, same uid, counts N elements per key instead, in a {@code GlobalWindow}: its state's and
+ * its timers' namespace is no longer a {@code TimeWindow}, which Flink cannot restore).
  */
 public final class ListMergeJob {
     private ListMergeJob() {}
@@ -98,11 +101,20 @@ public final class ListMergeJob {
                         .setParallelism(1)
                         .keyBy(seq -> "key-" + (seq % keys), Types.STRING);
         keyed.process(new Lists(auditDir)).uid("lists").name("lists").sinkTo(new DiscardingSink<>());
-        keyed.window(TumblingEventTimeWindows.of(Duration.ofMillis(windowMs)))
-                .process(new Windows(auditDir))
-                .uid("windows")
-                .name("windows")
-                .sinkTo(new DiscardingSink<>());
+        long countWindow = Long.parseLong(options.getOrDefault("count-window", "0"));
+        if (countWindow > 0) {
+            keyed.countWindow(countWindow)
+                    .process(new CountWindows())
+                    .uid("windows")
+                    .name("windows")
+                    .sinkTo(new DiscardingSink<>());
+        } else {
+            keyed.window(TumblingEventTimeWindows.of(Duration.ofMillis(windowMs)))
+                    .process(new Windows(auditDir))
+                    .uid("windows")
+                    .name("windows")
+                    .sinkTo(new DiscardingSink<>());
+        }
         env.execute("list-merge");
     }
 
@@ -208,6 +220,18 @@ public final class ListMergeJob {
             if (audit != null) {
                 audit.close();
             }
+        }
+    }
+
+    /** The count-window version's function: each window's number of elements. */
+    static final class CountWindows extends ProcessWindowFunction<Long, String, String, GlobalWindow> {
+        @Override
+        public void process(String key, Context context, Iterable<Long> elements, Collector<String> out) {
+            long count = 0;
+            for (Long ignored : elements) {
+                count++;
+            }
+            out.collect(key + ":" + count);
         }
     }
 }
