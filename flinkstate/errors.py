@@ -4,6 +4,8 @@ job, state) and what is wrong, so the CLI can print it as it is instead of a tra
 from __future__ import annotations
 
 import errno
+import reprlib
+from typing import Any
 
 
 class FlinkStateError(Exception):
@@ -26,6 +28,17 @@ def printable(text: object) -> str:
     if value.isprintable():
         return value
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in value)
+
+
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxother = 2, 40, 40
+
+
+def shown(value: Any) -> str:
+    """A value read from a file (a manifest's, say) for an error line: printable and at most 60 characters."""
+    # reprlib bounds the work as well as the text: a huge value is never rendered whole only to be cut.
+    text = printable(_SHORT_REPR.repr(value))
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 #: errno values that mean the storage is full: no space left on the device, or the user's quota used up.

@@ -94,6 +94,17 @@ FINDING_CODES: dict[str, str] = {
                           "serializer and keeps it.",
     "STATE_NOT_REGISTERED": "The new job does not register this state when it opens: it is restored unseen, and "
                             "lost if it was renamed, so the schema must say whether it stays or goes.",
+    "OPERATOR_STATE_MODE_CHANGED": "An operator state's distribution mode changed (split to union list, or back): "
+                                   "Flink fails when the operator registers it.",
+    "OPERATOR_STATE_KIND_CHANGED": "A list state became a broadcast state or the other way round: Flink keeps the "
+                                   "two apart, so the old one is restored unseen and the new one starts empty.",
+    "OPERATOR_STATE_NOT_REGISTERED": "The new job does not register this operator state when it initializes: Flink "
+                                     "restores it unseen and keeps it, and it is lost if it was renamed, so the "
+                                     "schema must say it goes.",
+    "OPERATOR_STATE_DROPPED": "The schema drops this operator state, but Flink keeps it unseen in every later "
+                              "savepoint (flinkstate does not remove operator state).",
+    "OPERATOR_STATE_NOT_DECLARED": "The new version does not declare this operator state: Flink still restores it "
+                                   "with its old serializer and keeps it.",
     "OPERATOR_ADDED": "A new operator: it starts without state.",
     "OPERATOR_REMOVED": "An operator with state is gone: Flink refuses the savepoint unless allowNonRestoredState "
                         "skips its state.",

@@ -20,7 +20,8 @@
             value: {pojo: sample.Stats, fields: {count: Long, key: String, total: Long}}
           buckets: {kind: MAP, user_key: String, value: {row: {id: Integer, label: String, ratio: Double}}}
           renamed: {kind: VALUE, value: Long, renamed_from: old-name, migration: {...}}
-      sequence-source: {}                 # an operator whose state is not keyed: listed so that it is kept
+      sequence-source:                    # an operator without keyed state: listed so that it is kept, and its
+        operator_states: {SourceReaderState: {mode: SPLIT_DISTRIBUTE, value: byte[]}}  # (manifest_operator_states)
 
 Types are in the notation of :mod:`flinkstate.typenotation`. For LIST state ``value`` is the element type, for MAP
 ``user_key`` and ``value`` are the map's key and value types. ``migration`` blocks are kept as they are, for the
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import os
 import re
-import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -42,11 +42,12 @@ import yaml
 
 from flinkstate.binary import operator_id_from_uid
 from flinkstate.bounded_yaml import MAX_YAML_BYTES, MAX_YAML_NESTING, YAMLRefused, load_yaml
-from flinkstate.errors import FlinkStateError, printable
+from flinkstate.errors import FlinkStateError, printable, shown
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader
 from flinkstate.format.metadata import OperatorState, has_state
 from flinkstate.identity import OperatorRef
 from flinkstate.major_upgrade import flink_version_problem, target_flink_version
+from flinkstate.manifest_operator_states import OperatorStateSchema, parse_operator_states, savepoint_operator_states
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.collections import ListSnapshot, MapSnapshot
@@ -61,7 +62,8 @@ MANIFEST_VERSION = 1
 KINDS = ("VALUE", "LIST", "MAP", "REDUCING", "AGGREGATING", TIMERS)
 _HEX_ID = re.compile(r"^[0-9a-f]{32}$")
 _STATE_KEYS = {"kind", "key", "namespace", "value", "user_key", "migration", "renamed_from"}
-_OPERATOR_KEYS = {"id", "max_parallelism", "key", "states", "renamed_from", "dropped_states", "migration", "window"}
+_OPERATOR_KEYS = {"id", "max_parallelism", "key", "states", "renamed_from", "dropped_states", "migration", "window",
+                  "operator_states"}
 
 
 class ManifestError(FlinkStateError):
@@ -129,6 +131,7 @@ class OperatorSchema:
     migration: Mapping[str, Any] | None = None
     #: The window it assigns records to, as the jar inspector writes it (:mod:`flinkstate.windows`); None: unknown.
     window: str | None = None
+    operator_states: dict[str, OperatorStateSchema] | None = None  # by name; None: not described (older manifests)
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -148,6 +151,8 @@ class OperatorSchema:
             result["window"] = self.window
         if self.states:
             result["states"] = {name: state.to_dict() for name, state in self.states.items()}
+        if self.operator_states:
+            result["operator_states"] = {name: state.to_dict() for name, state in self.operator_states.items()}
         return result
 
 
@@ -218,16 +223,13 @@ def manifest_from_savepoint(savepoint: Savepoint, job: str | None = None,
     operators: dict[str, OperatorSchema] = {}
     for op in savepoint.operators:
         given = by_id[op.operator_id][1] if op.operator_id in by_id else None
-        if not has_state(op):
-            if given is not None:
-                raise FlinkStateError(f"{savepoint.location.uri}: {savepoint.label(op)}: a key type is given for "
-                                      f"it, but it holds no keyed state")
+        if not has_state(op) and given is None:  # given: refused below, as for an operator without keyed state
             continue
         label = op.uid or op.operator_id
+        schema = OperatorSchema(label, op.operator_id, op.uid, operator_states=savepoint_operator_states(savepoint, op))
         if given is not None and savepoint.unrecorded_key(op):
             savepoint.assume_key_serializer(op, given)
         header = savepoint.keyed_header(op)
-        schema = OperatorSchema(label, op.operator_id, op.uid)
         if header is None and given is not None:
             raise FlinkStateError(f"{savepoint.location.uri}: {savepoint.label(op)}: a key type is given for it, "
                                   f"but it holds no keyed state")
@@ -280,8 +282,7 @@ def add_keyed_states(schema: OperatorSchema, header: KeyedBackendHeader) -> None
 
 
 #: Bounds on a manifest, which comes from elsewhere: a job's manifest is a few KiB (the bounded loader's).
-MAX_MANIFEST_BYTES = MAX_YAML_BYTES
-MAX_NESTING = MAX_YAML_NESTING
+MAX_MANIFEST_BYTES, MAX_NESTING = MAX_YAML_BYTES, MAX_YAML_NESTING
 
 
 def read_manifest_text(path: str | os.PathLike[str]) -> str:
@@ -348,7 +349,7 @@ class _Parser:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            raise self.fail(path, f"expected a mapping, got {_show(value)}")
+            raise self.fail(path, f"expected a mapping, got {shown(value)}")
         if allowed is not None:
             unknown = [str(k) for k in value if k not in allowed]
             if unknown:
@@ -358,7 +359,7 @@ class _Parser:
 
     def text(self, value: Any, path: str) -> str:
         if not isinstance(value, str) or not value:
-            raise self.fail(path, f"expected a non-empty string, got {_show(value)}")
+            raise self.fail(path, f"expected a non-empty string, got {shown(value)}")
         return value
 
     def type(self, notation: Any, path: str) -> TypeSerializerSnapshot:
@@ -374,11 +375,11 @@ class _Parser:
         if "manifest_version" not in top:
             raise self.fail("manifest_version", "missing (this format is version 1)")
         if top["manifest_version"] != MANIFEST_VERSION:
-            raise self.fail("manifest_version", f"unsupported version {_show(top['manifest_version'])} "
+            raise self.fail("manifest_version", f"unsupported version {shown(top['manifest_version'])} "
                                                 f"(expected {MANIFEST_VERSION})")
         job = top.get("job")
         if job is not None and not isinstance(job, str):
-            raise self.fail("job", f"expected a string, got {_show(job)}")
+            raise self.fail("job", f"expected a string, got {shown(job)}")
         flink_version = top.get("flink_version")
         if flink_version is not None and (problem := flink_version_problem(flink_version)) is not None:
             raise self.fail("flink_version", problem)
@@ -412,7 +413,7 @@ class _Parser:
         if max_parallelism is not None and (not isinstance(max_parallelism, int) or isinstance(max_parallelism, bool)
                                             or not 1 <= max_parallelism <= 32768):
             raise self.fail(f"{path}.max_parallelism", f"expected an integer from 1 to 32768, got "
-                                                       f"{_show(max_parallelism)}")
+                                                       f"{shown(max_parallelism)}")
         renamed_from = spec.get("renamed_from")
         if renamed_from is not None:
             renamed_from = self.text(renamed_from, f"{path}.renamed_from")
@@ -432,6 +433,8 @@ class _Parser:
         window = self.text(spec["window"], f"{path}.window") if spec.get("window") is not None else None
         op = OperatorSchema(label, operator_id, uid, op_key, {}, max_parallelism, renamed_from, list(dropped),
                             migration, window)
+        if "operator_states" in spec:
+            op.operator_states = parse_operator_states(self, spec["operator_states"], f"{path}.operator_states")
         for name, state in self.mapping(spec.get("states"), f"{path}.states").items():
             op.states[str(name)] = self.state(op, str(name), state, f"{path}.states.{name}")
         for name in dropped:
@@ -445,7 +448,7 @@ class _Parser:
         spec = self.mapping(body, path, _STATE_KEYS)
         kind = spec.get("kind")
         if kind not in KINDS:
-            raise self.fail(f"{path}.kind", f"expected one of {', '.join(KINDS)}, got {_show(kind)}")
+            raise self.fail(f"{path}.kind", f"expected one of {', '.join(KINDS)}, got {shown(kind)}")
         if "key" in spec:
             key = self.type(spec["key"], f"{path}.key")
             if op.key is None:
@@ -470,7 +473,7 @@ class _Parser:
                 raise self.fail(f"{path}.user_key", f"only MAP state has a user key, not {kind}")
         migration = spec.get("migration")
         if migration is not None and not isinstance(migration, Mapping):
-            raise self.fail(f"{path}.migration", f"expected a mapping, got {_show(migration)}")
+            raise self.fail(f"{path}.migration", f"expected a mapping, got {shown(migration)}")
         if migration is not None:
             # Validated here, so that check and migrate accept and refuse the same manifests.
             from flinkstate.migration.spec import MigrationSpecError, parse_migration
@@ -483,16 +486,6 @@ class _Parser:
         if renamed_from is not None:
             renamed_from = self.text(renamed_from, f"{path}.renamed_from")
         return StateSchema(name, kind, op.key, namespace, value, user_key, migration, renamed_from)
-
-
-_SHORT_REPR = reprlib.Repr()
-_SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxother = 2, 40, 40
-
-
-def _show(value: Any) -> str:
-    # reprlib bounds the work as well as the text: a huge value is never rendered whole only to be cut.
-    text = printable(_SHORT_REPR.repr(value))
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 __all__ = ["KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "OperatorSchema", "StateSchema",

@@ -167,6 +167,7 @@ class _Completion:
             self.same_type(spec["key"], jar_op.key, f"{path}.key", f"{where}, key")
         elif jar_op.key is not None:
             spec["key"] = to_notation(jar_op.key)
+        self.operator_states(spec, path, where, jar_op)
         dropped = spec.get("dropped_states")
         for name in dropped if isinstance(dropped, list) else []:
             if isinstance(name, str) and name in jar_op.states:
@@ -189,6 +190,37 @@ class _Completion:
                 completed[name] = jar_state.to_dict()
         spec["states"] = completed
         return spec
+
+    def operator_states(self, spec: dict[Any, Any], path: str, where: str, jar_op: OperatorSchema) -> None:
+        """The overlay's operator states (flinkstate.manifest_operator_states) are the jar's, mode and types; those
+        it leaves out are completed from the jar."""
+        declared = spec.get("operator_states")
+        if declared is not None and not isinstance(declared, Mapping):
+            return  # the parser names it
+        registered = jar_op.operator_states or {}
+        completed: dict[Any, Any] = {}
+        for name, body in (declared or {}).items():
+            at, what = f"{path}.operator_states.{name}", f"{where}, operator state {printable(str(name))}"
+            jar_state = registered.get(str(name))
+            if jar_state is None:
+                raise self.contradiction(at, f"{what}: the overlay declares it, but the jar does not register it when "
+                                             f"the operator initializes (it registers: "
+                                             f"{', '.join(printable(n) for n in sorted(registered)) or 'none'})")
+            if not isinstance(body, Mapping):
+                completed[name] = body
+                continue
+            if "mode" in body and body["mode"] != jar_state.mode:
+                raise self.contradiction(f"{at}.mode", f"{what}, mode: the overlay says {_show(str(body['mode']))}, "
+                                                       f"the jar registers {jar_state.mode}")
+            for attribute in ("user_key", "value"):
+                jar_type: TypeSerializerSnapshot | None = getattr(jar_state, attribute)
+                if attribute in body and jar_type is not None:
+                    self.same_type(body[attribute], jar_type, f"{at}.{attribute}", f"{what}, {attribute}")
+            completed[name] = {**jar_state.to_dict(), **body}
+        for name, jar_state in registered.items():
+            completed.setdefault(name, jar_state.to_dict())
+        if completed:
+            spec["operator_states"] = completed
 
     def unregistered(self, where: str, name: str, jar_op: OperatorSchema, declared: Mapping[Any, Any]) -> str:
         """The contradiction of a state the overlay declares and the jar does not register."""

@@ -5,9 +5,10 @@ row per state with Flink's verdict and the findings behind it (:func:`flink_rows
 The same rules judge a migration's planned output and its written output (``renames=False``): the check's verdict
 is the plan ``flinkstate migrate`` runs, and "possible" means that output restores as is or reconfigured.
 
-Only the savepoint's metadata and keyed-state headers are read (one header per operator), never the entries, so the
-time does not grow with the amount of state. The one exception: an operator of a changelog checkpoint that records
-no key serializer, whose logged keys are read with the new key type (Flink would restore them unchecked).
+Only the savepoint's metadata and state headers are read (keyed and operator state: one header per subtask), never
+the entries, so the time does not grow with the amount of state. The one exception: an operator of a changelog
+checkpoint that records no key serializer, whose logged keys are read with the new key type (Flink would restore
+them unchecked).
 
 Rules beyond the serializer families (Flink's backends and ``Checkpoints.loadAndValidateCheckpoint``):
 
@@ -21,7 +22,8 @@ Rules beyond the serializer families (Flink's backends and ``Checkpoints.loadAnd
 * a keyed state the new version no longer registers is still restored by Flink (heap deserializes it with the
   snapshot's serializer) and written into later savepoints: no failure, but it is not dropped either;
 * a state or operator renamed in the manifest (``renamed_from``) is, for Flink, a new empty state next to the old
-  one (or a removed operator): a silent loss unless migrated.
+  one (or a removed operator): a silent loss unless migrated;
+* operator states (list, union list, broadcast): :mod:`flinkstate.operator_state_rules`.
 """
 
 from __future__ import annotations
@@ -41,15 +43,16 @@ from flinkstate.errors import FlinkStateError
 from flinkstate.format.changelog import ChangelogStream
 from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMetaInfo
 from flinkstate.format.metadata import OperatorState, has_state
+from flinkstate.format.operator_state import OperatorBackendHeader
 from flinkstate.identity import OperatorRef
 from flinkstate.major_upgrade import across_majors, flink_major, savepoint_flink_major
 from flinkstate.manifest import Manifest, OperatorSchema, StateSchema
+from flinkstate.operator_state_rules import annotate_row_names, described_states, operator_state_rows
 from flinkstate.report import StateRow
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.namespaces import VoidNamespaceSnapshot
 from flinkstate.serializers.registry import snapshot_bytes
-from flinkstate.serializers.row import RowSnapshot
 from flinkstate.serializers.ttl import TtlSnapshot
 
 BACKENDS = ("hashmap", "rocksdb")
@@ -84,6 +87,9 @@ class SavepointView:
 
     def keyed_header(self, op: OperatorState) -> KeyedBackendHeader | None:
         return self.savepoint.keyed_header(op)
+
+    def operator_header(self, op: OperatorState) -> OperatorBackendHeader | None:
+        return self.savepoint.operator_header(op)
 
     @property
     def flink_major(self) -> int:
@@ -165,6 +171,8 @@ class _Checker:
     def added_operator(self, op: OperatorSchema) -> list[StateRow]:
         note = Finding("OPERATOR_ADDED", "", "new operator: it starts without state", AS_IS, operator=op.label)
         rows = [self._new_state_row(op.label, state) for state in op.states.values()]
+        rows += operator_state_rows(op.label, None, described_states(op, self.jar is not None), jar=False,
+                                    dropped=[], majors=self.majors)
         if not rows:
             rows = [StateRow(op.label, None, "added")]
         rows[0].findings.insert(0, note)
@@ -223,15 +231,24 @@ class _Checker:
         for name, meta in old_states.items():
             if name not in used:
                 rows.append(self._leftover_state_row(label, meta, header, name in op.dropped_states))
-        if not rows:
+        previous_op = self.previous.find(old.operator_id) if self.previous is not None else None
+        state_rows = operator_state_rows(label, self.savepoint.operator_header(old), described_states(
+            op, self.jar is not None), jar=self.jar is not None, dropped=op.dropped_states, majors=self.majors,
+            previous=previous_op.operator_states if previous_op is not None else None)
+        if not rows and not state_rows:
             rows.append(StateRow(label, None, "renamed" if renamed else "kept"))
-        # Operator-wide findings go first; the key's findings once (on the first row), its verdict on every row.
-        rows[0].findings[:0] = operator_findings + [f.at(operator=label) for f in key_result.findings]
+        # Operator-wide findings go first; the key's findings once (on the first row), its verdict on every keyed
+        # row: operator states have no key.
+        (rows or state_rows)[0].findings[:0] = operator_findings + [f.at(operator=label) for f in key_result.findings]
         operator_verdict = max([key_result.verdict, *(f.verdict for f in operator_findings)])
         for row in rows:
             row.flink_verdict = max(row.flink_verdict, operator_verdict)
             row.verdict = max(row.verdict, operator_verdict, *(f.effective_verdict for f in row.findings))
-        return rows
+        operator_wide = max([AS_IS, *(f.verdict for f in operator_findings)])
+        for row in state_rows:
+            row.flink_verdict = max(row.flink_verdict, operator_wide)
+            row.verdict = max(row.verdict, operator_wide, *(f.effective_verdict for f in row.findings))
+        return rows + state_rows
 
     # -- states ------------------------------------------------------------------------------------------------------
 
@@ -280,12 +297,12 @@ class _Checker:
         result = Compatibility.as_is()
         user_key = Compatibility.as_is()
         if new.kind == "MAP" and new.user_key is not None and meta.user_key_serializer is not None:
-            _annotate_row_names(meta.user_key_serializer, previous.user_key if previous else None)
+            annotate_row_names(meta.user_key_serializer, previous.user_key if previous else None)
             user_key = new.user_key.resolve_compatibility(meta.user_key_serializer, "user_key")
             result.merge(user_key)
         old_value = meta.value_serializer
         if new.value is not None and old_value is not None:
-            _annotate_row_names(old_value, previous.value if previous else None)
+            annotate_row_names(old_value, previous.value if previous else None)
             result.merge(self._resolve_value(new.value, old_value))
         if new.kind == "MAP" and result.verdict is AFTER_MIGRATION and user_key.verdict is not AS_IS \
                 and self.backend != "hashmap":
@@ -368,17 +385,6 @@ def _key_compatibility(new: TypeSerializerSnapshot, old: TypeSerializerSnapshot,
     return Compatibility.of(Finding("KEY_TYPE_CHANGED", "key", f"key {old.type_name()} -> {new.type_name()}: the "
                                     f"key serializer must be compatible as is or reconfigured (Flink cannot migrate "
                                     f"keys)", INCOMPATIBLE, old.type_name(), new.type_name()))
-
-
-def _annotate_row_names(old: TypeSerializerSnapshot, previous: TypeSerializerSnapshot | None) -> None:
-    """Copies Row field names from the previous manifest's type onto the savepoint's snapshot (which has none) where
-    the two have the same shape."""
-    if previous is None or type(previous) is not type(old) or len(previous.nested) != len(old.nested):
-        return
-    if isinstance(old, RowSnapshot) and isinstance(previous, RowSnapshot) and previous.field_names:
-        old.field_names = list(previous.field_names)
-    for old_nested, previous_nested in zip(old.nested, previous.nested, strict=True):
-        _annotate_row_names(old_nested, previous_nested)
 
 
 def _old_types(meta: StateMetaInfo) -> dict[str, str]:

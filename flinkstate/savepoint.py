@@ -28,7 +28,7 @@ from flinkstate.format.handles import (
 from flinkstate.format.keyed_header import KeyedBackendHeader, StateMetaInfo, state_meta_bytes
 from flinkstate.format.keyed_stream import KeyedStateStream
 from flinkstate.format.metadata import CheckpointMetadata, OperatorState, read_metadata
-from flinkstate.format.operator_state import OperatorStateElement, OperatorStateStream
+from flinkstate.format.operator_state import OperatorBackendHeader, OperatorStateElement, OperatorStateStream
 from flinkstate.format.rocksdb_native import NativeRocksDBStream
 from flinkstate.format_errors import SavepointFormatError, StateNotFound
 from flinkstate.identity import OperatorRef
@@ -286,6 +286,32 @@ class Savepoint:
                 self._set_kryo_version(self._operator_streams[cache_key])
             streams.append((index, self._operator_streams[cache_key]))
         return streams
+
+    def operator_header(self, operator: str | OperatorState) -> OperatorBackendHeader | None:
+        """The operator's list and broadcast states across all its subtasks (None: it has no operator state), each
+        with its serializer snapshots: the union of the subtasks' headers in first-seen order, merged as
+        :meth:`keyed_header` merges keyed states."""
+        streams = self.operator_state_streams(operator)
+        if not streams:
+            return None
+        first = streams[0][1].header()
+        union = OperatorBackendHeader(first.version, first.compressed, list(first.list_states),
+                                      list(first.broadcast_states), first.length)
+        for _, stream in streams[1:]:
+            header = stream.header()
+            for seen, other in ((union.list_states, header.list_states),
+                                (union.broadcast_states, header.broadcast_states)):
+                for state in other:
+                    at = next((i for i, s in enumerate(seen) if s.name == state.name), None)
+                    merged = _merge_state(seen[at], state) if at is not None else state
+                    if isinstance(merged, str):
+                        raise SavepointFormatError(f"{stream.context}: operator state {state.name}: subtasks have "
+                                                   f"other serializers ({merged})", stream.source.path)
+                    if at is None:
+                        seen.append(merged)
+                    else:
+                        seen[at] = merged
+        return union
 
     def operator_state_modes(self, operator: str | OperatorState) -> dict[str, str]:
         """name -> distribution mode (SPLIT_DISTRIBUTE, UNION, BROADCAST) of the operator's managed operator states,

@@ -252,7 +252,7 @@ def test_the_page_shows_the_reports_head_and_both_verdicts(reports: Reports) -> 
 def test_each_state_shows_its_types_side_by_side_its_verdicts_and_migration(reports: Reports) -> None:
     page, report = Page(reports.plain_page), reports.plain
     rows = body_rows(page, "states")
-    assert len(rows) == len(report["states"]) == 12
+    assert len(rows) == len(report["states"]) == 13  # 12 keyed states and the source's SourceReaderState
     for cells, state in zip(rows, report["states"], strict=True):
         kept = state["status"] == "not-declared"
         expected_from = "savepoint" if kept else "manifest" if state["new_types"] else "—"

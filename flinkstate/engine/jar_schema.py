@@ -36,6 +36,7 @@ from flinkstate.format.operator_state import OperatorBackendHeader, read_operato
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.major_upgrade import flink_version_problem
 from flinkstate.manifest import Manifest, OperatorSchema, add_keyed_states
+from flinkstate.manifest_operator_states import operator_states_of
 
 #: The checkout this module runs from (an editable install), which holds the inspector's sources.
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +86,8 @@ class JarSchema:
 
     def manifest(self, job: str | None = None) -> Manifest:
         """The manifest ``flinkstate schema`` writes of a savepoint this jar takes: every operator that registers
-        state, with its key type and keyed states; an operator with only operator state is listed empty."""
+        state, with its key type, keyed states and operator states (none: an empty mapping, which is what the jar
+        says)."""
         operators: dict[str, OperatorSchema] = {}
         for inspected in self.operators:
             if inspected.keyed is None and inspected.operator is None:
@@ -93,6 +95,7 @@ class JarSchema:
             schema = OperatorSchema(inspected.label, inspected.operator_id, inspected.uid, window=inspected.window)
             if inspected.keyed is not None:
                 add_keyed_states(schema, inspected.keyed)
+            schema.operator_states = operator_states_of(inspected.operator) if inspected.operator is not None else {}
             operators[inspected.label] = schema
         # The jar's Flink is the version the schema describes (a 1.x savepoint restored by it may cross majors).
         flink = self.flink_version if flink_version_problem(self.flink_version) is None else None

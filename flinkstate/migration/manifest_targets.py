@@ -65,7 +65,9 @@ def targets_from_manifest(source: Savepoint, manifest: Manifest, old_manifest: M
             continue
         header = source.keyed_header(source_op)
         existing = {s.name for s in header.states} if header is not None else set()
-        target = OperatorTarget(op.uid or op.operator_id, op.renamed_from, [], list(op.dropped_states), op.key,
+        # A dropped operator state is Flink's to keep (flinkstate.operator_state_rules): no keyed state to drop.
+        dropped = [n for n in op.dropped_states if n in existing or n not in source.operator_state_modes(source_op)]
+        target = OperatorTarget(op.uid or op.operator_id, op.renamed_from, [], dropped, op.key,
                                 parse_operator_migration(op.migration, f"operators.{label}.migration", file),
                                 op.max_parallelism, carry_kryo=carry)
         for name, state in op.states.items():

@@ -31,9 +31,11 @@ from typing import Any
 from flinkstate.compatibility import AFTER_MIGRATION, INCOMPATIBLE, RECONFIGURED, Finding
 from flinkstate.format.keyed_header import KeyedBackendHeader
 from flinkstate.format.metadata import OperatorState
+from flinkstate.format.operator_state import OperatorBackendHeader
 from flinkstate.manifest import Manifest, load_manifest
 from flinkstate.migration.manifest_targets import targets_from_manifest
 from flinkstate.migration.plan import MigrationError, OperatorPlan, StateRewrite, plan_operators
+from flinkstate.operator_state_rules import OPERATOR_KINDS
 from flinkstate.report import Report, StateRow
 from flinkstate.resolution import SavepointView, flink_rows
 from flinkstate.savepoint import Savepoint
@@ -77,6 +79,9 @@ class PlannedOutput:
         if plan is not None and plan.new_header is not None:
             return plan.new_header
         return self.source.keyed_header(source)
+
+    def operator_header(self, op: OperatorState) -> OperatorBackendHeader | None:
+        return self.source.operator_header(self._source_of[op.operator_id])  # copied as is (assemble.py)
 
     def unrecorded_key_finding(self, op: OperatorState, key: TypeSerializerSnapshot) -> Finding | None:
         # The output's keys are the source's bytes, read with the new key type when the source records none: the
@@ -134,6 +139,9 @@ def judge_plan(report: Report, view: SavepointView, manifest: Manifest, previous
     for row in report.rows:
         if row.operator in refused:
             _refused_row(row, refused[row.operator])
+            continue
+        if row.kind in OPERATOR_KINDS or row.old_kind in OPERATOR_KINDS:
+            _operator_state_row(row, planned.get(row.operator), source.location.uri)
             continue
         output = output_rows.get((row.operator, row.state))
         plan = planned.get(row.operator)
@@ -211,6 +219,33 @@ def _describe(plan: OperatorPlan | None, row: StateRow, rewritten: bool) -> str 
             if rewrite.dead_letter:
                 parts.append("failing entries dead-lettered")
     return "; ".join(parts) or None
+
+
+def _operator_state_row(row: StateRow, plan: OperatorPlan | None, savepoint: str) -> None:
+    """An operator state (:mod:`flinkstate.operator_state_rules`): the plan copies it as it is, with its operator
+    (also to the operator's new id), so its verdict is Flink's on the savepoint's bytes; what Flink would migrate on
+    restore, or refuse, the plan refuses, in ``migrate``'s one line."""
+    moved = plan is not None and plan.new_operator_id != plan.source.operator_id
+    # The operator's rename (on its first row) is the plan's to carry out: it moves the operator, state and all.
+    reason = next((f for f in row.findings if f.effective_verdict >= AFTER_MIGRATION and not
+                   (moved and f.code == "OPERATOR_RENAMED")), None)
+    if reason is None:
+        if moved and plan is not None:
+            row.verdict = AFTER_MIGRATION
+            row.migration = f"copied as is with the operator, moved from {plan.source.uid or plan.source.operator_id}"
+        else:
+            row.verdict = max([row.flink_verdict, *(f.effective_verdict for f in row.findings)])
+        return
+    why = "Flink would migrate it on restore, but flinkstate does not migrate operator state" \
+        if reason.effective_verdict is AFTER_MIGRATION else "Flink does not restore it as it is" \
+        if reason.silent_misread else "Flink fails the restore"
+    row.findings = [f.at(migratable=False) if f.effective_verdict >= AFTER_MIGRATION else f for f in row.findings]
+    row.findings.append(Finding("MIGRATION_REFUSED", "", f"{savepoint}: operator {row.operator}, operator state "
+                                f"{row.state} ({row.old_kind}): {reason.code}: {reason.message}; {why}, and migrate "
+                                f"copies operator state as it is", INCOMPATIBLE, operator=row.operator,
+                                state=row.state, migratable=False))
+    row.verdict = INCOMPATIBLE
+    row.migration = "refused: migrate copies operator state as it is"
 
 
 def _refused_row(row: StateRow, errors: list[MigrationError]) -> None:
