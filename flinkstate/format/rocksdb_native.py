@@ -31,7 +31,7 @@ import tempfile
 import weakref
 from collections.abc import Iterator
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from flinkstate._speedups import native_group_scanner
 from flinkstate.binary import KeyGroupRange
@@ -220,7 +220,12 @@ class NativeRocksDBStream(KeyedStateStream):
 
     def _scan(self, db: Any, state_name: str, start_key: bytes) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` of one column family from ``start_key`` on, in key order, until the caller stops or the
-        column family ends; an iterator that stops on an error raises it (``_check_status``)."""
+        column family ends; an iterator that stops on an error raises it (``_check_status``). What the readers of
+        entries (and the verifier) read; :meth:`canonical_block`, the migration's writer, reads :meth:`_pairs`."""
+        return self._pairs(db, state_name, start_key)
+
+    def _pairs(self, db: Any, state_name: str, start_key: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """:meth:`_scan`'s pairs."""
         family = db.get_column_family(state_name)
         pair: tuple[bytes, bytes] | None = None
         # rocksdict's items() makes each pair in one call (raw mode: bytes), but ends on an error as at the end of
@@ -304,10 +309,8 @@ class NativeRocksDBStream(KeyedStateStream):
         db = self._open_db()
         prefix = self.prefix_bytes
         start = key_group.to_bytes(prefix, "big")
-        if self._cursors is None:
-            self._cursors = [db.get_column_family(state.name).iter() if state.name in self._families else None
-                             for state in header.states]
-            self._cursor_group = -2  # fresh iterators are not positioned: seek
+        if self._cursors is None:  # per state: its pairs iterator and the first pair not yet taken
+            self._cursors = [[None, None] if state.name in self._families else None for state in header.states]
         reseek = key_group != self._cursor_group + 1
         self._cursor_group = key_group
         runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
@@ -316,19 +319,17 @@ class NativeRocksDBStream(KeyedStateStream):
                 continue
             pairs: list[tuple[bytes, bytes]] = []
             try:
-                if reseek:
-                    cursor.seek(start)
-                while cursor.valid():
-                    key = bytes(cursor.key())
-                    group = int.from_bytes(key[:prefix], "big")
-                    if group > key_group:
-                        break
+                if reseek or cursor[0] is None:
+                    cursor[0] = self._pairs(db, header.states[state_id].name, start)
+                    cursor[1] = next(cursor[0], None)
+                pending = cursor[1]
+                if pending is not None:
+                    group = int.from_bytes(pending[0][:prefix], "big")
                     if group < key_group:
                         raise SavepointFormatError(f"entry of key group {group} after key group {key_group - 1}")
-                    pairs.append((key, bytes(cursor.value())))
-                    cursor.next()
-                if not cursor.valid():
-                    self._check_status(cursor)
+                    if group == key_group:
+                        pending = take_pairs(cursor[0], pending, prefix, pairs)
+                cursor[1] = pending
             except SavepointFormatError as exc:
                 raise SavepointFormatError(f"{self.context}, state {header.states[state_id].name}, key group "
                                            f"{key_group}: {exc.what}", self.source.path) from None
@@ -343,26 +344,50 @@ class NativeRocksDBStream(KeyedStateStream):
         return encode_block(runs)
 
 
+class PairSink(Protocol):
+    def append(self, pair: tuple[bytes, bytes], /) -> None: ...
+
+
+def take_pairs(pairs: Iterator[tuple[bytes, bytes]], first: tuple[bytes, bytes], prefix_bytes: int,
+               out: PairSink) -> tuple[bytes, bytes] | None:
+    """Appends ``first`` and every following pair of ``pairs`` in its key group (the keys' first ``prefix_bytes``
+    bytes) to ``out``, each before the next is taken; returns the first pair of the next key group, or None at the
+    end. A key shorter than the prefix is refused (ValueError)."""
+    group = first[0][:prefix_bytes]
+    if len(group) < prefix_bytes:
+        raise _short_key(first[0], prefix_bytes)
+    out.append(first)
+    for pair in pairs:
+        if pair[0][:prefix_bytes] != group:
+            if len(pair[0]) < prefix_bytes:
+                raise _short_key(pair[0], prefix_bytes)
+            return pair
+        out.append(pair)
+    return None
+
+
+def _short_key(key: bytes, prefix_bytes: int) -> ValueError:
+    return ValueError(f"a key of {len(key)} bytes, shorter than its {prefix_bytes}-byte key-group prefix")
+
+
+class _Decoded:
+    """A :class:`PairSink` that decodes each pair into ``entries`` as ``decode_entry`` does key + value."""
+
+    def __init__(self, decode_entry: EntryDecoder, entries: list[tuple[Any, ...]]) -> None:
+        self.decode_entry, self.entries = decode_entry, entries
+
+    def append(self, pair: tuple[bytes, bytes], /) -> None:
+        key, value = pair
+        buf = key + value
+        self.entries.append(self.decode_entry(buf, 0, len(key), len(key), len(buf)))
+
+
 def take_key_group(decode_entry: EntryDecoder, pairs: Iterator[tuple[bytes, bytes]], first: tuple[bytes, bytes],
                    prefix_bytes: int, entries: list[tuple[Any, ...]]) -> tuple[bytes, bytes] | None:
-    """Decodes ``first`` and every following pair of ``pairs`` in its key group into ``entries``; returns the first
-    pair of the next key group, or None at the end. The reference of the compiled ``EntryDecoder.scan_pairs``
-    (flinkstate/_speedups/_cdecode.c), which must do exactly this."""
-    key, value = first
-    if len(key) < prefix_bytes:
-        raise ValueError(f"a key of {len(key)} bytes, shorter than its {prefix_bytes}-byte key-group prefix")
-    group = key[:prefix_bytes]
-    while True:
-        buf = key + value
-        entries.append(decode_entry(buf, 0, len(key), len(key), len(buf)))
-        pair = next(pairs, None)
-        if pair is None:
-            return None
-        key, value = pair
-        if len(key) < prefix_bytes:
-            raise ValueError(f"a key of {len(key)} bytes, shorter than its {prefix_bytes}-byte key-group prefix")
-        if key[:prefix_bytes] != group:
-            return pair
+    """Decodes ``first`` and every following pair of ``pairs`` in its key group into ``entries``, each before the
+    next is taken; returns the first pair of the next key group, or None at the end. The reference of the compiled
+    ``EntryDecoder.scan_pairs`` (flinkstate/_speedups/_cdecode.c), which must do exactly this."""
+    return take_pairs(pairs, first, prefix_bytes, _Decoded(decode_entry, entries))
 
 
 def column_family_options(directory: str) -> tuple[dict[str, Any], str]:
@@ -406,4 +431,4 @@ def native_handle_files(handle: IncrementalKeyedStateHandle) -> int:
 
 
 __all__ = ["NATIVE_ROCKSDB", "TAKE_CANONICAL", "NativeRocksDBStream", "column_family_options", "iter_raw",
-           "native_handle_files", "take_key_group"]
+           "native_handle_files", "take_key_group", "take_pairs"]
