@@ -13,7 +13,8 @@ restores on real Flink, quoting what Flink did), for a handful of variants on Ha
   "the manifest does not describe the jar"), in both directions, and the finding fails the check;
 - the timer queues (rows of kind TIMERS) get Flink's answer too, resolved where the operator's timer service creates
   them: as is for the matrix's (empty) queues beside every variant's states, and for the sample job's, which hold a
-  timer per key, on HashMap and RocksDB (the session's sample-job savepoints).
+  timer per key, on HashMap and RocksDB (the session's sample-job savepoints); so do the operator states (the
+  source's splits, SourceReaderState: as is).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def test_the_trial_reports_what_flink_did_and_agrees_with_the_check(
         column["tuple"] = "FAILED"
     assert column == expected, document
     assert _trial_column(document, "extra") == {"seen": "as is", **TIMERS_AS_IS}, document
+    assert _trial_column(document, "sequence-source") == {"SourceReaderState": "as is"}, document  # operator state
     # The HTML report of it: the jar the types came from, Flink's trial answer per state beside the check's
     page = Page(render_html(document))
     assert document["jar"] == str(compat_matrix.jar(variant)) and document["overlay"] is None
@@ -164,7 +166,13 @@ def test_the_sample_jobs_timers_restore_as_is_on_hashmap_and_rocksdb(flink_savep
         assert (stats.restore_failure, stats.open_failure, stats.key_groups) == (None, None, 1), stats
         assert {state.name: state.outcome for state in stats.states} == dict.fromkeys(
             ["stats", "count", "recent", "buckets", *TIMERS], "AS_IS"), (backend, stats)
+        assert not any(state.operator_state for state in stats.states), stats
+        source = next(op for op in trial.operators if op.uid == "sequence-source")  # its splits: an operator state
+        assert [(s.name, s.operator_state, s.outcome) for s in source.states] == [
+            ("SourceReaderState", True, "AS_IS")], source
         report = check(savepoint, schema.manifest(), backend=backend)
         assert apply_trial(report, trial) == 0 and report.exit_code == 0, report.render_markdown()
         timer_rows = {row.state: (row.kind, row.trial) for row in report.rows if row.state in TIMERS}
         assert timer_rows == dict.fromkeys(TIMERS, ("TIMERS", "as is")), (backend, timer_rows)
+        assert [(row.state, row.kind, row.trial) for row in report.rows if row.operator == "sequence-source"] == [
+            ("SourceReaderState", "OPERATOR_LIST", "as is")]

@@ -334,7 +334,7 @@ def _block(reader: Reader) -> bytes:
 
 #: What the inspector's trial mode writes first (TrialRestore.MAGIC, FORMAT_VERSION).
 TRIAL_MAGIC = "flinkstate-jar-trial"
-TRIAL_VERSION = 1
+TRIAL_VERSION = 2
 #: Flink's outcomes for a state (TrialRestore): restored (as is, reconfigured, values migrated by the backend),
 #: registered new, failed, or restored and never registered by the operator.
 TRIAL_OUTCOMES = ("AS_IS", "RECONFIGURED", "AFTER_MIGRATION", "NEW", "FAILED", "NOT_REGISTERED")
@@ -344,12 +344,14 @@ BACKEND_NAMES = {"HashMapStateBackend": "hashmap", "EmbeddedRocksDBStateBackend"
 
 @dataclass(frozen=True)
 class TrialState:
-    """Flink's answer for one keyed state of an operator: ``outcome`` one of :data:`TRIAL_OUTCOMES`, and the
-    exception (class: message) when it failed."""
+    """Flink's answer for one state of an operator (a keyed state, a timer queue, or an operator state:
+    ``operator_state``): ``outcome`` one of :data:`TRIAL_OUTCOMES`, and the exception (class: message) when it
+    failed."""
 
     name: str
     outcome: str
     error: str | None
+    operator_state: bool = False
 
     @property
     def restorable(self) -> bool:
@@ -374,8 +376,11 @@ class TrialOperator:
     def labels(self) -> set[str]:
         return {label for label in (self.uid, self.operator_id) if label}
 
-    def state(self, name: str) -> TrialState | None:
-        return next((state for state in self.states if state.name == name), None)
+    def state(self, name: str, *, operator_state: bool = False) -> TrialState | None:
+        """The answer for the keyed state (or timer queue) ``name``, or for the operator state (``operator_state``):
+        the two are apart in Flink, and may share a name."""
+        return next((state for state in self.states if state.name == name and state.operator_state == operator_state),
+                    None)
 
 
 @dataclass(frozen=True)
@@ -445,10 +450,11 @@ def parse_trial(data: bytes, jar: str, savepoint: str, seconds: float) -> TrialR
             restore_failure, open_failure = reader.utf() or None, reader.utf() or None
             states = []
             for _ in range(reader.i32()):
-                state, outcome, error = reader.utf(), reader.utf(), reader.utf() or None
-                if outcome not in TRIAL_OUTCOMES:
-                    raise reader.error(f"unknown outcome {printable(outcome)!r} of state {printable(state)!r}")
-                states.append(TrialState(state, outcome, error))
+                state, store, outcome, error = reader.utf(), reader.utf(), reader.utf(), reader.utf() or None
+                if outcome not in TRIAL_OUTCOMES or store not in ("KEYED", "OPERATOR"):
+                    raise reader.error(f"unknown outcome {printable(store)} {printable(outcome)!r} of state "
+                                       f"{printable(state)!r}")
+                states.append(TrialState(state, outcome, error, store == "OPERATOR"))
             operators.append(TrialOperator(operator_id, uid, name, restored_groups, restore_failure, open_failure,
                                            states))
         if reader.remaining():

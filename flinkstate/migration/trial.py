@@ -11,6 +11,7 @@ trusted, so the row gets the finding ``TRIAL_DISAGREES`` and is INCOMPATIBLE (th
 Rows are compared where both answered for the same state: a state kept, not declared, not registered or dropped,
 and an operator the job no longer has. The timer queues (rows of kind TIMERS) are compared as the states are: Flink
 answers for them where the operator's timer service creates them (it refuses an incompatible timer serializer).
+So are the operator states (list, union list and broadcast rows), by their answers apart from the keyed ones'.
 A renamed or added state is shown, not compared (Flink restores the savepoint as it is, before any rename). A
 failure of the operator's keyed restore (its key serializer, values that no longer read) fails every state of it:
 the tool agrees when it calls at least one of them incompatible.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from flinkstate.compatibility import INCOMPATIBLE, Finding
 from flinkstate.engine.jar_schema import TrialOperator, TrialRestore, TrialState
+from flinkstate.operator_state_rules import OPERATOR_KINDS
 from flinkstate.report import Report, StateRow
 
 #: The row statuses (:class:`StateRow`) whose state Flink restores under the same name: compared with Flink's answer.
@@ -52,7 +54,8 @@ def apply_trial(report: Report, trial: TrialRestore, *, allow_non_restored_state
 
 
 def _state(row: StateRow, operator: TrialOperator, trial: TrialRestore) -> int:
-    state: TrialState | None = operator.state(row.state) if row.state is not None else None
+    state: TrialState | None = (operator.state(row.state, operator_state=row.kind in OPERATOR_KINDS)
+                                if row.state is not None else None)
     if state is None:
         if row.state is not None and operator.open_failure is not None:
             row.trial = f"not resolved: the operator failed to open: {operator.open_failure}"

@@ -1,6 +1,8 @@
 package flinkstate.inspector;
 
 import org.apache.flink.api.common.ExecutionConfig;
+import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.state.MapStateDescriptor;
 import org.apache.flink.api.common.state.StateDescriptor;
 import org.apache.flink.api.common.typeutils.TypeSerializer;
 import org.apache.flink.api.common.typeutils.TypeSerializerSchemaCompatibility;
@@ -73,27 +75,40 @@ import java.util.Set;
  * the restored queue's element serializer against the new one and throw when it is incompatible (they migrate no
  * timer: any other answer is accepted). A restored queue the operator never creates is NOT_REGISTERED, as a state.
  *
+ * <p>The operator states (split and union list states, broadcast states) likewise: the operator state backend is
+ * watched, each {@code getListState} / {@code getUnionListState} / {@code getBroadcastState} resolved against the
+ * snapshot {@code DefaultOperatorStateBackend} restored (a broadcast state: its key's and its value's, the worse of
+ * the two), or the exception it threw (an incompatible serializer, another distribution mode); a failure of its
+ * restore (values that no longer read) fails the operator as the keyed restore's does.
+ *
  * <p>Output (big-endian, {@link DataOutputStream}): the magic {@code flinkstate-jar-trial}, format version 1, the
  * Flink version, the backend's name, the key groups mode, then per operator of the savepoint that the job has: its
  * id, uid, name, the number of key groups restored, the restore failure (empty: none), the failure of its
- * initialization or open outside a state registration (empty: none), then per state its name, Flink's outcome
- * ({@code AS_IS}, {@code RECONFIGURED}, {@code AFTER_MIGRATION}, {@code NEW}, {@code FAILED}, {@code NOT_REGISTERED})
- * and the exception (empty: none).
+ * initialization or open outside a state registration (empty: none), then per state its name, whether it is an
+ * operator state ({@code OPERATOR}) or a keyed state or timer queue ({@code KEYED}), Flink's outcome ({@code AS_IS},
+ * {@code RECONFIGURED}, {@code AFTER_MIGRATION}, {@code NEW}, {@code FAILED}, {@code NOT_REGISTERED}) and the
+ * exception (empty: none).
  */
 final class TrialRestore {
 
     static final String MAGIC = "flinkstate-jar-trial";
-    static final int FORMAT_VERSION = 1;
+    static final int FORMAT_VERSION = 2;
     /** What Flink answered for one state. */
     static final class StateOutcome {
         final String name;
         final String outcome;
         final String error;
+        boolean operatorState;
 
         StateOutcome(String name, String outcome, String error) {
             this.name = name;
             this.outcome = outcome;
             this.error = error;
+        }
+
+        StateOutcome ofOperatorState() {
+            operatorState = true;
+            return this;
         }
     }
 
@@ -215,6 +230,12 @@ final class TrialRestore {
                 result.states.add(new StateOutcome(restoredName, "NOT_REGISTERED", ""));
             }
         }
+        result.states.addAll(watch.operatorOutcomes.values());
+        for (String restoredName : watch.restoredOperatorStates()) {
+            if (!watch.operatorOutcomes.containsKey(restoredName)) {
+                result.states.add(new StateOutcome(restoredName, "NOT_REGISTERED", "").ofOperatorState());
+            }
+        }
         return result;
     }
 
@@ -282,6 +303,23 @@ final class TrialRestore {
         Object keyedBackend;
         Object scratchBackend;
         final Map<String, StateOutcome> outcomes = new LinkedHashMap<>();
+        Object operatorBackend;
+        Object scratchOperatorBackend;
+        final Map<String, StateOutcome> operatorOutcomes = new LinkedHashMap<>();
+
+        /** The operator states the operator state backend restored (list and broadcast ones). */
+        Set<String> restoredOperatorStates() {
+            Set<String> names = new LinkedHashSet<>();
+            for (String field : new String[] {"registeredOperatorStates", "registeredBroadcastStates"}) {
+                Map<?, ?> states = operatorBackend == null ? null : mapField(operatorBackend, field);
+                if (states != null) {
+                    for (Object key : states.keySet()) {
+                        names.add(String.valueOf(key));
+                    }
+                }
+            }
+            return names;
+        }
 
         /**
          * The states and timer queues the keyed backend restored (its registered ones after the restore: RocksDB
@@ -318,8 +356,23 @@ final class TrialRestore {
                 }
                 watch.keyedBackend = keyed;
                 watch.scratchBackend = new HashMapStateBackend().createKeyedStateBackend(
-                        withoutStateHandles((StateBackend.KeyedStateBackendParameters<?>) args[0]));
+                        withoutStateHandles((StateBackend.KeyedStateBackendParameters<?>) args[0],
+                                StateBackend.KeyedStateBackendParameters.class));
                 return watchedKeyedBackend(keyed, watch);
+            }
+            if (method.getName().equals("createOperatorStateBackend") && args != null && args.length == 1) {
+                Object restored;
+                try {
+                    restored = method.invoke(backend, args);
+                } catch (InvocationTargetException e) {
+                    watch.restoreFailure = innermost(e.getCause());
+                    throw e.getCause();
+                }
+                watch.operatorBackend = restored;
+                watch.scratchOperatorBackend = new HashMapStateBackend().createOperatorStateBackend(
+                        withoutStateHandles((StateBackend.OperatorStateBackendParameters) args[0],
+                                StateBackend.OperatorStateBackendParameters.class));
+                return watchedOperatorBackend(restored, watch);
             }
             try {
                 return method.invoke(backend, args);
@@ -333,8 +386,7 @@ final class TrialRestore {
 
     /** The same parameters, with nothing to restore: the scratch backend a failed registration continues on. */
     @SuppressWarnings("unchecked")
-    private static <K> StateBackend.KeyedStateBackendParameters<K> withoutStateHandles(
-            StateBackend.KeyedStateBackendParameters<K> parameters) {
+    private static <P> P withoutStateHandles(P parameters, Class<?> type) {
         InvocationHandler handler = (proxy, method, args) -> {
             if (method.getName().equals("getStateHandles")) {
                 return Collections.emptyList();
@@ -345,9 +397,120 @@ final class TrialRestore {
                 throw e.getCause();
             }
         };
-        return (StateBackend.KeyedStateBackendParameters<K>) Proxy.newProxyInstance(
-                TrialRestore.class.getClassLoader(), new Class<?>[] {StateBackend.KeyedStateBackendParameters.class},
+        return (P) Proxy.newProxyInstance(TrialRestore.class.getClassLoader(), new Class<?>[] {type}, handler);
+    }
+
+    /**
+     * The operator state backend, each registration of an operator state watched (every interface of the backend
+     * kept); a registration that fails continues on the empty backend.
+     */
+    private Object watchedOperatorBackend(Object restored, Watch watch) {
+        Set<Class<?>> interfaces = new LinkedHashSet<>();
+        for (Class<?> c = restored.getClass(); c != null; c = c.getSuperclass()) {
+            collectInterfaces(c, interfaces);
+        }
+        InvocationHandler handler = (proxy, method, args) -> {
+            String name = method.getName();
+            StateDescriptor<?, ?> descriptor = args != null && args.length == 1 && args[0] instanceof StateDescriptor
+                    && (name.equals("getListState") || name.equals("getUnionListState")
+                    || name.equals("getBroadcastState")) ? (StateDescriptor<?, ?>) args[0] : null;
+            if (descriptor == null) {
+                try {
+                    return method.invoke(restored, args);
+                } catch (InvocationTargetException e) {
+                    throw e.getCause();
+                }
+            }
+            String state = descriptor.getName();
+            boolean first = !watch.operatorOutcomes.containsKey(state);
+            String resolved = first ? resolvedOperatorState(restored, descriptor) : null;
+            try {
+                Object registered = method.invoke(restored, args);
+                if (first) {
+                    watch.operatorOutcomes.put(state, new StateOutcome(state,
+                            resolved == null || resolved.equals("INCOMPATIBLE") ? "AS_IS" : resolved, "")
+                            .ofOperatorState());
+                }
+                return registered;
+            } catch (InvocationTargetException e) {
+                if (first) {
+                    watch.operatorOutcomes.put(state, new StateOutcome(state, "FAILED",
+                            SchemaInspector.oneLine(SchemaInspector.describe(innermost(e.getCause()))))
+                            .ofOperatorState());
+                }
+                try {
+                    return method.invoke(watch.scratchOperatorBackend, args);
+                } catch (InvocationTargetException again) {
+                    throw e.getCause();
+                }
+            }
+        };
+        return Proxy.newProxyInstance(TrialRestore.class.getClassLoader(), interfaces.toArray(new Class<?>[0]),
                 handler);
+    }
+
+    /**
+     * Flink's own resolution of an operator state's new serializers (the descriptor's, initialized as the backend
+     * does) against the snapshots DefaultOperatorStateBackend restored: a list state's element serializer, a
+     * broadcast state's key and value serializers (the worse answer). NEW when not restored, null when it cannot be
+     * told (the registration itself then says what is wrong).
+     */
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    private String resolvedOperatorState(Object restored, StateDescriptor<?, ?> descriptor) {
+        try {
+            boolean broadcast = descriptor instanceof MapStateDescriptor;
+            Map<?, ?> states = mapField(restored, broadcast ? "registeredBroadcastStates" : "registeredOperatorStates");
+            Object state = states == null ? null : states.get(descriptor.getName());
+            if (state == null) {
+                return "NEW";
+            }
+            Method getMeta = state.getClass().getMethod("getStateMetaInfo");
+            getMeta.setAccessible(true);  // the backend's state classes are not all public
+            Object meta = getMeta.invoke(state);
+            descriptor.initializeSerializerUnlessSet(executionConfig);
+            if (!broadcast) {
+                return resolve(((ListStateDescriptor) descriptor).getElementSerializer(),
+                        previousSnapshot(meta, "partitionStateSerializerProvider"));
+            }
+            MapStateDescriptor<?, ?> map = (MapStateDescriptor<?, ?>) descriptor;
+            String key = resolve(map.getKeySerializer(), previousSnapshot(meta, "keySerializerProvider"));
+            String value = resolve(map.getValueSerializer(), previousSnapshot(meta, "valueSerializerProvider"));
+            return OUTCOME_ORDER.indexOf(key) >= OUTCOME_ORDER.indexOf(value) ? key : value;
+        } catch (Throwable e) {
+            return null;
+        }
+    }
+
+    /** Resolutions from the best to the worst: a broadcast state's answer is its key's or value's worse one. */
+    private static final List<String> OUTCOME_ORDER =
+            List.of("NEW", "AS_IS", "RECONFIGURED", "AFTER_MIGRATION", "INCOMPATIBLE");
+
+    /** The previous serializer snapshot a meta info's StateSerializerProvider field holds (restored state). */
+    private static TypeSerializerSnapshot<?> previousSnapshot(Object meta, String providerField) throws Exception {
+        for (Class<?> c = meta.getClass(); c != null; c = c.getSuperclass()) {
+            try {
+                Field field = c.getDeclaredField(providerField);
+                field.setAccessible(true);
+                return ((StateSerializerProvider<?>) field.get(meta)).getPreviousSerializerSnapshot();
+            } catch (NoSuchFieldException e) {
+                // further up
+            }
+        }
+        throw new NoSuchFieldException(providerField);
+    }
+
+    /** A map field of a backend (its table of states), or null. */
+    private static Map<?, ?> mapField(Object backend, String fieldName) {
+        for (Class<?> c = backend.getClass(); c != null; c = c.getSuperclass()) {
+            try {
+                Field field = c.getDeclaredField(fieldName);
+                field.setAccessible(true);
+                return (Map<?, ?>) field.get(backend);
+            } catch (NoSuchFieldException | IllegalAccessException e) {
+                // further up
+            }
+        }
+        return null;
     }
 
     /** The keyed backend, each registration of a state watched (every interface of the backend kept). */
@@ -651,6 +814,7 @@ final class TrialRestore {
             data.writeInt(result.states.size());
             for (StateOutcome state : result.states) {
                 data.writeUTF(state.name);
+                data.writeUTF(state.operatorState ? "OPERATOR" : "KEYED");
                 data.writeUTF(state.outcome);
                 data.writeUTF(state.error);
             }
