@@ -1,0 +1,150 @@
+"""Operator state on real Flink 2.3 (issue 25, "one verdict"): a CheckpointedFunction's operator ListState of a POJO
+(tests/support/operator_state_job: ``Tally``), v1 and a v2 whose ``count`` field is a String instead of a long.
+
+One v1 run on the session cluster writes the savepoint; then, each against ``schema --jar`` of the version
+(the jar inspector): v1 restores it (every restored tally, checked in the job, is the value flinkstate reads from the
+savepoint) and ``check`` says it restores as is; v2 fails Flink's restore and ``check`` says INCOMPATIBLE naming the
+operator state, and ``migrate`` refuses it in the same line. The jar's schema of the operator states equals
+``schema`` of the savepoint, snapshot bytes included (tests/support/jar_truth.py). A POJO field added to the
+savepoint's schema (which Flink would migrate on restore) is refused too: flinkstate copies operator state as is.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flinkstate import check
+from flinkstate.cli import main as cli_main
+from flinkstate.engine.jar_schema import JarSchema, inspect_jar
+from flinkstate.engine.local import LocalFlinkCluster
+from flinkstate.engine.rest import FlinkJobFailed
+from flinkstate.manifest import manifest_from_savepoint
+from flinkstate.migration.job import MigrationJob
+from flinkstate.migration.plan import MigrationError
+from flinkstate.savepoint import Savepoint
+from tests.support import operator_state_job as job
+from tests.support.jar_truth import differences
+
+pytestmark = pytest.mark.flink
+
+
+def _wait_for(path: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear")
+        time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class Ground:
+    """The savepoint v1 wrote, each version's jar schema, and each version's restore of the savepoint: its audit
+    folder and Flink's failure (None: every task ran and the operator wrote what it restored)."""
+
+    savepoint: Path
+    schemas: dict[str, JarSchema]
+    audits: dict[str, Path]
+    failures: dict[str, str | None]
+
+
+@pytest.fixture(scope="module")
+def ground(flink_cluster: LocalFlinkCluster, tmp_path_factory: pytest.TempPathFactory) -> Ground:
+    """v1 runs until its operator counted 10 elements and stops with a savepoint, while the jars' schemas are taken
+    (v2 compiled, two inspector JVMs); then v1 and v2 restore it side by side (one slot each)."""
+    work = tmp_path_factory.mktemp("operator-state")
+    client = flink_cluster.client
+    job_id = client.submit_jar(job.jar("v1"), entry_class=job.ENTRY_CLASS,
+                               program_args=["--audit-dir", str(work / "audit-run")])
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        schemas = pool.submit(lambda: {version: inspect_jar(job.jar(version), cache_dir=work / "cache")
+                                       for version in job.VERSIONS})
+        client.wait_until_running(job_id, timeout=120)
+        _wait_for(work / "audit-run" / "seen")
+        location = client.stop_with_savepoint(job_id, str(work / "raw"))
+        savepoint = Path(shutil.move(location.removeprefix("file:"), work / "savepoint"))
+        jar_schemas = schemas.result()
+    audits = {version: work / f"audit-{version}" for version in job.VERSIONS}
+    restores = {version: client.submit_jar(job.jar(version), entry_class=job.ENTRY_CLASS,
+                                           savepoint_path=str(savepoint),
+                                           program_args=["--audit-dir", str(audits[version])])
+                for version in job.VERSIONS}
+    failures: dict[str, str | None] = {}
+    for version, restore in restores.items():
+        try:
+            client.wait_until_running(restore, timeout=120)
+            _wait_for(audits[version] / "restored")
+            failures[version] = None
+        except FlinkJobFailed as exc:
+            failures[version] = str(exc)
+        finally:
+            if client.job_state(restore) not in ("FAILED", "CANCELED", "FINISHED"):
+                client.cancel(restore, wait=True)
+    return Ground(savepoint, jar_schemas, audits, failures)
+
+
+def test_the_jar_schema_of_the_operator_states_is_the_savepoints(ground: Ground) -> None:
+    schemas, savepoint = ground.schemas, ground.savepoint
+    assert differences(schemas["v1"], savepoint) == []
+    written = manifest_from_savepoint(Savepoint.open(savepoint))
+    jar = schemas["v1"].manifest()
+    assert jar.operators[job.TALLY_UID].to_dict() == written.operators[job.TALLY_UID].to_dict() == {
+        "operator_states": {job.TALLY_STATE: {"mode": "SPLIT_DISTRIBUTE", "value": {
+            "pojo": "opstate.Tally", "fields": {"count": "Long", "name": "String"}}}}}
+    assert set(written.operators["sequence-source"].to_dict()["operator_states"]) == {"SourceReaderState"}
+
+
+def test_v1_restores_every_value_and_check_agrees(ground: Ground) -> None:
+    savepoint = ground.savepoint
+    report = check(savepoint, ground.schemas["v1"].manifest())
+    rows = {(row.operator, row.state): row for row in report.rows}
+    tally = rows[(job.TALLY_UID, job.TALLY_STATE)]
+    assert (tally.kind, tally.flink_verdict.name, tally.verdict.name) == ("OPERATOR_LIST", "COMPATIBLE_AS_IS",
+                                                                          "COMPATIBLE_AS_IS")
+    assert rows[("sequence-source", "SourceReaderState")].verdict.name == "COMPATIBLE_AS_IS"
+    assert report.exit_code == 0
+    stored = [element.value for _, element in Savepoint.open(savepoint).iter_operator_state(job.TALLY_UID,
+                                                                                             job.TALLY_STATE)]
+    assert sorted(v["name"] for v in stored) == ["bucket-0", "bucket-1", "bucket-2"]
+    assert sum(v["count"] for v in stored) >= 10
+    assert ground.failures["v1"] is None
+    assert job.restored_tallies(ground.audits["v1"]) == [f"{v['name']}={v['count']}" for v in stored]
+
+
+def test_v2_fails_flinks_restore_and_check_and_migrate_refuse_it(ground: Ground, tmp_path: Path) -> None:
+    savepoint, schemas = ground.savepoint, ground.schemas
+    assert "Can not set java.lang.String field opstate.Tally.count to java.lang.Long" in (ground.failures["v2"] or "")
+    assert not (ground.audits["v2"] / "restored").exists()
+    report = check(savepoint, schemas["v2"].manifest())
+    row = next(r for r in report.rows if (r.operator, r.state) == (job.TALLY_UID, job.TALLY_STATE))
+    assert (row.flink_verdict.name, row.verdict.name, report.exit_code) == ("INCOMPATIBLE", "INCOMPATIBLE", 4)
+    assert [f.code for f in row.findings] == ["POJO_FIELD_TYPE_CHANGED", "MIGRATION_REFUSED"]
+    refusal = row.findings[-1].message
+    assert refusal.startswith(f"{savepoint}: operator tally, operator state tallies (OPERATOR_LIST): "
+                              f"POJO_FIELD_TYPE_CHANGED: ")
+    manifest = tmp_path / "v2.yaml"
+    manifest.write_text(schemas["v2"].manifest().dump(sources=True))
+    with pytest.raises(MigrationError) as refused:
+        MigrationJob(str(savepoint), str(manifest), str(tmp_path / "out")).run()
+    assert str(refused.value) == refusal and not (tmp_path / "out").exists()
+
+
+def test_a_change_flink_would_migrate_is_refused_as_flinkstate_copies_operator_state(
+        ground: Ground, tmp_path: Path) -> None:
+    savepoint = ground.savepoint
+    document = yaml.safe_load(manifest_from_savepoint(Savepoint.open(savepoint)).dump())
+    document["operators"][job.TALLY_UID]["operator_states"][job.TALLY_STATE]["value"]["fields"]["label"] = "String"
+    manifest = tmp_path / "v3.yaml"
+    manifest.write_text(yaml.safe_dump(document, sort_keys=False))
+    row = next(r for r in check(savepoint, manifest).rows if r.state == job.TALLY_STATE)
+    assert (row.flink_verdict.name, row.verdict.name) == ("COMPATIBLE_AFTER_MIGRATION", "INCOMPATIBLE")
+    assert row.findings[-1].message.endswith("; Flink would migrate it on restore, but flinkstate does not migrate "
+                                             "operator state, and migrate copies operator state as it is")
+    assert cli_main(["migrate", str(savepoint), "--schema", str(manifest), "--output", str(tmp_path / "out")]) != 0
+    assert not (tmp_path / "out").exists()
