@@ -92,7 +92,8 @@ def test_check_json_report(savepoint: Path, v1: Path, tmp_path: Path, capsys: py
     rows = {(r["operator"], r["state"]): r for r in report["states"]}
     assert rows[("stats", "stats")]["verdict"] == "INCOMPATIBLE"
     assert rows[("stats", "count")]["verdict"] == "COMPATIBLE_AS_IS"
-    assert rows[("sequence-source", None)]["status"] == "kept"
+    assert (rows[("sequence-source", "SourceReaderState")]["kind"], rows[("sequence-source", "SourceReaderState")][
+        "verdict"]) == ("OPERATOR_LIST", "COMPATIBLE_AS_IS")  # the source's operator state, from schema
     finding = next(f for f in report["findings"] if f["code"] == "POJO_FIELD_TYPE_CHANGED")
     assert finding == {"code": "POJO_FIELD_TYPE_CHANGED", "operator": "stats", "state": "stats",
                        "path": "value.count", "old_type": "Long", "new_type": "String",

@@ -17,9 +17,14 @@ import yaml
 
 from flinkstate import check
 from flinkstate.cli import main as cli_main
-from flinkstate.manifest import ManifestError, manifest_from_savepoint, parse_manifest
+from flinkstate.format.metadata import read_metadata, write_metadata
+from flinkstate.format.operator_state import write_operator_stream
+from flinkstate.manifest import ManifestError, load_manifest, manifest_from_savepoint, parse_manifest
 from flinkstate.manifest_overlay import parse_overlay
+from flinkstate.migration.plan import MigrationError
+from flinkstate.migration.verdict import check_against_manifest
 from flinkstate.savepoint import Savepoint
+from flinkstate.typenotation import to_snapshot
 from tests.support.one_verdict import assert_one_verdict
 
 pytestmark = pytest.mark.corpus
@@ -205,3 +210,24 @@ def test_an_overlay_is_completed_with_the_jars_operator_states_and_may_not_contr
                                             "register it when the operator initializes \\(it registers: "
                                             "source-state\\)"):
         parse_overlay(jar, yaml.safe_dump(unknown), "o.yaml")
+
+
+def test_migrates_output_check_refuses_an_operator_state_written_with_another_serializer(tmp_path: Path) -> None:
+    """The check migrate runs on what it wrote (check_against_manifest) judges operator states too: the as-is output
+    with one source's split state rewritten under a Long serializer snapshot is refused, naming the state."""
+    manifest = _write(tmp_path, _schema())
+    assert_one_verdict(BROADCAST_JOB, manifest, tmp_path / "out")
+    written = Savepoint.open(tmp_path / "out")
+    metadata = read_metadata((tmp_path / "out" / "_metadata").read_bytes())
+    source = next(op for op in metadata.operators if op.uid == SPLIT_SOURCE)
+    for index, stream in written.operator_state_streams(SPLIT_SOURCE):
+        header = copy.deepcopy(stream.header())
+        meta = header.list_states[0]
+        meta.serializers = [(key, to_snapshot("Long")) for key, _ in meta.serializers]
+        elements = [raw for _, raw in stream.element_bytes(meta.name)]
+        _, handle = write_operator_stream(header, {meta.name: (stream.handle.states[meta.name].mode, elements)})
+        source.subtasks[index].managed_operator_state = handle
+    (tmp_path / "out" / "_metadata").write_bytes(write_metadata(metadata))
+    with pytest.raises(MigrationError, match=f"operator {SPLIT_SOURCE}, state source-state: the new version would "
+                                             f"not restore the written state as is \\(TYPE_CHANGED: "):
+        check_against_manifest(Savepoint.open(tmp_path / "out"), load_manifest(manifest))

@@ -135,7 +135,9 @@ def judge_plan(report: Report, view: SavepointView, manifest: Manifest, previous
         refused.setdefault(labels.get(error.operator or "", error.operator or ""), []).append(error)
     planned = {_label(labels, plan): plan for plan in plans.values()}
     carried = any(target.carry_kryo for target in targets)
-    output_rows = {(row.operator, row.state): row for row in check_output(PlannedOutput(view, plans, carried))}
+    # keyed rows only: an operator state may have a keyed state's name (operator-state rows are judged apart)
+    output_rows = {(row.operator, row.state): row for row in check_output(PlannedOutput(view, plans, carried))
+                   if row.kind not in OPERATOR_KINDS and row.old_kind not in OPERATOR_KINDS}
     for row in report.rows:
         if row.operator in refused:
             _refused_row(row, refused[row.operator])
