@@ -176,3 +176,12 @@ def test_the_sample_jobs_timers_restore_as_is_on_hashmap_and_rocksdb(flink_savep
         assert timer_rows == dict.fromkeys(TIMERS, ("TIMERS", "as is")), (backend, timer_rows)
         assert [(row.state, row.kind, row.trial) for row in report.rows if row.operator == "sequence-source"] == [
             ("SourceReaderState", "OPERATOR_LIST", "as is")]
+    # The job's next version on RocksDB (check --trial --backend rocksdb), its job graph built for HashMap: RocksDB
+    # restores the HashMap savepoint (canonical) and Flink answers as is; before, the forced RocksDB had no share of
+    # managed memory and the trial failed ("The fraction of memory to allocate should not be 0").
+    moved = trial_restore(schema.jar, flink_savepoints["heap-p1"], program_args=_program("hashmap")[1:],
+                          backend="rocksdb")
+    stats = next(op for op in moved.operators if op.uid == "stats")
+    assert moved.backend == "EmbeddedRocksDBStateBackend" and stats.restore_failure is None, stats
+    assert {state.name: state.outcome for state in stats.states} == dict.fromkeys(
+        ["stats", "count", "recent", "buckets", *TIMERS], "AS_IS"), stats

@@ -165,6 +165,10 @@ final class TrialRestore {
         }
         Configuration forced = new Configuration();
         forced.setString("state.backend.type", choice);
+        // A job graph built for another backend gives RocksDB no share of managed memory ("The fraction of memory to
+        // allocate should not be 0"): the trial's RocksDB takes its own small memory instead, which only changes
+        // its caches, not how it restores or resolves a state.
+        forced.setString("state.backend.rocksdb.memory.managed", "false");
         return StateBackendLoader.loadStateBackendFromConfig(forced, userClassLoader,
                 LoggerFactory.getLogger(TrialRestore.class));
     }
