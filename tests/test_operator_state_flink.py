@@ -1,12 +1,14 @@
 """Operator state on real Flink 2.3 (issue 25, "one verdict"): a CheckpointedFunction's operator ListState of a POJO
-(tests/support/operator_state_job: ``Tally``), v1 and a v2 whose ``count`` field is a String instead of a long.
+(tests/support/operator_state_job: ``Tally``), v1, a v2 whose ``count`` field is a String instead of a long, and a v3
+with a field more.
 
 One v1 run on the session cluster writes the savepoint; then, each against ``schema --jar`` of the version
 (the jar inspector): v1 restores it (every restored tally, checked in the job, is the value flinkstate reads from the
 savepoint) and ``check`` says it restores as is; v2 fails Flink's restore and ``check`` says INCOMPATIBLE naming the
 operator state, and ``migrate`` refuses it in the same line. The jar's schema of the operator states equals
 ``schema`` of the savepoint, snapshot bytes included (tests/support/jar_truth.py). A POJO field added to the
-savepoint's schema (which Flink would migrate on restore) is refused too: flinkstate copies operator state as is.
+savepoint's schema (v3): Flink migrates it on restore, every tally restored; check says so (after migration, by
+Flink) and migrate copies the operator state as it is.
 """
 
 from __future__ import annotations
@@ -18,10 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from flinkstate import check
-from flinkstate.cli import main as cli_main
 from flinkstate.engine.jar_schema import JarSchema, inspect_jar
 from flinkstate.engine.local import LocalFlinkCluster
 from flinkstate.engine.rest import FlinkJobFailed
@@ -57,7 +57,7 @@ class Ground:
 @pytest.fixture(scope="module")
 def ground(flink_cluster: LocalFlinkCluster, tmp_path_factory: pytest.TempPathFactory) -> Ground:
     """v1 runs until its operator counted 10 elements and stops with a savepoint, while the jars' schemas are taken
-    (v2 compiled, two inspector JVMs); then v1 and v2 restore it side by side (one slot each)."""
+    (v2 and v3 compiled, inspector JVMs); then v1, v2 and v3 restore it side by side (one slot each)."""
     work = tmp_path_factory.mktemp("operator-state")
     client = flink_cluster.client
     job_id = client.submit_jar(job.jar("v1"), entry_class=job.ENTRY_CLASS,
@@ -141,16 +141,23 @@ def test_v2_fails_flinks_restore_and_check_and_migrate_refuse_it(ground: Ground,
     assert str(refused.value) == refusal and not (tmp_path / "out").exists()
 
 
-def test_a_change_flink_would_migrate_is_refused_as_flinkstate_copies_operator_state(
+def test_v3_adds_a_field_flink_migrates_it_on_restore_and_check_and_migrate_say_so(
         ground: Ground, tmp_path: Path) -> None:
+    """v3's Tally gains a field: Flink restores the v1 savepoint (every tally, the new field null) and migrates the
+    state itself; check says COMPATIBLE_AFTER_MIGRATION by Flink (exit 3), and migrate copies the operator state as
+    it is, which is what v3 restored."""
     savepoint = ground.savepoint
-    document = yaml.safe_load(manifest_from_savepoint(Savepoint.open(savepoint)).dump())
-    document["operators"][job.TALLY_UID]["operator_states"][job.TALLY_STATE]["value"]["fields"]["label"] = "String"
+    assert ground.failures["v3"] is None
+    stored = [element.value for _, element in Savepoint.open(savepoint).iter_operator_state(job.TALLY_UID,
+                                                                                             job.TALLY_STATE)]
+    assert job.restored_tallies(ground.audits["v3"]) == [f"{v['name']}={v['count']}" for v in stored]
+    report = check(savepoint, ground.schemas["v3"].manifest())
+    row = next(r for r in report.rows if (r.operator, r.state) == (job.TALLY_UID, job.TALLY_STATE))
+    assert (row.flink_verdict.name, row.verdict.name, report.exit_code) == (
+        "COMPATIBLE_AFTER_MIGRATION", "COMPATIBLE_AFTER_MIGRATION", 3), report.render_markdown()
+    assert row.migration == "flink (on restore; migrate copies it as it is)"
     manifest = tmp_path / "v3.yaml"
-    manifest.write_text(yaml.safe_dump(document, sort_keys=False))
-    row = next(r for r in check(savepoint, manifest).rows if r.state == job.TALLY_STATE)
-    assert (row.flink_verdict.name, row.verdict.name) == ("COMPATIBLE_AFTER_MIGRATION", "INCOMPATIBLE")
-    assert row.findings[-1].message.endswith("; Flink would migrate it on restore, but flinkstate does not migrate "
-                                             "operator state, and migrate copies operator state as it is")
-    assert cli_main(["migrate", str(savepoint), "--schema", str(manifest), "--output", str(tmp_path / "out")]) != 0
-    assert not (tmp_path / "out").exists()
+    manifest.write_text(ground.schemas["v3"].manifest().dump(sources=True))
+    MigrationJob(str(savepoint), str(manifest), str(tmp_path / "out")).run()
+    assert [element.value for _, element in Savepoint.open(tmp_path / "out").iter_operator_state(
+        job.TALLY_UID, job.TALLY_STATE)] == stored

@@ -225,8 +225,9 @@ def _describe(plan: OperatorPlan | None, row: StateRow, rewritten: bool) -> str 
 
 def _operator_state_row(row: StateRow, plan: OperatorPlan | None, savepoint: str) -> None:
     """An operator state (:mod:`flinkstate.operator_state_rules`): the plan copies it as it is, with its operator
-    (also to the operator's new id), so its verdict is Flink's on the savepoint's bytes; what Flink would migrate on
-    restore, or refuse, the plan refuses, in ``migrate``'s one line."""
+    (also to the operator's new id), so its verdict is Flink's on the savepoint's bytes: what Flink migrates on
+    restore it migrates from the copy; what Flink refuses, or misreads, the plan refuses, in ``migrate``'s one
+    line."""
     moved = plan is not None and plan.new_operator_id != plan.source.operator_id
     # The operator's rename (on its first row) is the plan's to carry out: it moves the operator, state and all.
     reason = next((f for f in row.findings if f.effective_verdict >= AFTER_MIGRATION and not
@@ -238,9 +239,14 @@ def _operator_state_row(row: StateRow, plan: OperatorPlan | None, savepoint: str
         else:
             row.verdict = max([row.flink_verdict, *(f.effective_verdict for f in row.findings)])
         return
-    why = "Flink would migrate it on restore, but flinkstate does not migrate operator state" \
-        if reason.effective_verdict is AFTER_MIGRATION else "Flink does not restore it as it is" \
-        if reason.silent_misread else "Flink fails the restore"
+    worst = max(f.effective_verdict for f in row.findings if f.effective_verdict >= AFTER_MIGRATION)
+    if worst is AFTER_MIGRATION and row.flink_verdict is AFTER_MIGRATION:
+        # Flink deserializes every element with the restored serializer and writes the next snapshot with the new
+        # one: it migrates the state itself, from the copy the plan makes (ground truth: test_operator_state_flink).
+        row.verdict = AFTER_MIGRATION
+        row.migration = "flink (on restore; migrate copies it as it is)"
+        return
+    why = "Flink does not restore it as it is" if reason.silent_misread else "Flink fails the restore"
     row.findings = [f.at(migratable=False) if f.effective_verdict >= AFTER_MIGRATION else f for f in row.findings]
     row.findings.append(Finding("MIGRATION_REFUSED", "", f"{savepoint}: operator {row.operator}, operator state "
                                 f"{row.state} ({row.old_kind}): {reason.code}: {reason.message}; {why}, and migrate "
@@ -296,7 +302,7 @@ def check_against_manifest(staged: Savepoint, manifest: Manifest, allow_non_rest
     per state checked."""
     report = check(staged, manifest, allow_non_restored_state=allow_non_restored_state, migrated=True)
     for row in report.rows:
-        if row.verdict <= RECONFIGURED:
+        if row.verdict <= RECONFIGURED or _flink_migrates_operator_state(row):
             continue
         finding = next((f for f in row.findings if f.effective_verdict > RECONFIGURED), None)
         what = f"{finding.code}: {finding.message}" if finding is not None else row.verdict.name
@@ -304,6 +310,12 @@ def check_against_manifest(staged: Savepoint, manifest: Manifest, allow_non_rest
         raise MigrationError(f"{where}check: operator {row.operator}{f', state {row.state}' if row.state else ''}: "
                              f"the new version would not restore the written state as is ({what})")
     return [f"{row.operator}/{row.state}: {row.verdict.name}" for row in report.rows if row.state is not None]
+
+
+def _flink_migrates_operator_state(row: StateRow) -> bool:
+    """An operator state copied as it is that Flink migrates on restore, from the copy as from the source."""
+    return row.kind in OPERATOR_KINDS and row.verdict is AFTER_MIGRATION and row.flink_verdict is AFTER_MIGRATION \
+        and not any(f.silent_misread for f in row.findings)
 
 
 def _state_file(staged: Savepoint, operator: str) -> str:

@@ -1,5 +1,5 @@
 """The operator-state job (tests/support/operator_state_job/: OperatorStateJob.java, and each version's Tally POJO in
-v1/ and v2/) seen from the tests: its jars, and what its operator writes into its audit folder."""
+v1/, v2/ and v3/) seen from the tests: its jars, and what its operator writes into its audit folder."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tests.support.java_build import build_jar
 
 SOURCE_DIR = Path(__file__).resolve().parent / "operator_state_job"
 ENTRY_CLASS = "opstate.OperatorStateJob"
-VERSIONS = ("v1", "v2")
+VERSIONS = ("v1", "v2", "v3")
 TALLY_UID, TALLY_STATE = "tally", "tallies"
 
 

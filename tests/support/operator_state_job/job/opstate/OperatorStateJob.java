@@ -24,7 +24,7 @@ import java.util.List;
  * A job for the operator-state ground truth (tests/test_operator_state_flink.py): operator {@code tally}, a
  * {@link CheckpointedFunction}, keeps one {@link Tally} POJO per bucket of the sequence (seq % 3) in its operator
  * {@code ListState} {@code tallies} (split-distribute), registered in initializeState(). The Tally class is the
- * version's (v1/, v2/: its {@code count} field a long, then a String).
+ * version's (v1/, v2/, v3/: its {@code count} field a long, then a String; v3: v1's and a {@code label}).
  *
  * <p>{@code --audit-dir DIR}: the operator writes {@code seen} there once it has counted 10 elements, and, when
  * restored, {@code restored} with every restored tally ({@code name=count}, one a line, in the state's order), which
