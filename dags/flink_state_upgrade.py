@@ -116,6 +116,12 @@ with DAG(
                                       "stopped; abort or no answer leaves it running, recorded as refused"),
         "approval_timeout": Param(3600, type="integer", minimum=0,
                                   description="approval: seconds to wait for an answer (then abort); 0: no limit"),
+        "target_flink_conn_id": Param("", type="string",
+                                      description="the Flink connection the new version runs on, when it is another "
+                                                  "cluster than the old one's (flink_default), e.g. a Flink 2.x "
+                                                  "cluster for a job on 1.x: stop, savepoints and the rollback act "
+                                                  "on the old cluster, submit and health gate on this one; empty: "
+                                                  "the same cluster"),
         "current": Param(None, type=["null", "object"],
                          description="the running version (jar, entry_class, program_args, parallelism, and its "
                                      "manifest if it has one), when the deployment registry has no record of it"),
@@ -128,16 +134,25 @@ with DAG(
     tags=["flink", "flinkstate"],
 ) as dag:
 
+    def target_hook(params: dict) -> FlinkHook | None:
+        """The new version's cluster (params.target_flink_conn_id), None: the old one's."""
+        conn_id = params.get("target_flink_conn_id") or ""
+        return FlinkHook(conn_id) if conn_id and conn_id != FlinkHook.default_conn_name else None
+
     @task
     def resolve(params: dict | None = None, run_id: str | None = None, ti=None) -> dict:  # Airflow injects ti
+        target = target_hook(params or {})
         return upgrade.plan_run(params or {}, run_id or "manual", FlinkHook().get_conn(), dag_id=ti.dag_id,
-                                probe=upgrade.airflow_probe(ti))
+                                probe=upgrade.airflow_probe(ti), target=target.get_conn() if target else None,
+                                conn_ids=(FlinkHook.default_conn_name,
+                                          target.flink_conn_id if target else FlinkHook.default_conn_name))
 
     plan = resolve()
 
     @task
     def preflight_checks(plan: dict) -> None:
-        problems = upgrade.preflight_checks(plan, FlinkHook().get_conn(), spark_master(SPARK["conn_id"]))
+        problems = upgrade.preflight_checks(plan, FlinkHook().get_conn(), spark_master(SPARK["conn_id"]),
+                                            FlinkHook(plan["new_flink_conn_id"]).get_conn())
         if problems:  # an expected refusal: one log line, no traceback
             raise TaskRefused(f"checks before the stop failed: {'; '.join(problems)}")
 
@@ -242,15 +257,17 @@ with DAG(
     migrated_path = restore_path_migrated(plan)  # type: ignore[arg-type]
     chosen = restore_path()
 
+    # The new version's cluster: the old one's unless params.target_flink_conn_id names another.
     submit_new = FlinkSubmitJarOperator(
-        task_id="submit_new", jar=plan_value("new", "jar"),
+        task_id="submit_new", flink_conn_id=plan_value("new_flink_conn_id"), jar=plan_value("new", "jar"),
         entry_class=plan_value("new", "entry_class"), program_args=plan_value("new", "program_args"),
         parallelism=plan_value("new", "parallelism"),
         savepoint_path="{{ ti.xcom_pull(task_ids='restore_path') }}",
         allow_non_restored_state=plan_value("allow_non_restored_state"))
 
     gate = FlinkHealthGateSensor(
-        task_id="health_gate", job_id="{{ ti.xcom_pull(task_ids='submit_new') | tojson }}",
+        task_id="health_gate", flink_conn_id=plan_value("new_flink_conn_id"),
+        job_id="{{ ti.xcom_pull(task_ids='submit_new') | tojson }}",
         expected_savepoint="{{ ti.xcom_pull(task_ids='restore_path') }}",
         min_checkpoints="{{ params.min_checkpoints }}", max_restarts="{{ params.max_restarts }}",
         gate_timeout="{{ params.gate_timeout }}", min_running_seconds="{{ params.min_running_seconds }}",

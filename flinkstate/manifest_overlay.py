@@ -69,11 +69,14 @@ def manifest_of_jar(schema: JarSchema, overlay: str | os.PathLike[str] | None = 
 
 
 def schema_of_jar(jar: str | os.PathLike[str], overlay: str | os.PathLike[str] | None = None, *,
-                  entry_class: str | None = None, program_args: Sequence[str] = (), parallelism: int = 1) -> Manifest:
+                  entry_class: str | None = None, program_args: Sequence[str] = (), parallelism: int = 1,
+                  flink_home: str | os.PathLike[str] | None = None) -> Manifest:
     """A job version's manifest from its jar as ``flink run JAR ARGS`` builds it (:func:`inspect_jar`: its ``main()``
-    and operators' ``open()`` in a JVM of its own, cached by the jar's hash), completed by ``overlay`` when given:
-    what the upgrade DAG's ``preflight_checks`` and the Spark jobs' ``--jar`` judge."""
-    schema = inspect_jar(jar, entry_class=entry_class, program_args=program_args, parallelism=parallelism)
+    and operators' ``open()`` in a JVM of its own, on ``flink_home``'s classes, default the default distribution;
+    cached by the jar's hash), completed by ``overlay`` when given: what the upgrade DAG's ``preflight_checks`` and
+    the Spark jobs' ``--jar`` judge."""
+    schema = inspect_jar(jar, entry_class=entry_class, program_args=program_args, parallelism=parallelism,
+                         flink_home=flink_home)
     return manifest_of_jar(schema, overlay)
 
 

@@ -114,6 +114,8 @@ def test_window_is_judged_in_its_time_zone():
      "r.yaml: jobs.a.approval: expected a bool, got 'yes'"),
     ("savepoint_base: /b\njobs: {a: {jar: j, approval: true, approval_timeout: -5}}\n",
      "r.yaml: jobs.a.approval_timeout: expected a non-negative int, got -5"),
+    ("savepoint_base: /b\njobs: {a: {jar: j, target_flink_conn_id: 5}}\n",
+     "r.yaml: jobs.a.target_flink_conn_id: expected a str, got 5"),
     ("savepoint_base: /b\njobs: {a: {jar: j, manifest: [m], current: {jar: j}}}\n", "r.yaml: jobs.a.manifest: "
      "expected a path (optional: the version's schema is its jar's, and a manifest an overlay of it), got ['m']"),
     ("savepoint_base: /b\njobs: {a: {jar: j, current: {manifest: m}}}\n", "r.yaml: jobs.a.current.jar: required"),
@@ -139,7 +141,7 @@ def test_a_full_release_parses(tmp_path: Path):
     text = release_text("s3://bucket/sp/", job_yaml("keyed-stats", V2, (
         "    flink_job_name: keyed-stats-v1\n    window: {start: \"22:00\", end: \"02:00\", timezone: Europe/Berlin, "
         "days: [Friday, sat]}\n    max_restarts: 1\n    allow_non_restored_state: true\n    approval: true\n"
-        "    approval_timeout: 600\n")))
+        "    approval_timeout: 600\n    target_flink_conn_id: flink_2x\n")))
     path = tmp_path / "release.yaml"
     path.write_text(text)
     release = releases.load_release(str(path))
@@ -150,9 +152,9 @@ def test_a_full_release_parses(tmp_path: Path):
                                 ("fri", "sat"))
     # A deployment that needs a person's approval before its stop: the scheduler's run asks (the DAG's params).
     assert job.options == {"max_restarts": 1, "allow_non_restored_state": True, "approval": True,
-                           "approval_timeout": 600}
+                           "approval_timeout": 600, "target_flink_conn_id": "flink_2x"}
     conf = releases.upgrade_conf(release, job, "a" * 32, None)
-    assert (conf["approval"], conf["approval_timeout"]) == (True, 600)
+    assert (conf["approval"], conf["approval_timeout"], conf["target_flink_conn_id"]) == (True, 600, "flink_2x")
     with pytest.raises(ReleaseError, match=r"^/no/such/release.yaml: cannot read the release file"):
         releases.load_release("/no/such/release.yaml")
 

@@ -55,6 +55,9 @@ def test_the_conf_from_options_is_the_dags_conf():
         "on this AIRFLOW_HOME (airflow api-server); none in time aborts it (the job runs on)")
     assert "(no limit)" in str(upgrade_run.local_approval_note({"approval": True, "approval_timeout": 0}))
     assert upgrade_run.local_approval_note({"approval": False}) is None
+    # The new version on another cluster (the DAG's target_flink_conn_id): the old one's stays flink_default.
+    assert conf_of("--deployment", "orders", "--jar", "/jobs/o.jar", "--savepoint-base", "/sp",
+                   "--target-flink-conn-id", "flink_2x")["target_flink_conn_id"] == "flink_2x"
 
 
 RELEASE = """savepoint_base: {base}

@@ -97,6 +97,11 @@ def add_parser(actions: Any) -> None:
                              "stopped; no answer within --approval-timeout seconds aborts (the job runs on)")
     for name in PARAM_OPTIONS:
         params.add_argument(f"--{name.replace('_', '-')}", type=int, metavar="N")
+    params.add_argument("--target-flink-conn-id", metavar="CONN_ID",
+                        help="the Airflow connection of the Flink cluster the new version runs on, when it is not "
+                             "the old one's (flink_default), e.g. a Flink 2.x cluster for a job on 1.x; the rollback "
+                             "restarts the old version on the old cluster (--local: define it as "
+                             "AIRFLOW_CONN_<CONN_ID> in the environment)")
 
     rest = run.add_argument_group("--airflow-url")
     rest.add_argument("--airflow-user", default=os.environ.get(USER_ENV),
@@ -148,7 +153,7 @@ def build_conf(args: argparse.Namespace) -> dict[str, Any]:
         conf = upgrade_conf(Release("the command line", args.savepoint_base.rstrip("/"), {}), job,
                             args.job_id or "", job.current)
     overrides = {"mode": args.mode, "allow_non_restored_state": args.allow_non_restored_state, "engine": args.engine,
-                 "approval": args.approval,
+                 "approval": args.approval, "target_flink_conn_id": args.target_flink_conn_id,
                  **{name: getattr(args, name) for name in PARAM_OPTIONS}}
     conf.update({key: value for key, value in overrides.items() if value is not None})
     return conf

@@ -299,6 +299,9 @@ class UpgradeJournal:
                 "migrated_savepoint": None, "restore_path": None, "new_job_id": None, "rollback_job_id": None,
                 "running": None, "running_again_at": None, "gate": None, "failures": [], "alert_sent": False,
                 "history": []}
+        if plan.get("new_flink_url") and plan["new_flink_url"] != plan.get("flink_url"):
+            # The new version runs on another cluster (flink_url: the old one's): recovery acts on each its own.
+            data["new_flink_url"] = plan["new_flink_url"]
         previous = _read_versioned(uri)  # a finished journal is replaced, but only as it was read
         journal = cls(uri, data, previous[1] if previous else None)
         if previous:

@@ -59,6 +59,23 @@ def find_stop_savepoint(journal: UpgradeJournal) -> str | None:
     return str(found[-1]) if found else None
 
 
+def cluster_clients(client: FlinkRestClient, journal: UpgradeJournal) -> tuple[FlinkRestClient, FlinkRestClient]:
+    """The clients of the old version's cluster and the new version's, for a run that upgraded from one cluster to
+    another (its journal records the new one's ``new_flink_url`` beside ``flink_url``): ``client`` serves the
+    cluster whose address it has, a client of the same timeout the other. A run on one cluster: ``client`` for
+    both, whatever its address (as before the journal could name two)."""
+    new_url = journal.data.get("new_flink_url")
+    if not new_url:
+        return client, client
+    old_url = journal.data.get("flink_url") or client.base_url
+
+    def serving(url: str) -> FlinkRestClient:
+        same = url.rstrip("/") == client.base_url
+        return client if same else FlinkRestClient(url, timeout=client.timeout)
+
+    return serving(old_url), serving(new_url)
+
+
 def _state(client: FlinkRestClient, job_id: str | None) -> str | None:
     if not job_id:
         return None
@@ -148,6 +165,7 @@ def _restore_old_attempt(client: FlinkRestClient, journal: UpgradeJournal, actor
     attempt (or run) did."""
     data, steps = journal.data, []
     old = JobVersion(**data["old"])
+    client, new_client = cluster_clients(client, journal)
     old_state = _state(client, data["old_job_id"])
     if old_state == "RUNNING" and not data.get("rollback_job_id"):
         # Nothing was stopped (the stop never reached Flink, or failed): production is as it was.
@@ -162,10 +180,10 @@ def _restore_old_attempt(client: FlinkRestClient, journal: UpgradeJournal, actor
         journal.advance(Phase.ROLLING_BACK, actor, stop_savepoint=stop)
     new_ids = [data["new_job_id"]] if data.get("new_job_id") else []
     if data.get("restore_path") and journal.entered_at(Phase.SUBMITTING):
-        new_ids += _jobs_restored_from(client, data["restore_path"], journal.entered_at(Phase.SUBMITTING) or 0)
+        new_ids += _jobs_restored_from(new_client, data["restore_path"], journal.entered_at(Phase.SUBMITTING) or 0)
     for job_id in dict.fromkeys(new_ids):
-        if _state(client, job_id) not in (None, *TERMINAL_STATES):
-            client.cancel(job_id, timeout=_remaining(deadline))
+        if _state(new_client, job_id) not in (None, *TERMINAL_STATES):
+            new_client.cancel(job_id, timeout=_remaining(deadline))
             steps.append(f"cancelled the new job {job_id}")
     # A rollback that an earlier attempt already started: use it when it runs from the stop savepoint.
     previous = data.get("rollback_job_id")
@@ -202,6 +220,7 @@ def _rollback_failed(client: FlinkRestClient, journal: UpgradeJournal, actor: st
                      timeout: float) -> Recovery:
     """Closes the journal with outcome DOWN, saying why."""
     data, steps = journal.data, []
+    client = cluster_clients(client, journal)[0]  # the rollback job runs on the old version's cluster
     why = f"rollback failed: {exc}"
     # A rollback job that could not run (say, waiting for slots no TaskManager offers) is cancelled, so that it
     # cannot come up later beside the restore a person starts from the alert. Its end is awaited for up to the
@@ -238,6 +257,7 @@ def finish_upgrade(client: FlinkRestClient, journal: UpgradeJournal, actor: str,
     data = journal.data
     new = JobVersion(**data["new"])
     path = str(data.get("restore_path") or data.get("migrated_savepoint"))
+    old_client, client = client, cluster_clients(client, journal)[1]  # the new version runs on its own cluster
     try:
         job_id = data.get("new_job_id")
         if not job_id and journal.entered_at(Phase.SUBMITTING):
@@ -258,7 +278,8 @@ def finish_upgrade(client: FlinkRestClient, journal: UpgradeJournal, actor: str,
         raise  # another actor owns the run now: do nothing more
     except FlinkStateError as exc:
         journal.data["failures"].append(f"finishing the upgrade failed: {exc}")
-        return restore_old(client, journal, actor, timeout=timeout, reason=f"finishing the upgrade failed: {exc}")
+        return restore_old(old_client, journal, actor, timeout=timeout,
+                           reason=f"finishing the upgrade failed: {exc}")
     DeploymentRegistry(data["savepoint_base"]).record(data["deployment"], new, job_id, local_path(path),
                                                       data["run_id"])
     journal.finish(Outcome.UPGRADED, actor, running={"version": "new", "job_id": job_id})

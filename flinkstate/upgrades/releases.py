@@ -17,6 +17,7 @@ entry. No Airflow here: the file is read through the bounded YAML loader (size, 
         min_checkpoints: 2                   # min_checkpoints, max_restarts, gate_timeout, max_dead_letters and mode
         approval: true                       # optional: a person approves the stop (the Airflow UI) ...
         approval_timeout: 3600               # ... within this many seconds, else the run aborts (the job runs on)
+        target_flink_conn_id: flink_2x       # optional: the new version runs on this Flink connection's cluster
     savepoint_base: /path/or/s3://bucket/prefix
 """
 
@@ -38,7 +39,7 @@ DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 #: Per-job settings passed through to flink_state_upgrade's params, with their types.
 PASS_THROUGH: dict[str, type] = {"allow_non_restored_state": bool, "min_checkpoints": int, "max_restarts": int,
                                  "gate_timeout": int, "max_dead_letters": int, "approval": bool,
-                                 "approval_timeout": int}
+                                 "approval_timeout": int, "target_flink_conn_id": str}
 JOB_KEYS = {"flink_job_name", "jar", "entry_class", "program_args", "parallelism", "manifest", "window", "current",
             "mode", *PASS_THROUGH}
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")

@@ -93,8 +93,9 @@ class FlinkSubmitJarOperator(_FlinkOperator):
     restored) and fails with Flink's own error if the restore fails.
     """
 
-    template_fields: Sequence[str] = ("jar", "entry_class", "program_args", "savepoint_path", "parallelism",
-                                      "allow_non_restored_state")
+    # flink_conn_id too: the upgrade DAG submits the new version to the cluster its plan names.
+    template_fields: Sequence[str] = ("flink_conn_id", "jar", "entry_class", "program_args", "savepoint_path",
+                                      "parallelism", "allow_non_restored_state")
 
     def __init__(self, *, jar: str, entry_class: str | None = None, program_args: Sequence[str] | str = (),
                  parallelism: int | str | None = None, savepoint_path: str | None = None,

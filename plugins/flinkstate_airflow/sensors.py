@@ -50,8 +50,8 @@ class FlinkHealthGateSensor(BaseSensorOperator):
     ``all_subtasks_running_at``, epoch seconds).
     """
 
-    template_fields: Sequence[str] = ("job_id", "expected_savepoint", "min_checkpoints", "max_restarts",
-                                      "gate_timeout", "min_running_seconds")
+    template_fields: Sequence[str] = ("flink_conn_id", "job_id", "expected_savepoint", "min_checkpoints",
+                                      "max_restarts", "gate_timeout", "min_running_seconds")
 
     def __init__(self, *, job_id: str, expected_savepoint: str | None, min_checkpoints: int | str = 2,
                  max_restarts: int | str = 0, gate_timeout: float | str = 300, min_running_seconds: float | str = 0,

@@ -65,6 +65,7 @@ from flinkstate import (
     write_file,
     write_with_retries,
 )
+from flinkstate.engine.local import flink_home_for_version
 
 __all__ = ["DeploymentRegistry", "JobVersion", "UpgradeError", "UpgradeJournal", "local_path", "safe_name"]
 
@@ -86,7 +87,8 @@ RESTORE, MIGRATE, INCOMPATIBLE, CHECK_ONLY = "stop_for_restore", "stop_for_migra
 
 
 def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient, *, dag_id: str = "flink_state_upgrade",
-             probe: RunProbe | None = None) -> dict[str, Any]:
+             probe: RunProbe | None = None, target: FlinkRestClient | None = None,
+             conn_ids: tuple[str, str] = ("flink_default", "flink_default")) -> dict[str, Any]:
     """Resolves the job (RUNNING), the old version (the registry, else ``params['current']``) and the new one,
     and the run's folder; writes ``run.json`` and opens the deployment's journal. Everything downstream reads this
     plan from XCom.
@@ -100,6 +102,11 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient, *, da
     One whose owner is gone belongs to a run that died: it is recovered first (the old version restored from its
     stop savepoint, or its verified upgrade finished), and this run then upgrades what runs afterwards. The
     recovery's account goes into the plan, for this run's alert.
+
+    ``target``: the cluster the new version is to run on when it is not the old one's (``client``); ``conn_ids``:
+    the Airflow connections of the two (old, new). The plan records both (``flink_conn_id``, ``flink_url``,
+    ``new_flink_conn_id``, ``new_flink_url``), and the journal the new one's address when it differs, so that
+    every later step, the rollback and a recovery act on the right cluster.
     """
     job_id, job_name = params.get("job_id") or None, params.get("job_name") or None
     if not params.get("savepoint_base"):
@@ -161,10 +168,13 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient, *, da
             "schemas": {"new": f"{run_dir}/{NEW_SCHEMA}", "old": f"{run_dir}/{OLD_SCHEMA}"},
             "allow_non_restored_state": bool(params.get("allow_non_restored_state", False)),
             "flink_url": client.base_url, "recovered": recovered, "dag_id": dag_id,
+            "flink_conn_id": conn_ids[0], "new_flink_conn_id": conn_ids[1],
+            "new_flink_url": (target or client).base_url,
             "journal": UpgradeJournal.start({"savepoint_base": base, "job_name": job_name, "run_id": run_id,
                                              "run_dir": run_dir, "old": asdict(old), "new": asdict(new),
                                              "job_id": job_id, "mode": params.get("mode", "upgrade"),
                                              "flink_url": client.base_url,
+                                             "new_flink_url": (target or client).base_url,
                                              "allow_non_restored_state": params.get("allow_non_restored_state")},
                                             "resolve", run=run_of({"dag_id": dag_id, "run_id": run_id}, "resolve")
                                             ).uri}
@@ -235,34 +245,64 @@ def journal_of(plan: dict[str, Any] | None) -> UpgradeJournal | None:
 # ---------------------------------------------------------------------- checks before the stop
 
 
-def version_schema(version: JobVersion) -> Manifest:
+def version_schema(version: JobVersion, flink_home: Path | None = None) -> Manifest:
     """A version's state schema: what its jar's operators register when they open (its ``main()`` with the
     version's entry class, program arguments and parallelism, in a JVM of its own, cached by the jar's hash:
     :func:`flinkstate.schema_of_jar`), completed by the version's manifest as an overlay when it has one. Raises
     :class:`flinkstate.OverlayContradiction` (one line: the manifest, the operator, the state, both sides) when the
-    manifest contradicts the jar, and the inspection's one line when the jar's ``main()`` or ``open()`` fails."""
+    manifest contradicts the jar, and the inspection's one line when the jar's ``main()`` or ``open()`` fails.
+    ``flink_home``: the Flink whose classes run it (default: the default distribution); the schema records its
+    version, which the check and the migration take as the target Flink."""
     return schema_of_jar(version.jar, version.manifest, entry_class=version.entry_class,
-                         program_args=version.program_args, parallelism=version.parallelism or 1)
+                         program_args=version.program_args, parallelism=version.parallelism or 1,
+                         flink_home=flink_home)
 
 
-def _resolve_schema(version: JobVersion, which: str) -> Manifest | str:
+def two_clusters(plan: dict[str, Any]) -> bool:
+    """Whether the new version runs on another cluster than the old one (the DAG's ``target_flink_conn_id``)."""
+    return bool(plan.get("new_flink_url")) and plan["new_flink_url"] != plan.get("flink_url")
+
+
+def _flink_home_of(cluster: FlinkRestClient, which: str) -> Path | str:
+    """A local distribution of the Flink ``cluster`` runs, or the one line that says why there is none."""
+    try:
+        return flink_home_for_version(str(cluster.config()["flink-version"]))
+    except (FlinkStateError, KeyError) as exc:
+        return f"the {which} version's Flink at {cluster.base_url}: {exc}"
+
+
+def _resolve_schema(version: JobVersion, which: str, flink_home: Path | None = None) -> Manifest | str:
     """The ``which`` ("new" or "running") version's schema, or the one line that says why there is none."""
     if version.manifest and not exists(version.manifest):
         return f"the {which} version's manifest {version.manifest}: no such file"
     try:
-        return version_schema(version)
+        return version_schema(version, flink_home)
     except FlinkStateError as exc:  # a contradiction names the manifest; the inspection's line names the jar
         return f"the {which} version's schema: {exc}"
 
 
-def preflight_checks(plan: dict[str, Any], client: FlinkRestClient, spark_master: str) -> list[str]:
+def preflight_checks(plan: dict[str, Any], client: FlinkRestClient, spark_master: str,
+                     target: FlinkRestClient | None = None) -> list[str]:
     """Everything that can be known to fail before the old job is stopped; returns the problems (none: go on).
 
     Each version's state schema is resolved here, once (:func:`version_schema`: the new jar's, completed by the
     given manifest, which must not contradict it; the old version's likewise, from the jar the registry records),
     and written into the run's folder (``plan["schemas"]``), which is what the Spark check and migration judge:
-    only this task runs the job's code. Changes nothing else but a probe file in the run's folder, deleted again."""
+    only this task runs the job's code. Changes nothing else but a probe file in the run's folder, deleted again.
+
+    Across two clusters (``target``: the new version's), each jar is inspected on the classes of the Flink its
+    cluster runs (a local distribution of that version: :func:`flinkstate.engine.local.flink_home_for_version`), so
+    that the new schema names the target Flink the migration writes for, and the new cluster must have the slots."""
     problems = []
+    target = target if target is not None and two_clusters(plan) else None
+    homes: dict[str, Path | None] = {"new": None, "old": None}
+    if target is not None:
+        for which, cluster in (("new", target), ("old", client)):
+            home = _flink_home_of(cluster, which)
+            if isinstance(home, str):
+                problems.append(home)
+            else:
+                homes[which] = home
     new, old = JobVersion(**plan["new"]), JobVersion(**plan["old"])
     schemas: dict[str, Manifest] = {}
     problems += _jar_problems(new)
@@ -271,7 +311,7 @@ def preflight_checks(plan: dict[str, Any], client: FlinkRestClient, spark_master
     for which, version, label in (("new", new, "new"), ("old", old, "running")):
         if problems:  # a jar to inspect is missing
             break
-        resolved = _resolve_schema(version, label)
+        resolved = _resolve_schema(version, label, homes[which])
         if isinstance(resolved, Manifest):
             schemas[which] = resolved
         else:
@@ -283,11 +323,14 @@ def preflight_checks(plan: dict[str, Any], client: FlinkRestClient, spark_master
         held = max((int(v.get("parallelism", 1)) for v in job.get("vertices") or []), default=0)
         held = held if job.get("state") == "RUNNING" else 0
         need = new.parallelism or held or 1
-        free = int(overview.get("slots-available", 0)) + held
-        if free < need:
-            problems.append(f"Flink at {client.base_url}: {free} task slots would be free once the old job stops "
-                            f"({overview.get('slots-available')} free now + {held} it holds), the new version "
-                            f"needs {need}")
+        if target is not None:  # the old job's slots are on the other cluster: the new one's must be free now
+            free = int(target.overview().get("slots-available", 0))
+            if free < need:
+                problems.append(f"Flink at {target.base_url}: {free} task slots free, the new version needs {need}")
+        elif int(overview.get("slots-available", 0)) + held < need:
+            problems.append(f"Flink at {client.base_url}: {int(overview.get('slots-available', 0)) + held} task "
+                            f"slots would be free once the old job stops ({overview.get('slots-available')} free "
+                            f"now + {held} it holds), the new version needs {need}")
         if job.get("state") != "RUNNING":
             problems.append(f"job {plan['job_id']} is {job.get('state')}, not RUNNING")
     except FlinkRestError as exc:
