@@ -15,7 +15,7 @@ import pytest
 from flinkstate import FlinkRestClient, JournalConflict, Outcome, Phase, UpgradeJournal, not_writable, recover
 from flinkstate.engine.rest import savepoint_created_before_stop_failed
 from flinkstate.upgrades.journal import journal_uri
-from flinkstate.upgrades.recovery import dead_runs, find_stop_savepoint
+from flinkstate.upgrades.recovery import cluster_clients, dead_runs, find_stop_savepoint
 
 
 def _plan(base: Path) -> dict:
@@ -43,6 +43,26 @@ def test_journal_phases_are_written_whole_and_read_back(tmp_path: Path):
     Path(journal.uri).write_text(json.dumps(data))
     assert [j.data["run_id"] for j in dead_runs(str(tmp_path), grace=0)] == ["r1"]
     assert dead_runs(str(tmp_path), grace=3600) == []
+
+
+def test_a_run_across_two_clusters_is_recovered_on_each_its_own(tmp_path: Path):
+    """The journal of a run whose new version runs on another cluster names it; recovery (the watchdog's, conclude's,
+    `upgrade recover`'s) asks the old cluster about the old version and the new one about the new, whichever address
+    its client has. A run on one cluster keeps the client it was given (the real rollback: test_upgrade_dag,
+    test_upgrade_across_clusters)."""
+    old_url, new_url = "http://127.0.0.1:18081", "http://127.0.0.1:28081"
+    across = UpgradeJournal.start({**_plan(tmp_path), "flink_url": old_url, "new_flink_url": new_url}, "resolve")
+    assert UpgradeJournal.load(across.uri).data["new_flink_url"] == new_url
+    for given in (old_url, new_url):
+        client = FlinkRestClient(given, timeout=7)
+        old, new = cluster_clients(client, across)
+        assert (old.base_url, new.base_url) == (old_url, new_url)
+        assert (old if given == old_url else new) is client and old.timeout == new.timeout == 7
+    single = UpgradeJournal.start({**_plan(tmp_path / "one"), "flink_url": old_url, "new_flink_url": old_url},
+                                  "resolve")
+    assert "new_flink_url" not in single.data
+    client = FlinkRestClient("http://elsewhere:8081")
+    assert cluster_clients(client, single) == (client, client)
 
 
 def test_phases_and_outcomes_keep_the_strings_journals_store():
