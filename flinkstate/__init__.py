@@ -35,6 +35,7 @@ from flinkstate.audit import Audit, Exposure, audit_savepoint
 from flinkstate.binary import Reader, Writer
 from flinkstate.bounded_yaml import YAMLRefused, load_yaml
 from flinkstate.compatibility import Compatibility, Finding, Verdict
+from flinkstate.engine.flink_homes import flink_home_for_version
 from flinkstate.engine.jar_schema import (
     DEFAULT_MAX_HEAP,
     DEFAULT_TIMEOUT_SECONDS,
@@ -262,6 +263,7 @@ __all__ = [
     "describe_outcome",
     "describe_run",
     "exists",
+    "flink_home_for_version",
     "flink_version_problem",
     "inspect_jar",
     "load_function",

@@ -118,39 +118,6 @@ def flink_version(flink_home: Path) -> str:
     raise EnvironmentProblem(f"cannot tell the Flink version of {flink_home}: no lib/flink-dist-*.jar")
 
 
-#: Further Flink distributions (their pyflink/ or FLINK_HOME folders), separated by the path separator, among which
-#: :func:`flink_home_for_version` looks for a version; ``make setup`` puts older ones into ``.flink-dists/``.
-FLINK_HOMES_ENV = "FLINKSTATE_FLINK_HOMES"
-
-
-def flink_home_for_version(version: str) -> Path:
-    """A local Flink distribution of ``version`` (a cluster's ``flink-version``), to run a jar on the classes of the
-    Flink it will run on: the default distribution (:func:`find_flink_home`), the folders in $FLINKSTATE_FLINK_HOMES,
-    or ``.flink-dists/*/pyflink`` beside this checkout. The same version is taken first, else the same minor (its
-    serializers are the same). Raises one line when none is found."""
-    candidates: list[Path] = []
-    try:
-        candidates.append(find_flink_home())
-    except EnvironmentProblem:
-        pass  # only the other places, then
-    candidates += [Path(p) for p in os.environ.get(FLINK_HOMES_ENV, "").split(os.pathsep) if p]
-    candidates += [Path(p) for p in sorted(glob.glob(str(_PROJECT_ROOT / ".flink-dists" / "*" / "pyflink")))]
-    versions: dict[Path, str] = {}
-    for home in candidates:
-        try:
-            versions[home.resolve()] = flink_version(home)
-        except EnvironmentProblem:
-            continue  # not a distribution: another may be
-    minor = ".".join(version.split(".")[:2])
-    for wanted in (lambda v: v == version, lambda v: ".".join(v.split(".")[:2]) == minor):
-        found = next((home for home, v in versions.items() if wanted(v)), None)
-        if found is not None:
-            return found
-    have = ", ".join(f"{v} ({h})" for h, v in versions.items()) or "none"
-    raise EnvironmentProblem(f"no local Flink {version} distribution to inspect a jar with (found: {have}; add one "
-                             f"to ${FLINK_HOMES_ENV})")
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))

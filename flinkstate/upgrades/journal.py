@@ -57,8 +57,7 @@ class Phase:
 
 
 class Outcome:
-    """The outcomes of a DONE journal. UNCHANGED: nothing was stopped; DOWN: the job is not running and a person
-    must act."""
+    """The outcomes of a DONE journal. UNCHANGED: nothing was stopped; DOWN: the job is not running, a person must."""
 
     UPGRADED: Final = "upgraded"
     CHECKED: Final = "checked"
@@ -85,8 +84,7 @@ class RunTakenOver(JournalConflict):
 @dataclass(frozen=True)
 class JobVersion:
     """Everything needed to (re)start one version of a job: rollback never guesses. ``manifest`` is optional: the
-    version's state schema is its jar's, and a manifest, when given, is an overlay of it
-    (:mod:`flinkstate.manifest_overlay`)."""
+    version's state schema is its jar's, a manifest an overlay of it (:mod:`flinkstate.manifest_overlay`)."""
 
     jar: str
     manifest: str | None = None
@@ -299,9 +297,8 @@ class UpgradeJournal:
                 "migrated_savepoint": None, "restore_path": None, "new_job_id": None, "rollback_job_id": None,
                 "running": None, "running_again_at": None, "gate": None, "failures": [], "alert_sent": False,
                 "history": []}
-        if plan.get("new_flink_url") and plan["new_flink_url"] != plan.get("flink_url"):
-            # The new version runs on another cluster (flink_url: the old one's): recovery acts on each its own.
-            data["new_flink_url"] = plan["new_flink_url"]
+        if plan.get("new_flink_url") not in (None, "", plan.get("flink_url")):  # the new version on another cluster
+            data["new_flink_url"] = plan["new_flink_url"]  # (flink_url: the old one's): recovery acts on each its own
         previous = _read_versioned(uri)  # a finished journal is replaced, but only as it was read
         journal = cls(uri, data, previous[1] if previous else None)
         if previous:

@@ -49,6 +49,7 @@ from flinkstate import (
     describe_outcome,
     describe_run,
     exists,
+    flink_home_for_version,
     local_path,
     not_writable,
     printable,
@@ -65,7 +66,6 @@ from flinkstate import (
     write_file,
     write_with_retries,
 )
-from flinkstate.engine.local import flink_home_for_version
 
 __all__ = ["DeploymentRegistry", "JobVersion", "UpgradeError", "UpgradeJournal", "local_path", "safe_name"]
 
@@ -291,7 +291,7 @@ def preflight_checks(plan: dict[str, Any], client: FlinkRestClient, spark_master
     only this task runs the job's code. Changes nothing else but a probe file in the run's folder, deleted again.
 
     Across two clusters (``target``: the new version's), each jar is inspected on the classes of the Flink its
-    cluster runs (a local distribution of that version: :func:`flinkstate.engine.local.flink_home_for_version`), so
+    cluster runs (a local distribution of that version: :func:`flinkstate.flink_home_for_version`), so
     that the new schema names the target Flink the migration writes for, and the new cluster must have the slots."""
     problems = []
     target = target if target is not None and two_clusters(plan) else None
