@@ -260,6 +260,10 @@ def test_upgrade_v1_to_v2_through_the_rest_api_of_airflow_standalone(
                      lambda: re.search(r"approve_stop: \w+ \(waiting for a person's answer", output.read_text()),
                      timeout=300)
         assert client.job_state(running.job_id) == "RUNNING"
+        # A person takes seconds to answer. An answer within about a second of the question races Airflow 3.3 itself:
+        # the executor then reports the asking process's exit while the answered task is queued again, and the
+        # scheduler fails it ("finished with state success, but the task instance's state attribute is queued").
+        time.sleep(8)
         api.wait_for("the answer to be taken", lambda: api.call(
             "PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/approve_stop/-1/hitlDetails",
             {"chosen_options": ["migrate/restore"]}), timeout=60)
