@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import shutil
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,6 +35,7 @@ from flinkstate.savepoint import Savepoint
 from tests.support import compat_matrix, edge_job, sample_job
 from tests.support.jar_truth import differences
 from tests.support.java_build import build_jar
+from tests.support.waiting import wait_for_path
 
 pytestmark = pytest.mark.flink  # every test starts the inspector's JVM on Flink's runtime; most use the cluster
 
@@ -79,7 +79,7 @@ def taken(flink_cluster: LocalFlinkCluster, tmp_path_factory: pytest.TempPathFac
         marker = work / "lazy-marker"
         job_id = client.submit_jar(lazy_jar, entry_class=LAZY_ENTRY_CLASS, parallelism=1,
                                    program_args=["--keys", "3", "--marker-dir", str(marker)])
-        return job_id, lambda: _wait_for(marker / "seen-0")
+        return job_id, lambda: wait_for_path(marker / "seen-0")
 
     starts: dict[str, Callable[[], tuple[str, Callable[[], object]]]] = {
         **{f"sample-{v}": functools.partial(sample, v) for v in SAMPLE_VERSIONS},
@@ -96,14 +96,6 @@ def taken(flink_cluster: LocalFlinkCluster, tmp_path_factory: pytest.TempPathFac
             location = client.stop_with_savepoint(job_id, str(work / f"raw-{name}"))
             savepoints[name] = Path(shutil.move(location.removeprefix("file:"), work / name))
     return savepoints
-
-
-def _wait_for(path: Path, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear")
-        time.sleep(0.2)
 
 
 def test_sample_job_jars_give_the_schema_of_the_savepoints_they_write(

@@ -14,7 +14,6 @@ Flink) and migrate copies the operator state as it is.
 from __future__ import annotations
 
 import shutil
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,16 +30,9 @@ from flinkstate.migration.plan import MigrationError
 from flinkstate.savepoint import Savepoint
 from tests.support import operator_state_job as job
 from tests.support.jar_truth import differences
+from tests.support.waiting import wait_for_path
 
 pytestmark = pytest.mark.flink
-
-
-def _wait_for(path: Path, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear")
-        time.sleep(0.2)
 
 
 @dataclass(frozen=True)
@@ -66,7 +58,7 @@ def ground(flink_cluster: LocalFlinkCluster, tmp_path_factory: pytest.TempPathFa
         schemas = pool.submit(lambda: {version: inspect_jar(job.jar(version), cache_dir=work / "cache")
                                        for version in job.VERSIONS})
         client.wait_until_running(job_id, timeout=120)
-        _wait_for(work / "audit-run" / "seen")
+        wait_for_path(work / "audit-run" / "seen")
         location = client.stop_with_savepoint(job_id, str(work / "raw"))
         savepoint = Path(shutil.move(location.removeprefix("file:"), work / "savepoint"))
         jar_schemas = schemas.result()
@@ -79,7 +71,7 @@ def ground(flink_cluster: LocalFlinkCluster, tmp_path_factory: pytest.TempPathFa
     for version, restore in restores.items():
         try:
             client.wait_until_running(restore, timeout=120)
-            _wait_for(audits[version] / "restored")
+            wait_for_path(audits[version] / "restored")
             failures[version] = None
         except FlinkJobFailed as exc:
             failures[version] = str(exc)
