@@ -283,17 +283,18 @@ def run_main(name: str, main: Callable[[list[str]], int], argv: list[str] | None
     (spark-submit hands the Python driver's stderr to its own stdout, so that is where the line appears.)"""
     try:
         status = main(sys.argv[1:] if argv is None else argv)
-    except FlinkStateError as exc:
-        print(f"{name}: error: {exc}", file=sys.stderr)
-        status = 1
-    except OSError as exc:  # the machine's storage (a full disk), not a bug: which file, and what is wrong
-        print(f"{name}: error: {os_error_line(exc)}", file=sys.stderr)
-        status = 1
-    except Exception as exc:  # a task failure arrives wrapped by Spark (Py4JJavaError / PythonException)
-        if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkException"):
-            print(f"{name}: error: {printable(worker_error_message(exc))}", file=sys.stderr)
-        else:
-            print(f"{name}: internal error: {type(exc).__name__}: {printable(exc)} (a bug in flinkstate; please "
-                  f"report it)", file=sys.stderr)
+    except Exception as exc:
+        print(f"{name}: {failure_line(exc)}", file=sys.stderr)
         status = 1
     sys.exit(status)
+
+
+def failure_line(exc: Exception) -> str:
+    """A job's failure in one line, as its last line says it: "error: ..." or "internal error: ..." (a bug)."""
+    if isinstance(exc, FlinkStateError):
+        return f"error: {exc}"
+    if isinstance(exc, OSError):  # the machine's storage (a full disk), not a bug: which file, and what is wrong
+        return f"error: {os_error_line(exc)}"
+    if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkException"):  # a task failure, wrapped
+        return f"error: {printable(worker_error_message(exc))}"
+    return f"internal error: {type(exc).__name__}: {printable(exc)} (a bug in flinkstate; please report it)"

@@ -5,6 +5,8 @@
         [--old-schema MANIFEST] [--metadata-version 3|4|5|6] [--compression on|off] [--report DIR] [--json] \\
         [--units N] [--allow-code[=MODULES|all]] [--recheck-report-dir DIR [--recheck-exit-code]] \\
         [--fence-journal URI --fence-run JSON]
+    spark-submit ... migrate_state.py --await-handoff DIR --handoff-token TOKEN [--handoff-timeout SECONDS] \\
+        --fence-journal URI --fence-run JSON --schema MANIFEST --output DIR ...
 
 The new version's schema is ``--schema``'s manifest, or ``--jar``'s completed by ``--schema`` as an overlay, as
 ``flinkstate migrate --jar`` takes it (its ``main()`` runs in a JVM of its own on the driver, before Spark starts;
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.common, when run as a script
@@ -47,10 +50,12 @@ from flinkstate import (
     add_allow_code_argument,
     refuse_output_in_source,
 )
+from flinkstate.upgrades.handoff import HANDOFF, AppRef, HandoffAbandoned
 from spark_jobs.common import (
     Recheck,
     add_in_process_argument,
     add_new_version_arguments,
+    failure_line,
     new_version_schema,
     recheck,
     run_main,
@@ -66,7 +71,7 @@ from spark_jobs.common import (
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="migrate_state", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("savepoint")
+    parser.add_argument("savepoint", nargs="?", help="the savepoint to migrate (or --await-handoff)")
     add_new_version_arguments(parser)
     parser.add_argument("--old-schema")
     parser.add_argument("--output", required=True)
@@ -94,7 +99,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--recheck-exit-code", action="store_true",
                         help="with --recheck-report-dir: exit with the re-check's status (0 / 3 / 4, 1 when the "
                              "verifier refuses the output)")
+    parser.add_argument("--await-handoff", metavar="DIR",
+                        help="instead of SAVEPOINT: build the session, write DIR/ready.json, then wait for the run "
+                             "to hand over its stop savepoint in DIR/handoff.json (needs --handoff-token and the "
+                             "fence: --fence-journal, --fence-run)")
+    parser.add_argument("--handoff-token", metavar="TOKEN", help="with --await-handoff: this launch's token")
+    parser.add_argument("--handoff-timeout", type=float, default=900, metavar="SECONDS",
+                        help="with --await-handoff: the longest wait for the stop savepoint (default 900)")
     args = parser.parse_args(argv)
+    if bool(args.savepoint) == bool(args.await_handoff):
+        parser.error("give SAVEPOINT or --await-handoff, not both")
+    if args.await_handoff and not (args.handoff_token and args.fence_journal):
+        parser.error("--await-handoff needs --handoff-token, --fence-journal and --fence-run")
     if args.recheck_exit_code and not args.recheck_report_dir:
         parser.error("--recheck-exit-code needs --recheck-report-dir")
     if bool(args.fence_journal) != bool(args.fence_run):
@@ -112,6 +128,47 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if not args.await_handoff:
+        spark = start_session("flinkstate-migrate-state", args.in_process)
+        try:
+            return migrate(args, spark)
+        finally:
+            stop_session(spark)
+    app = AppRef(args.await_handoff, {"dag_id": args.fence_run["dag_id"], "run_id": args.fence_run["run_id"]},
+                 args.handoff_token)
+    try:
+        return await_and_migrate(args, app)
+    except Exception as exc:  # its one line for the DAG's migrate task too, then as every job ends
+        app.record_result("failed", failure_line(exc), 1)
+        raise
+
+
+def await_and_migrate(args: argparse.Namespace, app: AppRef) -> int:
+    """The pre-started application: the session first, then the wait for the stop savepoint, then the migration."""
+    started = time.monotonic()
+    spark = start_session("flinkstate-migrate-state", args.in_process)
+    try:
+        app.say_ready(time.monotonic() - started)
+        print(f"migrate_state: ready after {time.monotonic() - started:.1f} s; waiting for the stop savepoint in "
+              f"{app.path(HANDOFF)} (at most {args.handoff_timeout:.0f} s)", flush=True)
+        waited = time.monotonic()
+        try:
+            args.savepoint = app.await_stop_savepoint(args.fence_journal, args.handoff_timeout)
+        except HandoffAbandoned as exc:
+            line = f"migrated nothing: {exc}"
+            print(f"migrate_state: {line}", flush=True)
+            app.record_result("abandoned", line, 0)
+            return 0
+        print(f"migrate_state: the stop savepoint {args.savepoint} was handed over after "
+              f"{time.monotonic() - waited:.1f} s", flush=True)
+        status = migrate(args, spark)
+    finally:
+        stop_session(spark)
+    app.record_result("published", f"published {args.output} (exit {status})", status)
+    return status
+
+
+def migrate(args: argparse.Namespace, spark: object | None) -> int:
     for name in ("savepoint", "old_schema", "output", "report", "recheck_report_dir"):
         setattr(args, name, shared(getattr(args, name)))
     if args.recheck_report_dir:
@@ -125,17 +182,13 @@ def main(argv: list[str]) -> int:
                        allow_non_restored_state=args.allow_non_restored_state == "true",
                        fence=(args.fence_journal, args.fence_run) if args.fence_journal else None)
     checked: Recheck | None = None
-    spark = start_session("flinkstate-migrate-state", args.in_process)
-    try:
-        report = job.run_in_units(spark_map(spark), unit_count(spark, args.units))
-        print(json.dumps(report.to_json(), indent=2) if args.json else report.render_text(job.report_path))
-        if args.recheck_report_dir:
-            assert args.output is not None  # made absolute by shared(), never None: --output is required
-            checked = recheck(spark, args.output, args.schema, args.savepoint, args.old_schema, policy, args.units,
-                              job.now_ms, job.allow_non_restored_state)
-            write_report_files(args.recheck_report_dir, checked.body, checked.markdown)
-    finally:
-        stop_session(spark)
+    report = job.run_in_units(spark_map(spark), unit_count(spark, args.units))
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.render_text(job.report_path))
+    if args.recheck_report_dir:
+        assert args.output is not None  # made absolute by shared(), never None: --output is required
+        checked = recheck(spark, args.output, args.schema, args.savepoint, args.old_schema, policy, args.units,
+                          job.now_ms, job.allow_non_restored_state)
+        write_report_files(args.recheck_report_dir, checked.body, checked.markdown)
     if checked is None:
         return 0
     if not args.json:
