@@ -40,7 +40,8 @@ with DAG(
     @task
     def plan(params: dict | None = None, ti=None) -> list[dict]:  # Airflow injects the task instance
         release = releases.load_release(releases.release_file_location((params or {}).get("release_file")))
-        tick = releases.plan_tick(release, datetime.now(timezone.utc), FlinkHook().get_conn())
+        tick = releases.plan_tick(release, datetime.now(timezone.utc), FlinkHook().get_conn(),
+                                  connect=lambda conn_id: FlinkHook(conn_id).get_conn())
         for job, reason in tick["skipped"].items():
             log.info("%s: skipped: %s", job, reason)
         for trigger in tick["triggers"]:

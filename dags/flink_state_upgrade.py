@@ -145,13 +145,15 @@ with DAG(
         return upgrade.plan_run(params or {}, run_id or "manual", FlinkHook().get_conn(), dag_id=ti.dag_id,
                                 probe=upgrade.airflow_probe(ti), target=target.get_conn() if target else None,
                                 conn_ids=(FlinkHook.default_conn_name,
-                                          target.flink_conn_id if target else FlinkHook.default_conn_name))
+                                          target.flink_conn_id if target else FlinkHook.default_conn_name),
+                                connect=lambda conn_id: FlinkHook(conn_id).get_conn())
 
     plan = resolve()
 
     @task
     def preflight_checks(plan: dict) -> None:
-        problems = upgrade.preflight_checks(plan, FlinkHook().get_conn(), spark_master(SPARK["conn_id"]),
+        problems = upgrade.preflight_checks(plan, FlinkHook(plan["flink_conn_id"]).get_conn(),
+                                            spark_master(SPARK["conn_id"]),
                                             FlinkHook(plan["new_flink_conn_id"]).get_conn())
         if problems:  # an expected refusal: one log line, no traceback
             raise TaskRefused(f"checks before the stop failed: {'; '.join(problems)}")
@@ -159,7 +161,7 @@ with DAG(
     checks = preflight_checks(plan)  # type: ignore[arg-type]
 
     preflight = FlinkSavepointOperator(
-        task_id="preflight_savepoint", job_id=JOB_ID,
+        task_id="preflight_savepoint", job_id=JOB_ID, flink_conn_id=plan_value("flink_conn_id"),
         target_directory=plan_value("run_dir", suffix="/preflight"))
 
     check = FlinkStateSparkSubmitOperator(
@@ -198,11 +200,11 @@ with DAG(
     # Each stop follows the check's branch or the approval's: it runs when one of them chose it (the other skipped).
     @task(trigger_rule="none_failed_min_one_success")
     def stop_for_restore(plan: dict) -> str:
-        return upgrade.stop_old(plan, FlinkHook().get_conn(), "stop_for_restore")
+        return upgrade.stop_old(plan, FlinkHook(plan["flink_conn_id"]).get_conn(), "stop_for_restore")
 
     @task(trigger_rule="none_failed_min_one_success")
     def stop_for_migration(plan: dict) -> str:
-        return upgrade.stop_old(plan, FlinkHook().get_conn(), "stop_for_migration")
+        return upgrade.stop_old(plan, FlinkHook(plan["flink_conn_id"]).get_conn(), "stop_for_migration")
 
     stopped_for_restore, stopped_for_migration = stop_for_restore(plan), stop_for_migration(plan)  # type: ignore[arg-type]
 
@@ -283,7 +285,7 @@ with DAG(
         plan = ti.xcom_pull(task_ids="resolve")
         # What failed, where the journal could not hold it (no plan yet, or a full disk): each task's XCom.
         failures = [f for f in ti.xcom_pull(task_ids=sorted(ti.task.upstream_task_ids), key="failure") or [] if f]
-        client = FlinkHook().get_conn() if plan else None
+        client = FlinkHook(plan["flink_conn_id"]).get_conn() if plan else None
         ok, alert = upgrade.conclude(plan, client, deployment=(params or {}).get("job_name") or
                                      (params or {}).get("job_id") or "?", failures=failures,
                                      view=run_view_url(ti),

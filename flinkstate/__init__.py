@@ -119,7 +119,6 @@ from flinkstate.upgrades.history import (
     retention,
 )
 from flinkstate.upgrades.journal import (
-    DeploymentRegistry,
     JobVersion,
     JournalConflict,
     Outcome,
@@ -143,6 +142,7 @@ from flinkstate.upgrades.recovery import (
     unrecorded,
     why_left_alone,
 )
+from flinkstate.upgrades.registry import ClusterRef, DeploymentRegistry
 from flinkstate.upgrades.releases import (
     Release,
     ReleaseError,
@@ -182,6 +182,7 @@ __all__ = [
     "SOURCE_SPLITS_STATE",
     "SUPPORTED_VERSIONS",
     "Audit",
+    "ClusterRef",
     "CodeNotAllowed",
     "CodePolicy",
     "CodeRefused",

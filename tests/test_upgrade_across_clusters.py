@@ -46,12 +46,15 @@ def _version(jar: Path, audit: Path, manifest: Path | None = None) -> dict[str, 
             "program_args": ["--keys", str(KEYS), "--rate", "100", "--audit-dir", str(audit)], "parallelism": 2}
 
 
-def _restarted(audit: Path, version: str) -> dict[str, dict[str, Any]]:
-    """For each key, what the latest run of ``version`` found at the key's first event (its highest sequence)."""
+def _restarted(audit: Path, version: str, after: dict[str, int] | None = None) -> dict[str, dict[str, Any]]:
+    """For each key, what the latest run of ``version`` found at the key's first event (its highest sequence; above
+    ``after``'s for the key, where given: a later run's)."""
     latest: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + 60
     while True:
         for record in sample_job.read_audit(audit, version):
+            if record["seq"] <= (after or {}).get(record["key"], -1):
+                continue
             if record["key"] not in latest or record["seq"] > latest[record["key"]]["seq"]:
                 latest[record["key"]] = record
         if len(latest) == KEYS or time.monotonic() > deadline:
@@ -128,6 +131,18 @@ def rolled_back(env: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
+def upgraded_again(env: dict[str, Any], upgraded: dict[str, Any]) -> dict[str, Any]:
+    """Run 3: the deployment, moved to 2.3 by run 2, upgraded again with no target cluster and no ``current``: the
+    registry says where it runs (flink_default is still the 1.20.3 cluster)."""
+    conf = {"target_flink_conn_id": "", "current": None, "min_checkpoints": 2, "gate_timeout": 90}
+    run, states, run_dir, alerts = _run(env, **conf)
+    registry = json.loads((env["base"] / "deployments.json").read_text())["keyed-stats-v1"]
+    after = {key: record["seq"] for key, record in upgraded["v2_records"].items()}
+    return {"run": run, "states": states, "run_dir": run_dir, "registry": registry, "alerts": alerts,
+            "v2_records": _restarted(env["work"] / "audit-v2", "v2", after)}
+
+
+@pytest.fixture(scope="module")
 def upgraded(env: dict[str, Any], rolled_back: dict[str, Any]) -> dict[str, Any]:
     """Run 2: the same upgrade, from the rolled-back v1 on 1.20.3, with a gate v2 meets on 2.3."""
     run, states, run_dir, alerts = _run(env, min_checkpoints=2, gate_timeout=90)
@@ -201,3 +216,26 @@ def test_the_dag_upgrades_the_job_from_flink_1_to_a_flink_2_cluster(env: dict[st
         f"Flink upgrade of keyed-stats-v1 succeeded: RUNNING now: the new version (sample-job-v2.jar) as job "
         f"{entry['job_id']}, restored from {migrated}"), upgraded["alerts"]
     assert {r["seq"] for r in records.values()}.isdisjoint(r["seq"] for r in rolled_back["v2_records"].values())
+
+
+def test_the_registry_records_the_cluster_and_the_next_upgrade_finds_the_job_there(
+        env: dict[str, Any], rolled_back: dict[str, Any], upgraded: dict[str, Any], upgraded_again: dict[str, Any]):
+    """The registry names each deployment's cluster: the old one after the rollback, the new one after the upgrade
+    moved it; the next run of the DAG, which names no target, stops, restores and gates the job on 2.3, where it runs
+    (before the registry recorded clusters it looked on flink_default, the 1.20.3 cluster, and found no job)."""
+    old, new = env["old"], env["new"]
+    assert (rolled_back["registry"]["flink_conn_id"], rolled_back["registry"]["flink_url"]) == \
+        ("flink_default", old.base_url)
+    assert (upgraded["registry"]["flink_conn_id"], upgraded["registry"]["flink_url"]) == (TARGET_CONN, new.base_url)
+    states, entry = upgraded_again["states"], upgraded_again["registry"]
+    assert str(upgraded_again["run"].state) == "success", states
+    assert states["stop_for_restore"] == "success" and states["health_gate"] == "success", states
+    assert (entry["flink_conn_id"], entry["flink_url"]) == (TARGET_CONN, new.base_url)
+    stop = next((upgraded_again["run_dir"] / "stop").glob("savepoint-*"))
+    assert entry["savepoint"] == str(stop) and new.job_state(entry["job_id"]) == "RUNNING"
+    assert new.job_state(upgraded["registry"]["job_id"]) == "FINISHED" and not _active(old)
+    assert new.checkpoints(entry["job_id"]).restored_from.removeprefix("file:") == str(stop)
+    records = upgraded_again["v2_records"]  # restored as is: the state run 2 migrated, every key exact
+    assert len(records) == KEYS
+    for record in records.values():
+        _assert_state(record, MIGRATED_LABEL)

@@ -12,7 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from flinkstate import FlinkRestClient, JournalConflict, Outcome, Phase, UpgradeJournal, not_writable, recover
+from flinkstate import (
+    ClusterRef,
+    DeploymentRegistry,
+    FlinkRestClient,
+    JobVersion,
+    JournalConflict,
+    Outcome,
+    Phase,
+    UpgradeJournal,
+    not_writable,
+    recover,
+)
 from flinkstate.engine.rest import savepoint_created_before_stop_failed
 from flinkstate.upgrades.journal import journal_uri
 from flinkstate.upgrades.recovery import cluster_clients, dead_runs, find_stop_savepoint
@@ -48,8 +59,9 @@ def test_journal_phases_are_written_whole_and_read_back(tmp_path: Path):
 def test_a_run_across_two_clusters_is_recovered_on_each_its_own(tmp_path: Path):
     """The journal of a run whose new version runs on another cluster names it; recovery (the watchdog's, conclude's,
     `upgrade recover`'s) asks the old cluster about the old version and the new one about the new, whichever address
-    its client has. A run on one cluster keeps the client it was given (the real rollback: test_upgrade_dag,
-    test_upgrade_across_clusters)."""
+    its client has; a run on one cluster is recovered on the cluster its journal names, whatever client the caller
+    holds (a watchdog has the default cluster's, and an earlier upgrade may have moved the deployment; the real
+    runs: test_upgrade_dag, test_upgrade_across_clusters)."""
     old_url, new_url = "http://127.0.0.1:18081", "http://127.0.0.1:28081"
     across = UpgradeJournal.start({**_plan(tmp_path), "flink_url": old_url, "new_flink_url": new_url}, "resolve")
     assert UpgradeJournal.load(across.uri).data["new_flink_url"] == new_url
@@ -61,8 +73,36 @@ def test_a_run_across_two_clusters_is_recovered_on_each_its_own(tmp_path: Path):
     single = UpgradeJournal.start({**_plan(tmp_path / "one"), "flink_url": old_url, "new_flink_url": old_url},
                                   "resolve")
     assert "new_flink_url" not in single.data
-    client = FlinkRestClient("http://elsewhere:8081")
-    assert cluster_clients(client, single) == (client, client)
+    client = FlinkRestClient("http://elsewhere:8081", timeout=7)
+    old, new = cluster_clients(client, single)
+    assert old is new and old.base_url == old_url and old.timeout == 7
+    at_home = FlinkRestClient(old_url)
+    assert cluster_clients(at_home, single) == (at_home, at_home)
+    unnamed = UpgradeJournal.start(_plan(tmp_path / "unnamed"), "resolve")  # a journal that names no cluster
+    assert cluster_clients(client, unnamed) == (client, client)
+
+
+def test_the_registry_records_where_each_deployment_runs(tmp_path: Path):
+    """An entry names the cluster its job runs on (the Airflow connection and the REST address), taken from the run's
+    journal: the old version's after a rollback, the new one's after an upgrade (its own cluster when the run moved
+    it); an entry without one (written before clusters were recorded) is the default cluster's."""
+    registry = DeploymentRegistry(str(tmp_path))
+    assert registry.cluster("orders") == ClusterRef()
+    across = UpgradeJournal.start({**_plan(tmp_path), "flink_url": "http://a:8081", "flink_conn_id": "flink_1x",
+                                   "new_flink_url": "http://b:8081", "new_flink_conn_id": "flink_2x"}, "resolve")
+    data = UpgradeJournal.load(across.uri).data
+    assert ClusterRef.of_journal(data, "old") == ClusterRef("flink_1x", "http://a:8081")
+    assert ClusterRef.of_journal(data, "new") == ClusterRef("flink_2x", "http://b:8081")
+    single = UpgradeJournal.start({**_plan(tmp_path / "one"), "flink_url": "http://a:8081", "flink_conn_id": "f1",
+                                   "new_flink_url": "http://a:8081", "new_flink_conn_id": "f1"}, "resolve")
+    assert ClusterRef.of_journal(single.data, "new") == ClusterRef("f1", "http://a:8081")
+    assert "new_flink_conn_id" not in single.data
+    version = JobVersion("/b.jar")
+    registry.record("orders", version, "1" * 32, "/sp/1", "r1", ClusterRef.of_journal(data, "new"))
+    registry.record("legacy", version, "2" * 32, "/sp/2", "r0")
+    assert registry.cluster("orders") == ClusterRef("flink_2x", "http://b:8081")
+    assert registry.cluster("legacy") == ClusterRef() and "flink_url" not in registry.load()["legacy"]
+    assert registry.current("orders") == version
 
 
 def test_phases_and_outcomes_keep_the_strings_journals_store():

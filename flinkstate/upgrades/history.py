@@ -23,8 +23,9 @@ from flinkstate.errors import FlinkStateError
 from flinkstate.storage.locations import local_path
 from flinkstate.storage.s3 import s3_client, split_s3_uri
 from flinkstate.storage.uri import read_file
-from flinkstate.upgrades.journal import DeploymentRegistry, UpgradeJournal, same_path
+from flinkstate.upgrades.journal import UpgradeJournal, same_path
 from flinkstate.upgrades.names import safe_name
+from flinkstate.upgrades.registry import DeploymentRegistry
 
 #: The folders of a run that hold savepoints, and what each savepoint is.
 SAVEPOINT_KINDS = ("preflight", "stop", "migrated")

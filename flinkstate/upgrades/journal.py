@@ -8,7 +8,7 @@ journal, S3's conditional PUT), so two actors never both act on one run.
 
 Layout beside the savepoints (``savepoint_base`` is a local folder or ``s3://bucket/prefix``)::
 
-    <savepoint_base>/deployments.json            what runs: deployment -> version, job id, savepoint it started from
+    <savepoint_base>/deployments.json            what runs, and where (:mod:`flinkstate.upgrades.registry`)
     <savepoint_base>/journal/<deployment>.json   the last upgrade of each deployment: phase, job ids, savepoints
 """
 
@@ -21,7 +21,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlparse
@@ -29,11 +29,10 @@ from urllib.parse import urlparse
 from flinkstate.engine.rest import FlinkRestClient
 from flinkstate.errors import FlinkStateError
 from flinkstate.storage.s3 import s3_client, split_s3_uri
-from flinkstate.storage.uri import exists, read_file, write_file
+from flinkstate.storage.uri import exists, write_file
 from flinkstate.upgrades.names import safe_name
 from flinkstate.upgrades.ownership import Liveness, RunProbe, owner_liveness, process_start
 
-REGISTRY_FILE = "deployments.json"
 JOURNAL_DIR = "journal"
 JOURNAL_VERSION = 1
 
@@ -108,33 +107,6 @@ class JobVersion:
         return client.submit_jar(self.jar, entry_class=self.entry_class, program_args=self.program_args,
                                  parallelism=self.parallelism, savepoint_path=savepoint,
                                  allow_non_restored_state=allow_non_restored_state)
-
-
-class DeploymentRegistry:
-    """``deployments.json`` beside the savepoints: deployment name -> the version running, its job id, and the
-    savepoint it started from. Written whole and durably (see :func:`write_durably`)."""
-
-    def __init__(self, savepoint_base: str) -> None:
-        self.uri = f"{savepoint_base.rstrip('/')}/{REGISTRY_FILE}"
-
-    def load(self) -> dict[str, Any]:
-        if not exists(self.uri):
-            return {}
-        try:
-            data = json.loads(read_file(self.uri))
-        except ValueError as exc:
-            raise UpgradeError(f"{self.uri}: not a deployment registry ({exc})") from None
-        return data if isinstance(data, dict) else {}
-
-    def current(self, job_name: str) -> JobVersion | None:
-        entry = self.load().get(job_name)
-        return JobVersion.from_dict(entry["version"], f"{self.uri}: {job_name}") if entry else None
-
-    def record(self, job_name: str, version: JobVersion, job_id: str, savepoint: str | None, run_id: str) -> None:
-        data = self.load()
-        data[job_name] = {"version": asdict(version), "job_id": job_id, "savepoint": savepoint, "run_id": run_id,
-                          "deployed_at": _now()}
-        write_durably(self.uri, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
 def _now() -> str:
@@ -297,8 +269,11 @@ class UpgradeJournal:
                 "migrated_savepoint": None, "restore_path": None, "new_job_id": None, "rollback_job_id": None,
                 "running": None, "running_again_at": None, "gate": None, "failures": [], "alert_sent": False,
                 "history": []}
+        if plan.get("flink_conn_id"):  # the Airflow connection of flink_url's cluster, for the registry
+            data["flink_conn_id"] = plan["flink_conn_id"]
         if plan.get("new_flink_url") not in (None, "", plan.get("flink_url")):  # the new version on another cluster
             data["new_flink_url"] = plan["new_flink_url"]  # (flink_url: the old one's): recovery acts on each its own
+            data["new_flink_conn_id"] = plan.get("new_flink_conn_id")
         previous = _read_versioned(uri)  # a finished journal is replaced, but only as it was read
         journal = cls(uri, data, previous[1] if previous else None)
         if previous:

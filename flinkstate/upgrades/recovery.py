@@ -18,7 +18,6 @@ from flinkstate.errors import FlinkStateError, is_out_of_space
 from flinkstate.storage.locations import StorageError
 from flinkstate.storage.s3 import s3_client, split_s3_uri
 from flinkstate.upgrades.journal import (
-    DeploymentRegistry,
     JobVersion,
     JournalConflict,
     Outcome,
@@ -30,6 +29,7 @@ from flinkstate.upgrades.journal import (
     write_with_retries,
 )
 from flinkstate.upgrades.ownership import RunProbe
+from flinkstate.upgrades.registry import ClusterRef, DeploymentRegistry
 
 
 @dataclass
@@ -60,20 +60,19 @@ def find_stop_savepoint(journal: UpgradeJournal) -> str | None:
 
 
 def cluster_clients(client: FlinkRestClient, journal: UpgradeJournal) -> tuple[FlinkRestClient, FlinkRestClient]:
-    """The clients of the old version's cluster and the new version's, for a run that upgraded from one cluster to
-    another (its journal records the new one's ``new_flink_url`` beside ``flink_url``): ``client`` serves the
-    cluster whose address it has, a client of the same timeout the other. A run on one cluster: ``client`` for
-    both, whatever its address (as before the journal could name two)."""
-    new_url = journal.data.get("new_flink_url")
-    if not new_url:
-        return client, client
+    """The clients of the old version's cluster and the new version's, as the journal records them (``flink_url``,
+    and ``new_flink_url`` for a run that upgraded from one cluster to another): ``client`` serves the cluster whose
+    address it has, a client of the same timeout any other. The journal's address wins over ``client``'s: a
+    watchdog holds the default cluster's client, and a deployment an earlier upgrade moved runs elsewhere."""
     old_url = journal.data.get("flink_url") or client.base_url
+    new_url = journal.data.get("new_flink_url") or old_url
 
     def serving(url: str) -> FlinkRestClient:
         same = url.rstrip("/") == client.base_url
         return client if same else FlinkRestClient(url, timeout=client.timeout)
 
-    return serving(old_url), serving(new_url)
+    old = serving(old_url)
+    return old, old if new_url == old_url else serving(new_url)
 
 
 def _state(client: FlinkRestClient, job_id: str | None) -> str | None:
@@ -207,7 +206,7 @@ def _restore_old_attempt(client: FlinkRestClient, journal: UpgradeJournal, actor
         raise UpgradeError(f"job {job_id} restored from {restored!r}, not from the stop savepoint {stop}")
     registry = DeploymentRegistry(data["savepoint_base"])
     problem = write_with_retries(lambda: registry.record(data["deployment"], old, job_id, local_path(stop),
-                                                         data["run_id"]))
+                                                         data["run_id"], ClusterRef.of_journal(data, "old")))
     if problem:
         journal.unsaved.append(f"deployment registry not written: {problem}")
     steps.append(f"restarted the old version ({old.jar}) as job {job_id} from {local_path(stop)}")
@@ -281,7 +280,7 @@ def finish_upgrade(client: FlinkRestClient, journal: UpgradeJournal, actor: str,
         return restore_old(old_client, journal, actor, timeout=timeout,
                            reason=f"finishing the upgrade failed: {exc}")
     DeploymentRegistry(data["savepoint_base"]).record(data["deployment"], new, job_id, local_path(path),
-                                                      data["run_id"])
+                                                      data["run_id"], ClusterRef.of_journal(data, "new"))
     journal.finish(Outcome.UPGRADED, actor, running={"version": "new", "job_id": job_id})
     return Recovery(Outcome.UPGRADED, f"finished the upgrade: the new version ({new.jar}) runs as job {job_id} from "
                               f"{local_path(path)}", journal.data["running"])
@@ -331,7 +330,8 @@ def _recover_claimed(client: FlinkRestClient, journal: UpgradeJournal, actor: st
     if phase == Phase.GATE_PASSED:
         data = journal.data
         DeploymentRegistry(data["savepoint_base"]).record(
-            data["deployment"], JobVersion(**data["new"]), data["new_job_id"], data["restore_path"], data["run_id"])
+            data["deployment"], JobVersion(**data["new"]), data["new_job_id"], data["restore_path"], data["run_id"],
+            ClusterRef.of_journal(data, "new"))
         journal.finish(Outcome.UPGRADED, actor, running={"version": "new", "job_id": data["new_job_id"]})
         return Recovery(Outcome.UPGRADED, f"the new job {data['new_job_id']} had passed its gate: recorded",
                         journal.data["running"])

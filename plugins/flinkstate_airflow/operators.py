@@ -43,7 +43,8 @@ class FlinkSavepointOperator(_FlinkOperator):
     :class:`~flinkstate_airflow.sensors.FlinkSavepointSensor`.
     """
 
-    template_fields: Sequence[str] = ("job_id", "job_name", "target_directory")
+    # flink_conn_id too: the upgrade DAG takes its savepoint on the cluster its plan names.
+    template_fields: Sequence[str] = ("flink_conn_id", "job_id", "job_name", "target_directory")
 
     def __init__(self, *, target_directory: str, job_id: str | None = None, job_name: str | None = None,
                  wait: bool = True, savepoint_timeout: float = 600, **kwargs: Any) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -72,10 +73,12 @@ def upgrade_run_id(job: str, version: JobVersion) -> str:
     return f"release__{safe_name(job)}__{version_digest(version)}"
 
 
-def decide(release: Release, now: datetime, client: FlinkRestClient | None) -> list[Decision]:
+def decide(release: Release, now: datetime, client: FlinkRestClient | None,
+           connect: Callable[[str], FlinkRestClient] | None = None) -> list[Decision]:
     """One decision per deployment of the release, in file order. ``client`` resolves job ids (None: use only the
-    registry's job ids, e.g. to preview). Problems with one job (no RUNNING job, no record of its version) are that
-    job's skip reason, prefixed 'error:', and do not stop the others."""
+    registry's job ids, e.g. to preview); ``connect`` gives the client of the Airflow connection the registry
+    records for a deployment an earlier upgrade moved to another cluster. Problems with one job (no RUNNING job, no
+    record of its version) are that job's skip reason, prefixed 'error:', and do not stop the others."""
     registry = DeploymentRegistry(release.savepoint_base)
     records = registry.load()
     decisions = []
@@ -110,7 +113,9 @@ def decide(release: Release, now: datetime, client: FlinkRestClient | None) -> l
             continue
         recorded_id = record.get("job_id") if record else None
         try:
-            job_id = running_job_id(client, recorded_id, job.flink_job_name) if client else recorded_id
+            moved_to = registry.cluster(name).flink_conn_id if client and connect else None
+            job_client = connect(moved_to) if connect and moved_to else client
+            job_id = running_job_id(job_client, recorded_id, job.flink_job_name) if job_client else recorded_id
         except FlinkStateError as exc:
             decisions.append(Decision(name, False, f"error: {exc}"))
             continue
@@ -137,14 +142,15 @@ def release_file_location(override: str | None = None) -> str:
     return str(location)
 
 
-def plan_tick(release: Release, now: datetime, client: FlinkRestClient | None) -> dict[str, Any]:
+def plan_tick(release: Release, now: datetime, client: FlinkRestClient | None,
+              connect: Callable[[str], FlinkRestClient] | None = None) -> dict[str, Any]:
     """What one tick of ``flink_scheduled_upgrades`` does: ``triggers`` (TriggerDagRunOperator kwargs, one per
     deployment to upgrade), ``skipped`` (deployment -> reason) and ``problems`` (one line each).
 
     A deployment whose own upgrade run is unfinished (its journal) is skipped until the next tick: the job id a tick
     resolves would be stale once that run replaced the job, and the next tick decides again from the updated
     registry. Other deployments are not held up by it: one active run per deployment, not per DAG."""
-    decisions = decide(release, now, client)
+    decisions = decide(release, now, client, connect)
     triggers, skipped, problems = [], {}, []
     for decision in decisions:
         if decision.trigger:

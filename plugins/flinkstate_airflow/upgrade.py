@@ -26,12 +26,14 @@ import shutil
 import socket
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from flinkstate import (
+    ClusterRef,
     DeploymentRegistry,
     FlinkRestClient,
     FlinkRestError,
@@ -88,7 +90,8 @@ RESTORE, MIGRATE, INCOMPATIBLE, CHECK_ONLY = "stop_for_restore", "stop_for_migra
 
 def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient, *, dag_id: str = "flink_state_upgrade",
              probe: RunProbe | None = None, target: FlinkRestClient | None = None,
-             conn_ids: tuple[str, str] = ("flink_default", "flink_default")) -> dict[str, Any]:
+             conn_ids: tuple[str, str] = ("flink_default", "flink_default"),
+             connect: Callable[[str], FlinkRestClient] | None = None) -> dict[str, Any]:
     """Resolves the job (RUNNING), the old version (the registry, else ``params['current']``) and the new one,
     and the run's folder; writes ``run.json`` and opens the deployment's journal. Everything downstream reads this
     plan from XCom.
@@ -107,6 +110,10 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient, *, da
     the Airflow connections of the two (old, new). The plan records both (``flink_conn_id``, ``flink_url``,
     ``new_flink_conn_id``, ``new_flink_url``), and the journal the new one's address when it differs, so that
     every later step, the rollback and a recovery act on the right cluster.
+
+    ``connect``: a client for an Airflow connection. The registry records the cluster each deployment runs on (an
+    earlier upgrade may have moved it to another); when that is another connection than ``conn_ids[0]``, the old
+    version is looked for there, and the new one runs there too unless ``target`` names a cluster.
     """
     job_id, job_name = params.get("job_id") or None, params.get("job_name") or None
     if not params.get("savepoint_base"):
@@ -139,6 +146,13 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient, *, da
         if job_id == journal.data.get("old_job_id") and result.running:
             job_id = result.running["job_id"]  # the job that runs now, for the same deployment
         deployments = registry.load()
+    recorded = registry.cluster(job_name).flink_conn_id if job_name else None
+    if connect is not None and recorded and recorded != conn_ids[0]:  # an earlier upgrade moved the deployment
+        if target is None or conn_ids[1] == recorded:
+            target, conn_ids = None, (recorded, recorded)
+        else:
+            conn_ids = (recorded, conn_ids[1])
+        client = connect(recorded)
     if job_id:
         job = client.job(job_id)
         job_name = job_name or job["name"]
@@ -173,8 +187,9 @@ def plan_run(params: dict[str, Any], run_id: str, client: FlinkRestClient, *, da
             "journal": UpgradeJournal.start({"savepoint_base": base, "job_name": job_name, "run_id": run_id,
                                              "run_dir": run_dir, "old": asdict(old), "new": asdict(new),
                                              "job_id": job_id, "mode": params.get("mode", "upgrade"),
-                                             "flink_url": client.base_url,
+                                             "flink_url": client.base_url, "flink_conn_id": conn_ids[0],
                                              "new_flink_url": (target or client).base_url,
+                                             "new_flink_conn_id": conn_ids[1],
                                              "allow_non_restored_state": params.get("allow_non_restored_state")},
                                             "resolve", run=run_of({"dag_id": dag_id, "run_id": run_id}, "resolve")
                                             ).uri}
@@ -576,8 +591,9 @@ def record_upgrade(plan: dict[str, Any], new_job_id: str, restored_from: str,
                    gate: dict[str, Any] | None = None) -> None:
     # Fenced before the registry is written: a run another actor took over never records.
     journal = fence(plan, "record", "the upgrade is not recorded")
+    where = ClusterRef(plan.get("new_flink_conn_id"), plan.get("new_flink_url"))  # the next upgrade finds it there
     DeploymentRegistry(plan["savepoint_base"]).record(plan["job_name"], JobVersion(**plan["new"]), new_job_id,
-                                                      restored_from, plan["run_id"])
+                                                      restored_from, plan["run_id"], where)
     if journal is not None:
         journal.finish(Outcome.UPGRADED, "record", running={"version": "new", "job_id": new_job_id}, gate=gate,
                        new_job_id=new_job_id)

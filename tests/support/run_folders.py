@@ -9,7 +9,8 @@ import sys
 
 from flinkstate import UpgradeJournal
 from flinkstate.storage.uri import copy_savepoint, read_file, write_file
-from flinkstate.upgrades.journal import DeploymentRegistry, JobVersion
+from flinkstate.upgrades.journal import JobVersion
+from flinkstate.upgrades.registry import DeploymentRegistry
 from tests.support.airflow_env import ROOT
 
 if str(ROOT / "plugins") not in sys.path:  # the plugin's run record, without Airflow set-up
