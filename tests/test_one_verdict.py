@@ -22,14 +22,19 @@ from hypothesis import strategies as st
 
 from flinkstate import check
 from flinkstate.cli import main
+from flinkstate.compatibility import Verdict
 from flinkstate.manifest import load_manifest, manifest_from_savepoint
+from flinkstate.migration.conversions import MigrationPlanError
 from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.plan import MigrationError
+from flinkstate.migration.transforms import build_transform
 from flinkstate.migration.verdict import check_against_manifest
+from flinkstate.report import headline_text
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.rowdata import RowDataSnapshot
 from flinkstate.serializers.ttl import TtlValue
+from flinkstate.typenotation import to_snapshot
 from tests.support.one_verdict import assert_one_verdict
 
 CORPUS = Path(__file__).parent / "corpus" / "savepoints" / "flink-tests" / "src" / "test" / "resources"
@@ -46,6 +51,14 @@ Document = dict[str, Any]
 def describe_count(value: int) -> str:
     """A declared migration function (imported only with --allow-code=tests.test_one_verdict)."""
     return f"n={value}"
+
+
+def count_record(value: int) -> dict[str, Any]:
+    """A declared function from a Long to a POJO (as from a Tuple2 to a POJO: the rules cannot build a record)."""
+    return {"n": value, "label": f"n={value}"}
+
+
+COUNT_POJO = {"pojo": "up.Count", "fields": {"label": "String", "n": "Long"}}
 
 
 def _schema(savepoint: Path) -> Document:
@@ -84,6 +97,11 @@ MUTATIONS: dict[str, tuple[Callable[[Document], None], int]] = {
                                                  migration={"function": f"{FUNCTIONS}:describe_count"}), 3),
     "ttl-enabled": (lambda d: _state(d).update(value="TTL<Long>"), 3),
     "ttl-enabled-at": (lambda d: _state(d).update(value="TTL<Long>", migration={"ttl_last_access": 1234}), 3),
+    # a declared function where TTL is switched on: it maps the user value, the plan wraps it (issue 23)
+    "ttl-enabled-function": (lambda d: _state(d).update(value="TTL<String>", migration={
+        "function": f"{FUNCTIONS}:describe_count", "ttl_last_access": 1234}), 3),
+    "record-function": (lambda d: _state(d).update(value=COUNT_POJO,
+                                                  migration={"function": f"{FUNCTIONS}:count_record"}), 3),
     "namespace-changed": (lambda d: _state(d).update(namespace="TimeWindow"), 4),
     "timer-namespace-changed": (lambda d: _state(d, TIMELY, "_timer_state/event_timer").update(
         namespace="TimeWindow"), 4),
@@ -267,3 +285,80 @@ def test_a_manifest_deployed_again_on_its_own_savepoint_restores(tmp_path: Path)
     assert transform is not None and transform({"count": 5, "key": "k", "total": 1})["count"] == "5"
     for live in ({"count": {"default": "x"}}, {"count": {"from": "key"}}):
         assert build_transform(v3, v3, rules=parse_migration({"fields": live}).fields) is not None
+
+
+def test_a_declared_function_is_honoured_where_ttl_is_switched_on_and_off(tmp_path: Path):
+    """Issue 23: check said 3 for a function declared where TTL is switched on, then migrate failed on every entry
+    (the function's String was encoded as a TTL value). The function maps user values; the plan wraps them with the
+    declared last access (on) or unwraps them first (off). Every value checked, both ways."""
+    source = CORPUS / SAVEPOINTS[0]
+    before = {e[0]: e[2] for e in Savepoint.open(source).iter_entries(FLAT_MAP, "state-name")}
+    assert before and all(isinstance(v, int) for v in before.values())
+    document = _schema(source)
+    MUTATIONS["ttl-enabled-function"][0](document)
+    on = tmp_path / "on"
+    report = assert_one_verdict(source, _write(document, tmp_path / "on.yaml"), on, allow_code=FUNCTIONS)
+    assert report.exit_code == 3, report.render_markdown()
+    assert {e[0]: e[2] for e in Savepoint.open(on).iter_entries(FLAT_MAP, "state-name")} == {
+        key: TtlValue(f"n={value}", 1234) for key, value in before.items()}
+    # TTL switched off again, String -> String through the function: it is given the unwrapped value
+    document = _schema(on)
+    _state(document).update(value="String", migration={"function": f"{FUNCTIONS}:describe_count"})
+    off = tmp_path / "off"
+    report = assert_one_verdict(on, _write(document, tmp_path / "off.yaml"), off, allow_code=FUNCTIONS)
+    assert report.exit_code == 3, report.render_markdown()
+    assert {e[0]: e[2] for e in Savepoint.open(off).iter_entries(FLAT_MAP, "state-name")} == {
+        key: f"n=n={value}" for key, value in before.items()}
+
+
+def test_a_declared_function_builds_a_record_the_rules_cannot(tmp_path: Path):
+    """Long -> POJO (as Tuple2 -> POJO): check said 3 and migrate refused although a function was declared."""
+    source = CORPUS / SAVEPOINTS[0]
+    document = _schema(source)
+    MUTATIONS["record-function"][0](document)
+    report = assert_one_verdict(source, _write(document, tmp_path / "manifest.yaml"), tmp_path / "out",
+                                allow_code=FUNCTIONS)
+    assert report.exit_code == 3, report.render_markdown()
+    before = {e[0]: e[2] for e in Savepoint.open(source).iter_entries(FLAT_MAP, "state-name")}
+    after = {e[0]: e[2] for e in Savepoint.open(tmp_path / "out").iter_entries(FLAT_MAP, "state-name")}
+    assert after == {key: count_record(value) for key, value in before.items()} and after
+
+
+def test_messages_name_the_side_that_lacks_what_the_manifest_asks(tmp_path: Path):
+    """Issue 23's misleading lines: field rules for a type without fields blame the old type (not the new POJO that
+    has them); a same-name type change says what differs (not "from Enum up.Color to Enum up.Color"); an
+    incompatible check without --dry-run does not claim that a dry run showed anything."""
+    source = CORPUS / SAVEPOINTS[0]
+    document = _schema(source)
+    _state(document).update(value=COUNT_POJO, migration={"fields": {"n": {"from": "x"}}})
+    report = check(source, _write(document, tmp_path / "rules.yaml"))
+    assert report.exit_code == 4
+    refused = next(f.message for f in report.findings if f.code == "MIGRATION_REFUSED")
+    assert "field rules n are given, but the old type Long has no fields of the same kind" in refused, refused
+    assert report.render_markdown().splitlines()[0] == "# Compatibility check: INCOMPATIBLE"
+    assert headline_text("incompatible", Verdict.COMPATIBLE_AFTER_MIGRATION, dry_run=False) == "INCOMPATIBLE"
+
+    old = to_snapshot({"enum": "up.Color", "constants": ["RED", "GREEN", "BLUE"]})
+    new = to_snapshot({"enum": "up.Color", "constants": ["RED", "GREEN"]})
+    with pytest.raises(MigrationPlanError) as changed:
+        build_transform(old, new)
+    message = str(changed.value)
+    assert message.startswith("Enum up.Color changed in a way Flink cannot restore: ") and "BLUE" in message, message
+    assert "from Enum up.Color to Enum up.Color" not in message
+
+
+def test_a_renamed_generated_operator_id_is_a_migration(tmp_path: Path):
+    """A SQL operator whose generated id changed (Flink's GROUP BY, restore-tests: no uid), declared with the new
+    ``id:`` and ``renamed_from`` the old id: a migration (3) for check, and migrate writes every accumulator under
+    the new id, the old one gone."""
+    renamed = "0123456789abcdef0123456789abcdef"
+    document = _schema(SQL_AGGREGATE)
+    body = document["operators"].pop(SQL_AGGREGATE_OPERATOR)
+    document["operators"]["aggregate-v2"] = {**body, "id": renamed, "renamed_from": SQL_AGGREGATE_OPERATOR}
+    report = assert_one_verdict(SQL_AGGREGATE, _write(document, tmp_path / "manifest.yaml"), tmp_path / "out")
+    assert report.exit_code == 3 and "OPERATOR_RENAMED" in {f.code for f in report.findings}, \
+        report.render_markdown()
+    output = Savepoint.open(tmp_path / "out")
+    assert SQL_AGGREGATE_OPERATOR not in {op.operator_id for op in output.operators}
+    before = list(Savepoint.open(SQL_AGGREGATE).iter_entries(SQL_AGGREGATE_OPERATOR, "accState"))
+    assert before and list(output.iter_entries(renamed, "accState")) == before

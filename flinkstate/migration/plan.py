@@ -27,11 +27,18 @@ from flinkstate.migration.conversions import MigrationPlanError, Transform, conv
 from flinkstate.migration.kryo_major import uncarried_record
 from flinkstate.migration.native import is_native
 from flinkstate.migration.spec import NO_MIGRATION, StateMigration
-from flinkstate.migration.transforms import RowNames, build_transform, chain, restored_unaided
+from flinkstate.migration.transforms import (
+    TTL_NEEDS_LAST_ACCESS,
+    RowNames,
+    build_transform,
+    chain,
+    restored_unaided,
+)
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.kryo import kryo_snapshots
 from flinkstate.serializers.registry import snapshot_bytes
+from flinkstate.serializers.ttl import TtlSnapshot, TtlValue
 
 #: A user function returns this to drop an entry.
 DROP = object()
@@ -382,8 +389,13 @@ def _state_transforms(meta: StateMetaInfo, target: StateTarget, code: CodePolicy
     new_value = target.value or old_value
     spec = target.migration
     last_access = spec.ttl_last_access if spec.ttl_last_access is not None else now_ms
+    # A declared function maps user values: where TTL is on either side, it runs inside the TTL wrapper, which the
+    # plan switches on (stamped), off or keeps, as it does without a function.
+    ttl = isinstance(old_value, TtlSnapshot) or isinstance(new_value, TtlSnapshot)
+    old_user = old_value.user if spec.function is not None and isinstance(old_value, TtlSnapshot) else old_value
+    new_user = new_value.user if spec.function is not None and isinstance(new_value, TtlSnapshot) else new_value
     try:
-        value_t = build_transform(old_value, new_value, rules=spec.fields, convert=spec.value,
+        value_t = build_transform(old_user, new_user, rules=spec.fields, convert=spec.value,
                                   row_names=target.row_names, ttl_last_access=last_access)
     except MigrationPlanError:
         if spec.function is None:
@@ -392,6 +404,8 @@ def _state_transforms(meta: StateMetaInfo, target: StateTarget, code: CodePolicy
     if spec.function is not None:
         function = load_function(spec.function, code) if load_code else DeclaredFunction(spec.function)
         value_t = chain(value_t, function) or function
+        if ttl:
+            value_t = _in_ttl(value_t, old_value, new_value, last_access)
     if value_t is not None:
         _need_codecs(old_value, new_value)
     user_key_t = None
@@ -404,6 +418,20 @@ def _state_transforms(meta: StateMetaInfo, target: StateTarget, code: CodePolicy
     elif spec.user_key is not None:
         raise MigrationPlanError("user_key applies to MapState only")
     return value_t, user_key_t
+
+
+def _in_ttl(user_t: Transform, old: TypeSerializerSnapshot, new: TypeSerializerSnapshot,
+            last_access: int | None) -> Transform:
+    """``user_t`` (user value -> user value) applied inside TTL: switched on (each value stamped with
+    ``last_access``), off (unwrapped) or kept on (its last access kept), as Flink's ``TtlAwareSerializer`` does."""
+    if isinstance(old, TtlSnapshot) and isinstance(new, TtlSnapshot):
+        return lambda value: TtlValue(user_t(value.value), value.last_access)
+    if isinstance(old, TtlSnapshot):
+        return lambda value: user_t(value.value)
+    if last_access is None:
+        raise MigrationPlanError(TTL_NEEDS_LAST_ACCESS)
+    stamp = last_access
+    return lambda value: TtlValue(user_t(value), stamp)
 
 
 def _need_codecs(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -> None:

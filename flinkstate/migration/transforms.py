@@ -39,6 +39,10 @@ from flinkstate.serializers.ttl import TtlSnapshot, TtlValue
 #: they come from the manifests.
 RowNames = dict[str, tuple[list[str], list[str]]]
 
+TTL_NEEDS_LAST_ACCESS = ("TTL is switched on: the values need a last-access time (migration: {ttl_last_access: "
+                         "EPOCH_MILLIS}, or the migration's time)")
+
+
 def _constant(value: Any) -> Transform:
     return lambda _: value
 
@@ -185,8 +189,7 @@ def _ttl_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot, rul
     the same rules: what Flink 2.x's ``TtlAwareSerializer.migrateValueFromPriorSerializer`` does on restore."""
     if isinstance(new, TtlSnapshot):
         if last_access is None:
-            raise MigrationPlanError("TTL is switched on: the values need a last-access time (migration: "
-                                     "{ttl_last_access: EPOCH_MILLIS}, or the migration's time)")
+            raise MigrationPlanError(TTL_NEEDS_LAST_ACCESS)
         wrap = build_transform(old, new.user, rules=rules, convert=convert, row_names=row_names, path=path)
         stamp = last_access
         if wrap is None:
@@ -494,4 +497,4 @@ def _avro_record(writer: dict[str, Any], reader: dict[str, Any], named: dict[str
     return record
 
 
-__all__ = ["RowNames", "avro_transform", "build_transform", "chain", "restored_unaided"]
+__all__ = ["TTL_NEEDS_LAST_ACCESS", "RowNames", "avro_transform", "build_transform", "chain", "restored_unaided"]
