@@ -47,7 +47,7 @@ class KryoNode:
         self.value = value
 
 
-class _TypedRecord(KryoRecord):
+class TypedRecord(KryoRecord):
     """The Kryo reader with every object it reads kept as a :class:`KryoNode` (the reference table then holds the
     nodes, so a back-reference gives the very node it names)."""
 
@@ -62,7 +62,11 @@ def read_tree(data: bytes, registrations: list[tuple[str, bool]], version: int =
     """The whole record ``data`` (one ``writeClassAndObject``) as a tree of nodes; None for a null record. Raises
     :class:`KryoOpaque` for a class the reader does not decode, :class:`KryoCorrupt` for bytes that are not one
     record to their end."""
-    record = _TypedRecord(data, 0, len(data), version, registration_table(version, registrations))
+    return read_whole(TypedRecord(data, 0, len(data), version, registration_table(version, registrations)), data)
+
+
+def read_whole(record: TypedRecord, data: bytes) -> KryoNode | None:
+    """The record ``data`` read to its end by ``record`` (a reader over all of it), as :func:`read_tree` says."""
     try:
         cls = record.read_class()
         node = None if cls is None else record.object(cls, may_be_null=False)
@@ -73,7 +77,7 @@ def read_tree(data: bytes, registrations: list[tuple[str, bool]], version: int =
     return node
 
 
-class _Kryo5Output:
+class Kryo5Output:
     """Kryo 5.6's ``Output`` and the parts of ``Kryo`` a record needs: class names and references, per record."""
 
     def __init__(self, registrations: list[tuple[str, bool]]) -> None:
@@ -173,7 +177,7 @@ class _Kryo5Output:
         if node is None:
             self.out.append(0)
             return
-        if node.java_class in _WRAPPERS or node.java_class in JDK_ENUMS:
+        if self.no_references(node.java_class):
             if may_be_null:
                 self.out.append(1)
         elif id(node) in self.written:
@@ -182,7 +186,15 @@ class _Kryo5Output:
         else:
             self.written[id(node)] = len(self.written)
             self.out.append(1)
-        _writer(node.java_class)(self, node)
+        self.writer(node.java_class)(self, node)
+
+    def no_references(self, name: str) -> bool:
+        """Whether Kryo 5 writes objects of this class without a reference marker: wrappers and enums."""
+        return name in _WRAPPERS or name in JDK_ENUMS
+
+    def writer(self, name: str) -> Callable[[Kryo5Output, KryoNode], None]:
+        """The Kryo 5 writer of a class's data (a subclass adds user classes: :mod:`.kryo_fields`)."""
+        return _writer(name)
 
 
 def _nodes(value: Any, name: str) -> list[KryoNode | None]:
@@ -191,7 +203,7 @@ def _nodes(value: Any, name: str) -> list[KryoNode | None]:
     return value
 
 
-def _collection(out: _Kryo5Output, node: KryoNode) -> None:
+def _collection(out: Kryo5Output, node: KryoNode) -> None:
     """Kryo 5's CollectionSerializer without generics: the same-type flag and length + 1, the comparator (TreeSet,
     PriorityQueue), then the common class and a has-null flag, or each element with its class."""
     elements = _nodes(node.value, node.java_class)
@@ -220,7 +232,7 @@ def _collection(out: _Kryo5Output, node: KryoNode) -> None:
         out.object(element, may_be_null=has_null)
 
 
-def _map(out: _Kryo5Output, node: KryoNode) -> None:
+def _map(out: Kryo5Output, node: KryoNode) -> None:
     if not isinstance(node.value, KryoMap):
         raise KryoCorrupt(f"Kryo {node.java_class}: entries expected")
     out.varint(len(node.value.entries) + 1)
@@ -231,20 +243,20 @@ def _map(out: _Kryo5Output, node: KryoNode) -> None:
         out.class_and_object(value)
 
 
-def _big_integer(out: _Kryo5Output, value: int) -> None:
+def _big_integer(out: Kryo5Output, value: int) -> None:
     data = value.to_bytes((value if value >= 0 else ~value).bit_length() // 8 + 1, "big", signed=True)
     out.varint(len(data) + 1)
     out.out += data
 
 
-def _uuid(out: _Kryo5Output, node: KryoNode) -> None:
+def _uuid(out: Kryo5Output, node: KryoNode) -> None:
     number = uuid.UUID(node.value.text).int
     out.fixed("Q", number >> 64)
     out.fixed("Q", number & (1 << 64) - 1)
 
 
-def _array(write: Callable[[_Kryo5Output, Any], None]) -> Callable[[_Kryo5Output, KryoNode], None]:
-    def encode(out: _Kryo5Output, node: KryoNode) -> None:
+def _array(write: Callable[[Kryo5Output, Any], None]) -> Callable[[Kryo5Output, KryoNode], None]:
+    def encode(out: Kryo5Output, node: KryoNode) -> None:
         if node.value is None:
             out.out.append(0)
             return
@@ -255,7 +267,7 @@ def _array(write: Callable[[_Kryo5Output, Any], None]) -> Callable[[_Kryo5Output
     return encode
 
 
-def _byte_array(out: _Kryo5Output, node: KryoNode) -> None:
+def _byte_array(out: Kryo5Output, node: KryoNode) -> None:
     if node.value is None:
         out.out.append(0)
         return
@@ -263,7 +275,7 @@ def _byte_array(out: _Kryo5Output, node: KryoNode) -> None:
     out.out += node.value
 
 
-def _string_array(out: _Kryo5Output, node: KryoNode) -> None:
+def _string_array(out: Kryo5Output, node: KryoNode) -> None:
     if node.value is None:
         out.out.append(0)
         return
@@ -272,27 +284,27 @@ def _string_array(out: _Kryo5Output, node: KryoNode) -> None:
         out.object(element, may_be_null=True)
 
 
-def _text(out: _Kryo5Output, node: KryoNode) -> None:
+def _text(out: Kryo5Output, node: KryoNode) -> None:
     out.string(node.value.text)
 
 
-def _enum(out: _Kryo5Output, node: KryoNode) -> None:
+def _enum(out: Kryo5Output, node: KryoNode) -> None:
     if not isinstance(node.value, KryoEnum):
         raise KryoCorrupt(f"Kryo {node.java_class}: an enum constant expected")
     out.varint(node.value.ordinal + 1)
 
 
-def _timestamp(out: _Kryo5Output, node: KryoNode) -> None:
+def _timestamp(out: Kryo5Output, node: KryoNode) -> None:
     # Kryo 5's TimestampSerializer stores the whole seconds' milliseconds, then the nanos
     out.varlong(node.value.millis - node.value.nanos // 1_000_000)
     out.varint(node.value.nanos)
 
 
-def _value(write: Callable[[_Kryo5Output, Any], None]) -> Callable[[_Kryo5Output, KryoNode], None]:
+def _value(write: Callable[[Kryo5Output, Any], None]) -> Callable[[Kryo5Output, KryoNode], None]:
     return lambda out, node: write(out, node.value)
 
 
-def _big_decimal(out: _Kryo5Output, value: Any) -> None:
+def _big_decimal(out: Kryo5Output, value: Any) -> None:
     if value is None:
         out.out.append(0)
         return
@@ -302,33 +314,33 @@ def _big_decimal(out: _Kryo5Output, value: Any) -> None:
     out.zigzag(-exponent)
 
 
-def _scalar(fmt: str) -> Callable[[_Kryo5Output, Any], None]:
+def _scalar(fmt: str) -> Callable[[Kryo5Output, Any], None]:
     return lambda out, value: out.fixed(fmt, value)
 
 
-_INT: Callable[[_Kryo5Output, Any], None] = lambda out, value: out.zigzag(value)  # noqa: E731
-_LONG: Callable[[_Kryo5Output, Any], None] = lambda out, value: out.zigzag(value, long=True)  # noqa: E731
-_BOOLEAN: Callable[[_Kryo5Output, Any], None] = lambda out, value: out.out.append(1 if value else 0)  # noqa: E731
-_BYTE: Callable[[_Kryo5Output, Any], None] = lambda out, value: out.out.append(value & 0xFF)  # noqa: E731
-_CHAR: Callable[[_Kryo5Output, Any], None] = lambda out, value: out.fixed("H", ord(value))  # noqa: E731
-_EPOCH: Callable[[_Kryo5Output, Any], None] = lambda out, value: out.varlong(value.millis)  # noqa: E731
+_INT: Callable[[Kryo5Output, Any], None] = lambda out, value: out.zigzag(value)  # noqa: E731
+_LONG: Callable[[Kryo5Output, Any], None] = lambda out, value: out.zigzag(value, long=True)  # noqa: E731
+_BOOLEAN: Callable[[Kryo5Output, Any], None] = lambda out, value: out.out.append(1 if value else 0)  # noqa: E731
+_BYTE: Callable[[Kryo5Output, Any], None] = lambda out, value: out.out.append(value & 0xFF)  # noqa: E731
+_CHAR: Callable[[Kryo5Output, Any], None] = lambda out, value: out.fixed("H", ord(value))  # noqa: E731
+_EPOCH: Callable[[Kryo5Output, Any], None] = lambda out, value: out.varlong(value.millis)  # noqa: E731
 
 
-def _big_integer_or_null(out: _Kryo5Output, value: int | None) -> None:
+def _big_integer_or_null(out: Kryo5Output, value: int | None) -> None:
     if value is None:
         out.out.append(0)
     else:
         _big_integer(out, value)
 
 
-def _singleton_map(out: _Kryo5Output, node: KryoNode) -> None:
+def _singleton_map(out: Kryo5Output, node: KryoNode) -> None:
     entries = node.value.entries
     out.class_and_object(entries[0][0])
     out.class_and_object(entries[0][1])
 
 
 #: Kryo 5's serializer data per class (the classes :mod:`flinkstate.serializers.kryo_readers` reads in Kryo 2.24).
-WRITERS: dict[str, Callable[[_Kryo5Output, KryoNode], None]] = {
+WRITERS: dict[str, Callable[[Kryo5Output, KryoNode], None]] = {
     **{name: _value(_INT) for name in ("int", "java.lang.Integer")},
     **{name: _value(_LONG) for name in ("long", "java.lang.Long")},
     **{name: _value(_scalar("f")) for name in ("float", "java.lang.Float")},
@@ -355,7 +367,7 @@ WRITERS: dict[str, Callable[[_Kryo5Output, KryoNode], None]] = {
 }
 
 
-def _writer(name: str) -> Callable[[_Kryo5Output, KryoNode], None]:
+def _writer(name: str) -> Callable[[Kryo5Output, KryoNode], None]:
     writer = WRITERS.get(name)
     if writer is None:
         raise KryoOpaque(name, "flinkstate does not write it for Kryo 5")
@@ -364,7 +376,7 @@ def _writer(name: str) -> Callable[[_Kryo5Output, KryoNode], None]:
 
 def write_kryo5(node: KryoNode | None, registrations: list[tuple[str, bool]]) -> bytes:
     """The Kryo 5 record of ``node`` (Flink's KryoSerializer with ``registrations``, its snapshot's)."""
-    out = _Kryo5Output(registrations)
+    out = Kryo5Output(registrations)
     out.class_and_object(node)
     return bytes(out.out)
 
@@ -378,4 +390,5 @@ def kryo2_to_kryo5(data: bytes, registrations: list[tuple[str, bool]],
     return write_kryo5(tree, registrations if new_registrations is None else new_registrations)
 
 
-__all__ = ["WRITERS", "KryoNode", "kryo2_to_kryo5", "read_tree", "write_kryo5"]
+__all__ = ["WRITERS", "Kryo5Output", "KryoNode", "TypedRecord", "kryo2_to_kryo5", "read_tree", "read_whole",
+           "write_kryo5"]
