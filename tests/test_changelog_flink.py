@@ -45,7 +45,7 @@ import cramjam
 import pytest
 
 import flinkstate
-from flinkstate.binary import assign_key_group
+from flinkstate.binary import assign_key_group, operator_id_from_uid
 from flinkstate.engine import LocalFlinkCluster
 from flinkstate.engine.jar_schema import inspect_jar
 from flinkstate.errors import FlinkStateError
@@ -60,12 +60,16 @@ from flinkstate.format.handles import (
     RelativeFileStateHandle,
 )
 from flinkstate.format.metadata import read_metadata
+from flinkstate.format.rocksdb_native import NativeRocksDBStream
+from flinkstate.format.sst_walk import column_family_tables
 from flinkstate.migration.runner import migrate_savepoint
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage import settings
 from flinkstate.storage.uri import open_output
+from tests.support import list_merge_job as lm
 from tests.support import sample_job
 from tests.support.jar_truth import differences
+from tests.test_list_merge import _old_reader
 from tests.test_migration import LABEL_DEFAULT, check_record, target_for
 
 pytestmark = pytest.mark.flink
@@ -83,6 +87,8 @@ VARIANTS: dict[str, tuple[str, bool, bool]] = {
 #: A checkpoint this far in has logged several checkpoints' worth of changes (and, materializing every second, has
 #: materialized at least once).
 MIN_CHECKPOINT_ID = 4
+#: The list-merge job's shape here (issue 23): 8 keys, 40 ms windows.
+LIST_MERGE_SHAPE = lm.Shape(keys=8, window_ms=40)
 
 
 @dataclass(frozen=True)
@@ -514,3 +520,62 @@ def test_migrated_for_v2_restores_on_flink(changelog_cluster: tuple[LocalFlinkCl
     assert len(records) == KEYS and all(r["version"] == "v2" for r in records)
     for record in records:
         assert check_record(record, stats="v2", label=LABEL_DEFAULT) == counts[record["key"]]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Issue 23: list state filled with add() (RocksDB merge operands) under the changelog backend
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _changelog_parts(checkpoint: Path, uid: str) -> list[tuple[bool, bool]]:
+    """Per subtask of the operator: (something materialized, something logged since)."""
+    metadata = read_metadata((checkpoint / "_metadata").read_bytes(), str(checkpoint / "_metadata"))
+    (op,) = [op for op in metadata.operators if op.operator_id == operator_id_from_uid(uid)]
+    handles = [op.subtasks[index].managed_keyed_state for index in sorted(op.subtasks)]
+    return [(bool(h.materialized), bool(h.non_materialized)) if isinstance(h, ChangelogBackendHandle)
+            else (False, False) for h in handles]
+
+
+def test_list_state_added_to_reads_exactly_from_a_rocksdb_changelog_checkpoint(
+        changelog_cluster: tuple[LocalFlinkCluster, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The list-merge job (``ListState.add()`` and windows with a ProcessWindowFunction) on RocksDB with the changelog
+    backend, materializing every second: a retained checkpoint whose lists and windows come from RocksDB's
+    materialized snapshot (merge operands) and the log since (ADD_ELEMENT changes) holds every list, window and
+    window timer that the source's position N says, as tests/test_list_merge.py checks the native savepoint; the
+    reader as it was before issue 23 (no merge operator, iterator errors ignored) reads it wrong."""
+    cluster, root = changelog_cluster
+    work = root / "list-merge"
+    conf = {"state.changelog.enabled": "true",
+            "state.changelog.periodic-materialize.enabled": "true",
+            "state.changelog.periodic-materialize.interval": "1s",
+            "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+            "execution.checkpointing.dir": (work / "checkpoints").as_uri()}
+    job = lm.submit(cluster.client, lm.build(), work / "audit", LIST_MERGE_SHAPE, rate=400,
+                    lag_ms=lm.NO_FIRING_LAG_MS, conf=conf, checkpoint_interval_ms=500)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            stats = cluster.client.checkpoints(job)
+            if stats.latest_completed_path is not None and (stats.latest_completed_id or 0) >= MIN_CHECKPOINT_ID:
+                checkpoint = Path(stats.latest_completed_path.removeprefix("file:"))
+                parts = _changelog_parts(checkpoint, lm.LISTS_UID) + _changelog_parts(checkpoint, lm.WINDOWS_UID)
+                if all(materialized and logged for materialized, logged in parts):
+                    break
+            assert time.monotonic() < deadline, f"no checkpoint both materialized and logged in 90 s ({stats})"
+            time.sleep(0.5)
+    finally:
+        cluster.client.cancel(job)
+    sp = open_checkpoint(checkpoint)
+    n = lm.source_position(sp)
+    want, state = lm.expected_state(n, LIST_MERGE_SHAPE), lm.read_state(sp)
+    assert n > 500 and len(state.windows) > 50, (n, len(state.windows))
+    assert state.lists == want.lists
+    assert state.windows == want.windows
+    assert state.timers == want.timers
+    # the materialized part holds merge operands of both list states (else the old reader's loss is not tested)
+    for uid, name in ((lm.LISTS_UID, lm.LIST_STATE), (lm.WINDOWS_UID, lm.WINDOW_STATE)):
+        ssts = [f for _, stream in sp.keyed_streams(uid) if isinstance(stream, ChangelogStream)
+                for part in stream.materialized if isinstance(part, NativeRocksDBStream) for f in part.sst_files()]
+        assert sum(t.number("rocksdb.merge.operands") for t in column_family_tables(ssts).get(name, [])) > 0, uid
+    _old_reader(monkeypatch)
+    assert lm.read_state(open_checkpoint(checkpoint)).lists != want.lists
