@@ -1,6 +1,7 @@
 """Upgrade a running stateful Flink job safely: savepoint, check, branch, (migrate,) restore, health gate, rollback.
 
-    resolve -> preflight_checks -> preflight_savepoint -> check (Spark*) -> choose_path [-> approve_stop]
+    resolve -> preflight_checks -> preflight_savepoint -> prestart_migration (Spark**) -> check (Spark*) ->
+    choose_path [-> approve_stop]
       restorable:   stop_for_restore -> restore_path_as_is ----------------------.
       migratable:   stop_for_migration -> migrate (Spark*) -> recheck -----------+-> submit_new -> health_gate -> record
       incompatible: alert_incompatible (old job untouched; the run fails)        |
@@ -14,6 +15,10 @@
 
 (*) Spark jobs (``spark_jobs/``) on Spark, or in one process on the Airflow worker for a small savepoint (``engine``,
 ``in_process_max_bytes``): the same application, the same output, without a JVM and session to start.
+(**) When the migration would run on Spark (by the preflight savepoint's size), its application is started before
+the stop (``plugins/flinkstate_airflow/prestart.py``): it builds its session while the check runs, the stop waits
+for it to be ready and hands it the stop savepoint, and ``migrate`` only waits for its result; the stop for restore
+and ``conclude`` call it off. The JVM and session start are then outside the job's downtime.
 
 ``preflight_checks`` resolves each version's state schema once, before anything is stopped: the new jar's (its
 ``main()`` run in a JVM of its own), completed by the given manifest as an overlay (refused when it contradicts the
@@ -39,6 +44,7 @@ from flinkstate_airflow.deadline import upgrade_deadline
 from flinkstate_airflow.hooks import FlinkHook, spark_master
 from flinkstate_airflow.notifiers import run_view_url, send_alert
 from flinkstate_airflow.operators import FlinkSavepointOperator, FlinkSubmitJarOperator, TaskRefused
+from flinkstate_airflow.prestart import MigrateOperator, PrestartedApp, PrestartMigrationOperator, stop_and_hand_over
 from flinkstate_airflow.recheck import recheck_problem
 from flinkstate_airflow.sensors import FlinkHealthGateSensor
 from flinkstate_airflow.spark_submit import DEFAULT_IN_PROCESS_MAX_BYTES, FlinkStateSparkSubmitOperator
@@ -61,6 +67,24 @@ JOB_ID = plan_value("job_id", json=True)
 #: and its re-check's verifier import the manifest's migration functions only with it.
 ALLOW_CODE = "--allow-code={{ params.allow_code }}"
 ENGINE, IN_PROCESS_MAX_BYTES = "{{ params.engine }}", "{{ params.in_process_max_bytes }}"
+#: The DAG run the migration works for: its publish is fenced on the run's journal held by this run.
+FENCE_RUN = ("{{ {'dag_id': ti.xcom_pull(task_ids='resolve')['dag_id'], "
+             "'run_id': ti.xcom_pull(task_ids='resolve')['run_id']} | tojson }}")
+#: The migration application's arguments after the savepoint it reads (the stop savepoint, or the handoff's).
+MIGRATE_ARGS = [
+    "--schema", plan_value("schemas", "new"), "--old-schema", plan_value("schemas", "old"), "--output",
+    plan_value("run_dir", suffix="/migrated/savepoint"), "--report", plan_value("run_dir", suffix="/migrated/report"),
+    # The re-check, in the same application: the published savepoint against the new manifest and its source; the
+    # report goes beside it, for the recheck task.
+    "--recheck-report-dir", plan_value("run_dir", suffix="/migrated"),
+    # The check's verdict is the plan migrate runs: the same answer on dropped states for both.
+    "--allow-non-restored-state", "{{ params.allow_non_restored_state | string | lower }}",
+    # One argument: the DAG renders templates natively, and a bare number would arrive as an int.
+    "--max-dead-letters={{ params.max_dead_letters }}", ALLOW_CODE,
+    # The fence of the publish: only while this DAG run still owns the journal (no watchdog or person took it over
+    # during the migration) is the migrated savepoint published.
+    "--fence-journal", plan_value("journal"), f"--fence-run={FENCE_RUN}"]
+PRESTARTED = "{{ ti.xcom_pull(task_ids='prestart_migration', key='launch') }}"
 
 with DAG(
     dag_id="flink_state_upgrade",
@@ -164,6 +188,18 @@ with DAG(
         task_id="preflight_savepoint", job_id=JOB_ID, flink_conn_id=plan_value("flink_conn_id"),
         target_directory=plan_value("run_dir", suffix="/preflight"))
 
+    # Started before the stop when the migration would run on Spark: see (**) above. Its wait for the stop savepoint
+    # is bounded, with the approval's time on top when a person approves the stop.
+    prestart = PrestartMigrationOperator(
+        task_id="prestart_migration", engine=ENGINE, in_process_max_bytes=IN_PROCESS_MAX_BYTES,
+        conn_id=SPARK["conn_id"], env_vars=SPARK["env_vars"], name="flinkstate-migrate",
+        application=f"{SPARK['jobs']}/migrate_state.py", application_args=MIGRATE_ARGS,
+        estimate_savepoint="{{ ti.xcom_pull(task_ids='preflight_savepoint') }}", run_dir=plan_value("run_dir"),
+        run="{{ {'dag_id': ti.xcom_pull(task_ids='resolve')['dag_id'], "
+            "'run_id': ti.xcom_pull(task_ids='resolve')['run_id']} }}",
+        handoff_timeout="{{ 900 + (params.approval_timeout or 86400 if params.approval else 0) }}",
+        skip="{{ 'a check-only run' if params.mode == 'check-only' else '' }}")
+
     check = FlinkStateSparkSubmitOperator(
         task_id="check", engine=ENGINE, in_process_max_bytes=IN_PROCESS_MAX_BYTES, conn_id=SPARK["conn_id"],
         env_vars=SPARK["env_vars"], name="flinkstate-check",
@@ -199,12 +235,16 @@ with DAG(
 
     # Each stop follows the check's branch or the approval's: it runs when one of them chose it (the other skipped).
     @task(trigger_rule="none_failed_min_one_success")
-    def stop_for_restore(plan: dict) -> str:
+    def stop_for_restore(plan: dict, ti=None) -> str:  # Airflow injects the task instance
+        app = PrestartedApp.of(ti.xcom_pull(task_ids="prestart_migration", key="launch"))
+        if app is not None:
+            app.call_off("the run restores the stop savepoint as it is")
         return upgrade.stop_old(plan, FlinkHook(plan["flink_conn_id"]).get_conn(), "stop_for_restore")
 
     @task(trigger_rule="none_failed_min_one_success")
-    def stop_for_migration(plan: dict) -> str:
-        return upgrade.stop_old(plan, FlinkHook(plan["flink_conn_id"]).get_conn(), "stop_for_migration")
+    def stop_for_migration(plan: dict, ti=None) -> str:  # Airflow injects the task instance
+        app = PrestartedApp.of(ti.xcom_pull(task_ids="prestart_migration", key="launch"))
+        return stop_and_hand_over(plan, FlinkHook(plan["flink_conn_id"]).get_conn(), app)
 
     stopped_for_restore, stopped_for_migration = stop_for_restore(plan), stop_for_migration(plan)  # type: ignore[arg-type]
 
@@ -212,27 +252,12 @@ with DAG(
     def restore_path_as_is(stop_savepoint: str) -> str:
         return upgrade.local_path(stop_savepoint)
 
-    migrate = FlinkStateSparkSubmitOperator(
+    # With a pre-started application that got the stop savepoint, only waits for its result; else runs the job.
+    migrate = MigrateOperator(
         task_id="migrate", engine=ENGINE, in_process_max_bytes=IN_PROCESS_MAX_BYTES, conn_id=SPARK["conn_id"],
-        env_vars=SPARK["env_vars"], name="flinkstate-migrate",
+        env_vars=SPARK["env_vars"], name="flinkstate-migrate", prestarted=PRESTARTED,
         application=f"{SPARK['jobs']}/migrate_state.py",
-        application_args=[
-            "{{ ti.xcom_pull(task_ids='stop_for_migration') }}", "--schema", plan_value("schemas", "new"),
-            "--old-schema", plan_value("schemas", "old"), "--output",
-            plan_value("run_dir", suffix="/migrated/savepoint"),
-            "--report", plan_value("run_dir", suffix="/migrated/report"),
-            # The re-check, in the same application: the published savepoint against the new manifest and its
-            # source; the report goes beside it, for the recheck task.
-            "--recheck-report-dir", plan_value("run_dir", suffix="/migrated"),
-            # The check's verdict is the plan migrate runs: the same answer on dropped states for both.
-            "--allow-non-restored-state", "{{ params.allow_non_restored_state | string | lower }}",
-            # One argument: the DAG renders templates natively, and a bare number would arrive as an int.
-            "--max-dead-letters={{ params.max_dead_letters }}", ALLOW_CODE,
-            # The fence of the publish: only while this DAG run still owns the journal (no watchdog or person took
-            # it over during the migration) is the migrated savepoint published.
-            "--fence-journal", plan_value("journal"),
-            "--fence-run={{ {'dag_id': ti.xcom_pull(task_ids='resolve')['dag_id'], "
-            "'run_id': ti.xcom_pull(task_ids='resolve')['run_id']} | tojson }}"])
+        application_args=["{{ ti.xcom_pull(task_ids='stop_for_migration') }}", *MIGRATE_ARGS])
 
     @task
     def recheck(plan: dict, stop_savepoint: str) -> None:
@@ -286,6 +311,9 @@ with DAG(
         # What failed, where the journal could not hold it (no plan yet, or a full disk): each task's XCom.
         failures = [f for f in ti.xcom_pull(task_ids=sorted(ti.task.upstream_task_ids), key="failure") or [] if f]
         client = FlinkHook(plan["flink_conn_id"]).get_conn() if plan else None
+        app = PrestartedApp.of(ti.xcom_pull(task_ids="prestart_migration", key="launch"))
+        if app is not None:  # whatever happened, it has nothing more to wait for (a handoff made stays)
+            app.call_off("the run concluded")
         ok, alert = upgrade.conclude(plan, client, deployment=(params or {}).get("job_name") or
                                      (params or {}).get("job_id") or "?", failures=failures,
                                      view=run_view_url(ti),
@@ -298,7 +326,7 @@ with DAG(
         if not ok:  # the run fails on purpose, its alert sent: the headline in one log line, not a traceback
             raise TaskRefused(alert.splitlines()[0] if alert else "the upgrade did not complete")
 
-    plan >> checks >> preflight >> check >> branch
+    plan >> checks >> preflight >> prestart >> check >> branch
     incompatible, checked_only = alert_incompatible(plan), check_only_done(plan)  # type: ignore[arg-type]
     not_approved = approval_refused(plan)  # type: ignore[arg-type]
     branch >> [stopped_for_restore, stopped_for_migration, incompatible, checked_only, approve_stop]
@@ -307,7 +335,7 @@ with DAG(
     [as_is_path, migrated_path] >> chosen >> submit_new >> gate
     recorded = record(plan, submit_new.output, chosen, gate.output)  # type: ignore[arg-type]
     gate >> recorded
-    everything = [plan, checks, preflight, check, branch, stopped_for_restore, stopped_for_migration, migrate,
+    everything = [plan, checks, preflight, prestart, check, branch, stopped_for_restore, stopped_for_migration, migrate,
                   rechecked, as_is_path, migrated_path, chosen, submit_new, gate, recorded, incompatible, checked_only,
                   approve_stop, not_approved]
     everything >> conclude()

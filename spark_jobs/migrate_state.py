@@ -162,9 +162,15 @@ def await_and_migrate(args: argparse.Namespace, app: AppRef) -> int:
         print(f"migrate_state: the stop savepoint {args.savepoint} was handed over after "
               f"{time.monotonic() - waited:.1f} s", flush=True)
         status = migrate(args, spark)
-    finally:
+    except BaseException:
         stop_session(spark)
+        raise
+    # The result before the session stops (a second or more): the run waits for it, not for this process's end.
     app.record_result("published", f"published {args.output} (exit {status})", status)
+    try:
+        stop_session(spark)
+    except Exception as exc:  # published and recorded: a session that fails to stop changes nothing of it
+        print(f"migrate_state: the Spark session did not stop cleanly: {failure_line(exc)}", file=sys.stderr)
     return status
 
 

@@ -7,6 +7,10 @@ local mode.
   back to the old version from the stop savepoint.
 - The re-check's report gone: ``recheck`` fails in one line saying so, and the run rolls back.
 
+The Spark run is the DAG's pre-started path (issue 28): the migration application got its session before the stop
+(its ready file is older than the journal's ``stopping``), was handed the stop savepoint, and published; ``migrate``
+only waited for its result.
+
 The corruption is made while the migration application is paused (SIGSTOP) between publishing the savepoint and
 re-checking it: the test then asserts the re-check had not started, so that it never passes by luck.
 """
@@ -146,9 +150,10 @@ def _journal(env: dict[str, Any]) -> dict[str, Any]:
 
 
 def _migrated(env: dict[str, Any]) -> Path | None:
-    """This run's migrated savepoint, once the run's folder is known (its journal names it)."""
-    run_dir = _journal(env).get("run_dir")
-    return Path(run_dir) / "migrated" / "savepoint" if run_dir and _journal(env).get("phase") == "migrating" else None
+    """This run's migrated savepoint, once the run's folder is known (its journal names it). From the stop on: the
+    pre-started application migrates as soon as it is handed the stop savepoint, maybe before ``migrate`` starts."""
+    run_dir, phase = _journal(env).get("run_dir"), _journal(env).get("phase")
+    return Path(run_dir) / "migrated" / "savepoint" if run_dir and phase in ("stopped", "migrating") else None
 
 
 def _run(env: dict[str, Any], engine: str = "spark") -> Any:
@@ -208,6 +213,24 @@ def _assert_rolled_back(env: dict[str, Any], run: Any, since: int, since_seq: di
     return texts[0]
 
 
+def _assert_prestarted(run_dir: Path, journal: dict[str, Any]) -> None:
+    """The migration ran in the application started before the stop: ready (its session up) before the journal's
+    ``stopping``, handed this run's stop savepoint after it, and it published (its result, in one line)."""
+    launches = list((run_dir / "migrate-app").iterdir())
+    assert len(launches) == 1, launches
+    ready, handoff, result = (json.loads((launches[0] / name).read_text())
+                              for name in ("ready.json", "handoff.json", "result.json"))
+    stopping = next(step["epoch"] for step in journal["history"] if step["phase"] == "stopping")
+    stop = next((run_dir / "stop").glob("savepoint-*"))
+    assert ready["written_at"] < stopping < handoff["written_at"] < result["written_at"], (ready, handoff, result)
+    assert ready["token"] == handoff["token"] == result["token"] == launches[0].name
+    assert handoff["stop_savepoint"] == str(stop) and "called_off" not in handoff, handoff
+    assert result["outcome"] == "published" and result["exit_code"] == 0, result
+    assert result["line"] == f"published {run_dir / 'migrated' / 'savepoint'} (exit 0)"
+    log = (launches[0] / "app.log").read_text()
+    assert f"the stop savepoint {stop} was handed over after " in log, log[-3000:]
+
+
 def test_a_migration_corrupted_after_publishing_is_refused_by_the_in_application_recheck(env: dict[str, Any]):
     since, before = len(env["webhook"].received), _last_seq(env)
     with CorruptWhenPublished(lambda: _migrated(env), lambda output: output.parent / "check-report.json") as fault:
@@ -216,6 +239,7 @@ def test_a_migration_corrupted_after_publishing_is_refused_by_the_in_application
     assert len(fault.paused) >= 2, f"spark-submit's JVM and the Python driver, paused: {fault.paused}"
     assert not fault.report_existed, "the byte must be flipped before the re-check ran"
     run_dir = Path(_journal(env)["run_dir"])
+    _assert_prestarted(run_dir, _journal(env))
     report = json.loads((run_dir / "migrated" / "check-report.json").read_text())
     error = report["verification_error"]
     migrated = run_dir / "migrated" / "savepoint"

@@ -107,6 +107,11 @@ class AppRef:
             pass  # another launch's file: replaced by this launch's cancellation
         self._write(HANDOFF, {"called_off": why})
 
+    def handed_over(self) -> str | None:
+        """The stop savepoint handed over to this launch, if any (None too when the run called it off)."""
+        body = self._read(HANDOFF)
+        return str(body["stop_savepoint"]) if body and body.get("stop_savepoint") else None
+
     def ready(self) -> dict[str, Any] | None:
         """The application's ready file, when it has its session."""
         return self._read(READY)
