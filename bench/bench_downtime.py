@@ -6,8 +6,11 @@ a. Flink's own path: stop-with-savepoint of v1, submit v2 from that savepoint (F
 b. ours: stop-with-savepoint, ``flinkstate migrate`` in one process (``MigrationJob.run``, what the CLI runs: migrate,
    verify, publish), submit v2 from the migrated savepoint (which v2 restores as is);
 c. the same with the Spark migration job (``spark_jobs/migrate_state.py``) on local[2], spark-submit included, as
-   the upgrade DAG runs it: one application that migrates, publishes, then re-checks what it published
-   (``--recheck-report-dir``: the new manifest's check and the verifier against the source, again).
+   the upgrade DAG ran it before issue 28: one application that migrates, publishes, then re-checks what it
+   published (``--recheck-report-dir``: the new manifest's check and the verifier against the source, again);
+d. the same application pre-started, as the upgrade DAG runs it now: spark-submit with ``--await-handoff`` before
+   the stop (its JVM, session and Python workers up, ready.json written: not timed), the stop savepoint's path handed
+   over once the stop completed (:mod:`flinkstate.upgrades.handoff`), then its result waited for.
 
 Each run starts v1 afresh from the cached savepoint (so every path stops the same state), waits until every subtask
 runs, then times from the stop request to:
@@ -29,7 +32,7 @@ the machine may be shared. The goal is judged on paired runs (each path's run i 
 before it): every ratio, their median and the worst are printed.
 
     .venv/bin/python bench/bench_downtime.py [--keys 200000] [--runs 3] [--parallelism 1] [--backend hashmap]
-                                             [--no-spark]
+                                             [--no-spark] [--no-cold-spark]
 
 Figures are printed, not asserted.
 """
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,13 +56,15 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_migrate import spark_submit  # noqa: E402
+from bench.bench_migrate import spark_submit, spark_submit_command  # noqa: E402
 from bench.bench_reader import WORK, directory_bytes, load_average, write_savepoint  # noqa: E402
 from flinkstate.engine import LocalFlinkCluster  # noqa: E402
 from flinkstate.engine.rest import TERMINAL_STATES, FlinkJobFailed, FlinkRestClient  # noqa: E402
 from flinkstate.errors import FlinkStateError  # noqa: E402
 from flinkstate.migration.job import MigrationJob  # noqa: E402
 from flinkstate.savepoint import Savepoint  # noqa: E402
+from flinkstate.upgrades.handoff import AppRef  # noqa: E402
+from flinkstate.upgrades.journal import UpgradeJournal  # noqa: E402
 from tests.support import sample_job  # noqa: E402
 
 #: v2's own manifest (what the demo and the upgrade DAG use): label gets a default, the rest is kept.
@@ -69,8 +75,11 @@ POLL = 0.1  # seconds between REST polls while timing
 #: seconds after v1 starts (seen every time, 9 to 11 s after the job turned RUNNING); start_v1 waits for it.
 V1_CHECKPOINT_MS = 600_000
 V2_CHECKPOINT_MS = 1_000
-PATHS = ("flink", "single", "spark")
-LABELS = {"flink": "Flink's own", "single": "flinkstate migrate", "spark": "Spark local[2]"}
+PATHS = ("flink", "single", "spark", "prestarted")
+LABELS = {"flink": "Flink's own", "single": "flinkstate migrate", "spark": "Spark local[2]",
+          "prestarted": "Spark pre-started"}
+#: The run the pre-started application works for: its fence is a journal of the bench's own (as the DAG's run's).
+BENCH_RUN = {"dag_id": "bench_downtime", "run_id": "bench"}
 
 
 @dataclass
@@ -80,6 +89,8 @@ class Timing:
     load: str
     steps: dict[str, float] = field(default_factory=dict)
     marks: dict[str, float] = field(default_factory=dict)
+    #: The pre-started application: seconds from its spark-submit to its session ready, before the stop (not down).
+    before_stop: float | None = None
 
     @property
     def down(self) -> float:
@@ -169,10 +180,31 @@ def submit_v2(client: FlinkRestClient, savepoint: Path, work: Path, keys: int, p
     timing.steps["schedule, deploy (to INITIALIZING)"] = timing.marks["running"] - sum(timing.steps.values())
 
 
+def prestart(work: Path) -> tuple[AppRef, subprocess.Popen[str], float]:
+    """The migration application started before the stop, as the DAG's prestart_migration starts it: returns once
+    it has its session (ready.json), with the seconds that took (outside the down window)."""
+    plan: dict[str, Any] = {"savepoint_base": str(work / "base"), "job_name": "bench", "run_id": BENCH_RUN["run_id"],
+            "run_dir": str(work / "run"), "old": {"jar": "v1"}, "new": {"jar": "v2"}, "job_id": "0" * 32}
+    journal = UpgradeJournal.start(plan, "bench", {**BENCH_RUN, "task_id": "prestart_migration"})
+    app = AppRef.new(plan["run_dir"], BENCH_RUN)
+    command, env = spark_submit_command(
+        "migrate_state.py", "local[2]", "--await-handoff", app.folder, "--handoff-token", app.token, "--schema",
+        V2_MANIFEST, "--old-schema", V1_MANIFEST, "--output", work / "migrated", "--recheck-report-dir",
+        work / "recheck", "--recheck-exit-code", "--fence-journal", journal.uri, "--fence-run", json.dumps(BENCH_RUN))
+    began = time.monotonic()
+    process = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if app.wait_for(app.ready, 300, alive=lambda: process.poll() is None) is None:
+        process.kill()
+        raise RuntimeError(f"the pre-started migration application did not get ready: "
+                           f"{process.communicate()[0].strip()[-2000:]}")
+    return app, process, time.monotonic() - began
+
+
 def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, parallelism: int, backend: str) -> Timing:
     with tempfile.TemporaryDirectory(dir=WORK, prefix="downtime-") as tmp:
         work = Path(tmp)
         v1 = start_v1(client, seed, work, keys, parallelism, backend)
+        app: tuple[AppRef, subprocess.Popen[str], float] | None = prestart(work) if path == "prestarted" else None
         timing = Timing(load_average())
         origin = time.time()
         stopped = stop(client, v1, work / "stop")
@@ -201,6 +233,25 @@ def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, paralleli
             timing.steps["re-check (check, verify again)"] = recheck
             timing.steps["spark-submit: JVM, session, report"] = wall - seconds["migrate"] - seconds["verify"] - recheck
             restore_from = work / "migrated"
+        elif app is not None:
+            handoff, process, timing.before_stop = app
+            handed = time.time()
+            handoff.hand_over(str(stopped))
+            # As the DAG's migrate task: until its result (written before its session stops), not its exit.
+            result = handoff.wait_for(handoff.result, 900, alive=lambda: process.poll() is None, poll=POLL / 2)
+            wall = time.time() - handed
+            output, _ = process.communicate()
+            if process.returncode != 0 or result is None or result["outcome"] != "published":
+                raise RuntimeError(f"the pre-started migration application failed (status {process.returncode}): "
+                                   f"{(result or {}).get('line') or output.strip()[-2000:]}")
+            seconds = read_report(work / "migrated.report")
+            recheck = (work / "recheck" / "check-report.json").stat().st_mtime - \
+                (work / "migrated.report" / "report.json").stat().st_mtime
+            timing.steps["migrate (decode, convert, write)"] = seconds["migrate"]
+            timing.steps["verify (re-read both, compare)"] = seconds["verify"]
+            timing.steps["re-check (check, verify again)"] = recheck
+            timing.steps["handoff, result"] = wall - seconds["migrate"] - seconds["verify"] - recheck
+            restore_from = work / "migrated"
         submit_v2(client, restore_from, work, keys, parallelism, backend, origin, timing)
         return timing
 
@@ -213,6 +264,7 @@ def read_report(directory: Path) -> dict[str, float]:
 GOAL = 1.2
 ROWS = ("stop-with-savepoint", "migrate (decode, convert, write)", "verify (re-read both, compare)",
         "publish, report", "re-check (check, verify again)", "spark-submit: JVM, session, report",
+        "handoff, result",
         "submit (jar upload, main(), job id)",
         "schedule, deploy (to INITIALIZING)", "restore (INITIALIZING -> RUNNING)")
 
@@ -270,10 +322,13 @@ def main() -> int:
     parser.add_argument("--parallelism", type=int, default=1, help="the jobs' parallelism (default 1)")
     parser.add_argument("--backend", default="hashmap", choices=["hashmap", "rocksdb"],
                         help="v1's and v2's state backend (default hashmap); the savepoints are canonical")
-    parser.add_argument("--no-spark", action="store_true", help="leave out the Spark migration job")
+    parser.add_argument("--no-spark", action="store_true", help="leave out the Spark migration job (both paths)")
+    parser.add_argument("--no-cold-spark", action="store_true",
+                        help="leave out the Spark job started after the stop (the pre-started one runs)")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
-    paths = [p for p in PATHS if p != "spark" or not args.no_spark]
+    paths = [p for p in PATHS if not (p in ("spark", "prestarted") and args.no_spark)
+             and not (p == "spark" and args.no_cold_spark)]
     runs: dict[str, list[Timing]] = {path: [] for path in paths}
     # Its own cluster folder: bench_migrate and bench_reader use WORK/cluster and may run at the same time.
     with LocalFlinkCluster(WORK / "cluster-downtime", slots=max(2, args.parallelism)) as cluster:
@@ -288,8 +343,10 @@ def main() -> int:
             for path in paths:  # interleaved, so that a busy spell of the machine hits every path alike
                 timing = one_run(cluster.client, path, seed, args.keys, args.parallelism, args.backend)
                 runs[path].append(timing)
+                ready = "" if timing.before_stop is None else \
+                    f"; its session ready {timing.before_stop:.1f} s after its spark-submit, before the stop"
                 print(f"  run {run + 1}, {LABELS[path]}: down {timing.down:.2f} s, 1st checkpoint "
-                      f"{timing.marks['checkpoint']:.2f} s (load average before: {timing.load})", flush=True)
+                      f"{timing.marks['checkpoint']:.2f} s (load average before: {timing.load}){ready}", flush=True)
     best = {path: min(timings, key=lambda t: t.down) for path, timings in runs.items()}
     print_table(best, runs, f"downtime of v1 -> v2, {entries:,} entries, {args.backend}, parallelism "
                             f"{args.parallelism}, best of {args.runs} runs per path")

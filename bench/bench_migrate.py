@@ -64,12 +64,17 @@ def v2_manifest(savepoint: Path, directory: Path, label_default: str | None = No
     return path
 
 
+def spark_submit_command(job: str, master: str, *args: str | Path) -> tuple[list[str], dict[str, str]]:
+    """The spark-submit command line of ``spark_jobs/<job>`` on ``master``, and its environment."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT)}
+    return [str(SPARK_SUBMIT), "--master", master, str(ROOT / "spark_jobs" / job), *map(str, args)], env
+
+
 def spark_submit(job: str, master: str, *args: str | Path) -> float:
     """Runs ``spark_jobs/<job>`` with spark-submit on ``master``; returns the wall seconds, JVM start included."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT)}
+    command, env = spark_submit_command(job, master, *args)
     start = time.perf_counter()
-    result = subprocess.run([str(SPARK_SUBMIT), "--master", master, str(ROOT / "spark_jobs" / job),
-                             *map(str, args)], capture_output=True, text=True, env=env)
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     if result.returncode != 0:
         # The job's one-line error is on stdout (spark-submit passes the driver's stderr there), among Spark's logs.
