@@ -22,6 +22,7 @@
           renamed: {kind: VALUE, value: Long, renamed_from: old-name, migration: {...}}
       sequence-source:                    # an operator without keyed state: listed so that it is kept, and its
         operator_states: {SourceReaderState: {mode: SPLIT_DISTRIBUTE, value: byte[]}}  # (manifest_operator_states)
+    kryo_classes: [{class: a.Point, fields: [...]}]  # optional: Kryo's user-class layouts (serializers.kryo_layout)
 
 Types are in the notation of :mod:`flinkstate.typenotation`. For LIST state ``value`` is the element type, for MAP
 ``user_key`` and ``value`` are the map's key and value types. ``migration`` blocks are kept as they are, for the
@@ -51,6 +52,7 @@ from flinkstate.manifest_operator_states import OperatorStateSchema, parse_opera
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.collections import ListSnapshot, MapSnapshot
+from flinkstate.serializers.kryo_layout import KryoLayouts, layouts_from_json, layouts_to_json
 from flinkstate.serializers.namespaces import VoidNamespaceSnapshot
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.timer import TimerSnapshot
@@ -170,6 +172,7 @@ class Manifest:
     #: The Flink version the job runs on ("2.3", "1.20.3"; a jar's schema has its Flink's). None: the savepoint's
     #: major, so a savepoint of Flink 1.x is not judged for Flink 2.x (:mod:`flinkstate.major_upgrade`).
     flink_version: str | None = None
+    kryo_classes: KryoLayouts | None = None  # the user classes' layouts as its Flink's Kryo writes them (issue 27)
 
     def find(self, operator_id: str) -> OperatorSchema | None:
         return next((op for op in self.operators.values() if op.operator_id == operator_id), None)
@@ -198,6 +201,8 @@ class Manifest:
             if self.overlay:
                 result["overlay"] = self.overlay
         result["operators"] = {label: op.to_dict() for label, op in self.operators.items()}
+        if self.kryo_classes:
+            result["kryo_classes"] = layouts_to_json(self.kryo_classes)
         return result
 
     def dump(self, *, sources: bool = False) -> str:
@@ -371,7 +376,8 @@ class _Parser:
             raise self.fail(f"{path}.{exc.path}" if exc.path else path, exc.message) from None
 
     def manifest(self, data: Any) -> Manifest:
-        top = self.mapping(data, "", {"manifest_version", "job", "flink_version", "jar", "overlay", "operators"})
+        top = self.mapping(data, "", {"manifest_version", "job", "flink_version", "jar", "overlay", "operators",
+                                           "kryo_classes"})
         if "manifest_version" not in top:
             raise self.fail("manifest_version", "missing (this format is version 1)")
         if top["manifest_version"] != MANIFEST_VERSION:
@@ -395,7 +401,8 @@ class _Parser:
                 raise self.fail(f"operators.{label}", f"same operator as operators.{seen_ids[op.operator_id]}")
             seen_ids[op.operator_id] = op.label
             operators[op.label] = op
-        return Manifest(operators, job, jar=jar, overlay=overlay, flink_version=flink_version)
+        kryo = None if top.get("kryo_classes") is None else layouts_from_json(top["kryo_classes"], self.file)
+        return Manifest(operators, job, jar=jar, overlay=overlay, flink_version=flink_version, kryo_classes=kryo)
 
     def operator(self, label: str, body: Any, path: str) -> OperatorSchema:
         spec = self.mapping(body, path, _OPERATOR_KEYS)

@@ -100,6 +100,14 @@ def test_the_jar_gives_the_schema_of_the_savepoint_it_wrote(written: dict[str, t
     schema = inspect_jar(out / "kryo-state-job.jar", flink_home=FLINKS[flink][0].parent, cache_dir=tmp_path,
                          program_args=[str(tmp_path / "job-out")])
     assert schema.flink_version.startswith(flink)
+    # Issue 27: the layouts this Flink's Kryo gives the jar's classes, carried by the schema file it writes
+    point, holder = (schema.kryo_classes[f"kryojob.KryoStateJob${name}"] for name in ("Point", "Holder"))
+    assert [(f.name, f.value_class, f.var_int) for f in point.fields or ()] == [("x", "int", True), ("y", "int", True)]
+    assert [(f.name, f.value_class) for f in holder.fields or ()] == [
+        ("id", "int"), ("payload", None), ("tags", None), ("zname", "java.lang.String")]
+    written_schema = tmp_path / "schema.yaml"
+    written_schema.write_text(schema.manifest().dump())
+    assert load_manifest(written_schema).kryo_classes == schema.kryo_classes
     lazy = {"holder", "objects", "whole", "opaque_holder", "mixed"}
     unregistered = unregistered_states(manifest_from_savepoint(Savepoint.open(canonical)), schema.manifest())
     assert {u.state for u in unregistered} == lazy

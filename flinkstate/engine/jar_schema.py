@@ -17,12 +17,13 @@ submitted, no record flows, no timer fires.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from flinkstate.format_errors import SavepointFormatError
 from flinkstate.major_upgrade import flink_version_problem
 from flinkstate.manifest import Manifest, OperatorSchema, add_keyed_states
 from flinkstate.manifest_operator_states import operator_states_of
+from flinkstate.serializers.kryo_layout import KryoLayouts, layouts_from_json
 
 #: The checkout this module runs from (an editable install), which holds the inspector's sources.
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +46,7 @@ INSPECTOR_DIR = _PROJECT_ROOT / "inspector"
 INSPECTOR_MAIN = "flinkstate.inspector.SchemaInspector"
 #: What the inspector writes first (SchemaInspector.MAGIC, FORMAT_VERSION).
 OUTPUT_MAGIC = "flinkstate-jar-schema"
-OUTPUT_VERSION = 2
+OUTPUT_VERSION = 3
 #: The prefix of the inspector's one error line on stderr, and its exit statuses.
 ERROR_PREFIX = "flinkstate-inspector: "
 EXIT_MAIN_FAILED = 2
@@ -83,6 +85,8 @@ class JarSchema:
     operators: list[InspectedOperator]
     seconds: float  # the inspector run's wall time (0 when read from the cache)
     cached: bool
+    #: The jar's own classes as its Flink's Kryo serializes them (the inspector asks Kryo: issue 27).
+    kryo_classes: KryoLayouts = field(default_factory=dict)
 
     def manifest(self, job: str | None = None) -> Manifest:
         """The manifest ``flinkstate schema`` writes of a savepoint this jar takes: every operator that registers
@@ -99,7 +103,8 @@ class JarSchema:
             operators[inspected.label] = schema
         # The jar's Flink is the version the schema describes (a 1.x savepoint restored by it may cross majors).
         flink = self.flink_version if flink_version_problem(self.flink_version) is None else None
-        return Manifest(operators, job or self.job_name or None, self.jar, jar=self.jar, flink_version=flink)
+        return Manifest(operators, job or self.job_name or None, self.jar, jar=self.jar, flink_version=flink,
+                        kryo_classes=self.kryo_classes or None)
 
 
 @dataclass(frozen=True)
@@ -295,11 +300,13 @@ def parse_inspection(data: bytes, jar: str, path: str, seconds: float, *, cached
         job_name = reader.utf()
         count = reader.i32()
         operators = [_operator(reader, path) for _ in range(count)]
+        layouts = _block(reader)
         if reader.remaining():
-            raise reader.error(f"{reader.remaining()} bytes after the last operator")
-    except SavepointFormatError as exc:
+            raise reader.error(f"{reader.remaining()} bytes after the Kryo layouts")
+        kryo_classes = layouts_from_json(json.loads(layouts.decode("utf-8")), f"{jar} (the inspector's output)")
+    except (SavepointFormatError, ValueError) as exc:  # ValueError: the layouts' JSON
         raise FlinkStateError(f"{jar}: the inspector's output is unreadable: {exc}") from None
-    return JarSchema(jar, flink, job_name, operators, seconds, cached)
+    return JarSchema(jar, flink, job_name, operators, seconds, cached, kryo_classes)
 
 
 def _operator(reader: Reader, path: str) -> InspectedOperator:

@@ -16,13 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from flinkstate.errors import FlinkStateError
+
 #: The Kryo serializers of user classes whose data flinkstate reads and writes.
 FIELD_SERIALIZER = "com.esotericsoftware.kryo.serializers.FieldSerializer"
 ENUM_SERIALIZER = "com.esotericsoftware.kryo.serializers.DefaultSerializers$EnumSerializer"
 PRIMITIVE_TYPES = frozenset({"int", "long", "float", "double", "boolean", "byte", "char", "short"})
 
 
-class KryoLayoutError(ValueError):
+class KryoLayoutError(FlinkStateError):
     """A layout that is not one (a missing key, a wrong type): one line naming the class and what is wrong."""
 
 

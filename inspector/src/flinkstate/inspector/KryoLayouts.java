@@ -50,9 +50,61 @@ public final class KryoLayouts {
             if (!isUserClass(type) || !seen.add(type)) {
                 continue;
             }
-            layouts.add(layout(kryo, type, queue));
+            try {
+                layouts.add(layout(kryo, type, queue));
+            } catch (RuntimeException | LinkageError e) {
+                // Kryo cannot make a serializer of it (nor write one in state): no layout, refused where it is met
+            }
         }
         return "[" + String.join(", ", layouts) + "]";
+    }
+
+    /**
+     * The job jar's own classes that Kryo may meet in its state (the roots of {@link #layoutsJson}): every concrete
+     * class or enum of the jar, not anonymous, local or synthetic, and not one of the job's functions or operators
+     * (Flink serializes those with Java serialization, never into state). A class the jar's loader cannot load
+     * (a missing optional dependency) is left out: Kryo could not write it either.
+     */
+    public static List<Class<?>> jarClasses(java.io.File jar, ClassLoader loader) throws java.io.IOException {
+        List<Class<?>> classes = new ArrayList<>();
+        try (java.util.jar.JarFile file = new java.util.jar.JarFile(jar)) {
+            for (java.util.jar.JarEntry entry : java.util.Collections.list(file.entries())) {
+                String name = entry.getName();
+                if (!name.endsWith(".class") || name.startsWith("META-INF/") || name.endsWith("module-info.class")) {
+                    continue;
+                }
+                Class<?> type;
+                try {
+                    type = Class.forName(name.substring(0, name.length() - 6).replace('/', '.'), false, loader);
+                } catch (ClassNotFoundException | LinkageError e) {
+                    continue;
+                }
+                boolean concrete = type.isEnum() || !Modifier.isAbstract(type.getModifiers());
+                if (concrete && !type.isAnonymousClass() && !type.isLocalClass() && !type.isSynthetic()
+                        && !type.isInterface() && !isJobCode(type) && isUserClass(type)) {
+                    classes.add(type);
+                }
+            }
+        }
+        classes.sort(java.util.Comparator.comparing(Class::getName));
+        return classes;
+    }
+
+    private static boolean isJobCode(Class<?> type) {
+        for (Class<?> c = type; c != null; c = c.getSuperclass()) {
+            for (Class<?> i : c.getInterfaces()) {
+                if (i.getName().equals("org.apache.flink.api.common.functions.Function")
+                        || i.getName().startsWith("org.apache.flink.streaming.api.operators.")
+                        || java.util.Arrays.stream(i.getInterfaces()).anyMatch(
+                                s -> s.getName().equals("org.apache.flink.api.common.functions.Function"))) {
+                    return true;
+                }
+            }
+            if (c.getName().startsWith("org.apache.flink.")) {
+                return true; // a subclass of one of Flink's classes (a function, an operator, a source)
+            }
+        }
+        return false;
     }
 
     /** A class Kryo serializes with no built-in serializer of the JDK: what needs a layout. */

@@ -1,6 +1,7 @@
 package flinkstate.inspector;
 
 import org.apache.flink.api.common.ExecutionConfig;
+import org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializer;
 import org.apache.flink.api.dag.Pipeline;
 import org.apache.flink.client.program.PackagedProgram;
 import org.apache.flink.client.program.PackagedProgramUtils;
@@ -46,7 +47,9 @@ import java.util.TreeMap;
  * was opened (sources are only initialized: their open() starts reading), its window ({@link WindowSpec}, empty:
  * none), and the bytes of its keyed state stream
  * (starting with the {@code KeyedBackendSerializationProxy}) and of its operator state stream (starting with the
- * {@code OperatorBackendSerializationProxy}), each an int length then the bytes (0: the operator wrote none).
+ * {@code OperatorBackendSerializationProxy}), each an int length then the bytes (0: the operator wrote none);
+ * after the operators, the Kryo layouts of the jar's own classes ({@link KryoLayouts}: JSON, an int length then UTF-8),
+ * as this Flink's KryoSerializer for the job's config sees them.
  *
  * <p>Errors: one line on stderr starting with {@code flinkstate-inspector: }, exit status 2 when the job's main()
  * failed (the job's own exception), 3 when an operator could not be opened, 1 otherwise.
@@ -54,7 +57,7 @@ import java.util.TreeMap;
 public final class SchemaInspector {
 
     static final String MAGIC = "flinkstate-jar-schema";
-    static final int FORMAT_VERSION = 2;
+    static final int FORMAT_VERSION = 3;
     static final int EXIT_ERROR = 1;
     static final int EXIT_MAIN_FAILED = 2;
     static final int EXIT_OPERATOR_FAILED = 3;
@@ -203,7 +206,10 @@ public final class SchemaInspector {
             writeTrial(Path.of(out), trial, trials);
             return;
         }
-        write(Path.of(out), jobGraph.getName(), results);
+        String layouts = KryoLayouts.layoutsJson(
+                new KryoSerializer<>(Object.class, executionConfig.getSerializerConfig()).getKryo(),
+                KryoLayouts.jarClasses(new File(jar), userClassLoader));
+        write(Path.of(out), jobGraph.getName(), results, layouts);
     }
 
     private static void writeTrial(Path out, TrialRestore trial, List<TrialRestore.Result> results) throws Exception {
@@ -231,7 +237,8 @@ public final class SchemaInspector {
         return (uid != null ? "'" + uid + "'" : "'" + config.getOperatorName() + "'") + " (id " + id + ")";
     }
 
-    private static void write(Path out, String jobName, List<OperatorProbe.Result> results) throws Exception {
+    private static void write(Path out, String jobName, List<OperatorProbe.Result> results, String layouts)
+            throws Exception {
         Path tmp = Files.createTempFile(out.toAbsolutePath().getParent(), ".inspector", ".tmp");
         try (DataOutputStream data = new DataOutputStream(new BufferedOutputStream(new FileOutputStream(tmp.toFile())))) {
             data.writeUTF(MAGIC);
@@ -249,6 +256,7 @@ public final class SchemaInspector {
                 writeBytes(data, result.keyedState);
                 writeBytes(data, result.operatorState);
             }
+            writeBytes(data, layouts.getBytes(java.nio.charset.StandardCharsets.UTF_8));
         }
         Files.move(tmp, out, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
     }
