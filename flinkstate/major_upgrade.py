@@ -19,7 +19,7 @@ Kryo'd collection that 2.x serializes with its own serializers, a user class's r
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from flinkstate.compatibility import AS_IS, Finding, join
 from flinkstate.errors import FlinkStateError
@@ -116,8 +116,21 @@ def kryo_paths(snapshot: TypeSerializerSnapshot, path: str) -> Iterator[tuple[st
         yield path, found
 
 
+def layouts_origin(new: Mapping[str, object] | None, old: Mapping[str, object] | None) -> str | None:
+    """Where a migration's user-class layouts come from (:func:`flinkstate.migration.manifest_targets.
+    carry_layouts`), as a finding says it; None: no layouts (a user class's records are refused)."""
+    if not new:
+        return None
+    if old:
+        return "user classes carried with the old version's and the new version's kryo_classes"
+    return ("user classes carried with the new version's kryo_classes for both sides: the old version's are not "
+            "given (--old-schema), so the savepoint's classes are assumed to be the same classes compiled against "
+            "both Flinks")
+
+
 def across_majors(source_major: int, target_major: int,
-                  parts: list[tuple[str, TypeSerializerSnapshot | None]]) -> list[Finding]:
+                  parts: list[tuple[str, TypeSerializerSnapshot | None]], layouts: str | None = None
+                  ) -> list[Finding]:
     """The findings on a state's serializers (``parts``: path and the snapshot the savepoint records) when a job of
     Flink ``target_major`` restores a savepoint of Flink ``source_major``: one per Kryo serializer in their trees.
     Flink's snapshot check passes them (the Kryo snapshots of both majors are the same bytes), so each is a silent
@@ -143,7 +156,8 @@ def across_majors(source_major: int, target_major: int,
                 findings.append(Finding(
                     KRYO_CODE, path, f"{path}: Kryo data ({kryo.type_class}) written by {source}; {target} reads it "
                     f"with the other Kryo, which misreads it silently or fails the restore (FLINK-3154)"
-                    f"{'; migrate re-encodes its records for Kryo 5.6' if source_major == 1 else ''}", AS_IS,
+                    f"{'; migrate re-encodes its records for Kryo 5.6' if source_major == 1 else ''}"
+                    f"{f' ({layouts})' if layouts and source_major == 1 else ''}", AS_IS,
                     kryo.type_class, silent_misread=True, migratable=False))
     return findings
 
@@ -153,5 +167,5 @@ def _flink(major: int) -> str:
 
 
 __all__ = ["COLLECTION_CODE", "FLINK2_COLLECTIONS", "FLINK_MAJORS", "KRYO_CODE", "across_majors", "carries_kryo",
-           "flink_major", "flink_version_problem", "kryo_paths", "output_metadata_version", "savepoint_flink_major",
-           "target_flink_version"]
+           "flink_major", "flink_version_problem", "kryo_paths", "layouts_origin", "output_metadata_version",
+           "savepoint_flink_major", "target_flink_version"]

@@ -45,7 +45,7 @@ from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMeta
 from flinkstate.format.metadata import OperatorState, has_state
 from flinkstate.format.operator_state import OperatorBackendHeader
 from flinkstate.identity import OperatorRef
-from flinkstate.major_upgrade import across_majors, flink_major, savepoint_flink_major
+from flinkstate.major_upgrade import across_majors, flink_major, layouts_origin, savepoint_flink_major
 from flinkstate.manifest import Manifest, OperatorSchema, StateSchema
 from flinkstate.operator_state_rules import annotate_row_names, described_states, operator_state_rows
 from flinkstate.report import StateRow
@@ -137,11 +137,13 @@ class _Checker:
         self.jar: str | None = None  # the new manifest's jar, when it is a jar's (see Manifest.jar)
         #: (the savepoint's Flink major, the new version's): unequal, Kryo data is read with the other Kryo.
         self.majors = (1, 1)
+        self.kryo_layouts: str | None = None  # where a 1.x -> 2.x migration's user-class layouts come from
 
     def rows(self, new: Manifest) -> list[StateRow]:
         self.jar = new.jar
         source_major = self.savepoint.flink_major
         self.majors = (source_major, flink_major(new.flink_version) if new.flink_version else source_major)
+        self.kryo_layouts = layouts_origin(new.kryo_classes, self.previous.kryo_classes if self.previous else None)
         rows: list[StateRow] = []
         matched: set[str] = set()
         for op_schema in new.operators.values():
@@ -267,7 +269,7 @@ class _Checker:
         # Flink 1.x -> 2.x: Kryo bytes the other Kryo reads (keys and namespaces too: every entry holds them).
         for finding in across_majors(*self.majors, [
             ("key", header.key_serializer), ("namespace", meta.namespace_serializer),
-            ("user_key", meta.user_key_serializer), ("value", meta.value_serializer)]):
+            ("user_key", meta.user_key_serializer), ("value", meta.value_serializer)], self.kryo_layouts):
             result.add(finding)
         if new.renamed_from and self.renames:
             result.add(Finding("STATE_RENAMED", "", f"state {new.renamed_from} -> {new.name}: Flink restores the old "

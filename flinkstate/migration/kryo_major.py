@@ -29,6 +29,7 @@ from flinkstate.serializers.collections import ListSnapshot, MapSnapshot, SetSna
 from flinkstate.serializers.kryo import KryoSnapshot, OpaqueValue, kryo_snapshots
 from flinkstate.serializers.kryo_carry import KryoNode, kryo2_to_kryo5, read_tree
 from flinkstate.serializers.kryo_data import KRYO2, KRYO5, KryoCorrupt, KryoMap, KryoOpaque, KryoValue
+from flinkstate.serializers.kryo_fields import carry_user_record
 from flinkstate.serializers.nullable import NullableSnapshot
 from flinkstate.serializers.primitives import SimpleSnapshot
 
@@ -60,11 +61,15 @@ def uncarried_record(savepoint: Savepoint, operator_id: str, state: StateMetaInf
     if isinstance(sample, str):
         return None if sample.startswith("Kryo: values not sampled") else sample.removeprefix("Kryo: ")
     found = kryo_snapshots([state.value_serializer, state.user_key_serializer])
-    registrations = found[0].registrations_in_order()
+    registrations, layouts = found[0].registrations_in_order(), found[0].kryo_layouts
     for value in sample[0]:
         if isinstance(value, OpaqueValue):
             try:
-                read_tree(value.data, registrations)
+                if layouts is None:
+                    read_tree(value.data, registrations)
+                else:  # carried as the migration will: a class without a layout, or changed, is refused here
+                    carry_user_record(value.data, registrations, registrations, layouts.old, layouts.new)
+                    continue
             except (KryoOpaque, KryoCorrupt) as exc:
                 return f"a sampled Kryo record holds {exc}"
             return "a sampled Kryo record could not be decoded"
@@ -98,6 +103,7 @@ def kryo_carry_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapsho
                                  f"a function")
     reading, writing = old.registrations_in_order(), new.registrations_in_order()
     type_name = new.type_name()
+    layouts = new.kryo_layouts or old.kryo_layouts
 
     def carry(value: Any) -> Any:
         if value is None:
@@ -106,11 +112,16 @@ def kryo_carry_transform(old: TypeSerializerSnapshot, new: TypeSerializerSnapsho
         if data is None:
             raise ConversionError(f"not a Kryo record: {type(value).__name__}")
         try:
-            carried = kryo2_to_kryo5(data, reading, writing)
+            if layouts is None:
+                carried = kryo2_to_kryo5(data, reading, writing)
+            else:
+                carried = carry_user_record(data, reading, writing, layouts.old, layouts.new)
         except KryoOpaque as exc:
+            if layouts is not None:
+                raise ConversionError(f"a Kryo record of {exc}") from None
             raise ConversionError(f"a Kryo record of {exc}: flinkstate re-encodes for Kryo 5 only the records of "
                                   f"JDK classes with Kryo's built-in serializers (a user class's layout is not "
-                                  f"in the savepoint)") from None
+                                  f"in the savepoint: give the new version's schema --jar)") from None
         except KryoCorrupt as exc:
             raise ConversionError(str(exc)) from None
         java_class = value.java_class if isinstance(value, KryoValue) else "?"

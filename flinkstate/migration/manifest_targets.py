@@ -11,8 +11,9 @@ from flinkstate.migration.spec import parse_migration, parse_operator_migration
 from flinkstate.migration.transforms import RowNames
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
-from flinkstate.serializers.kryo import set_kryo_version
+from flinkstate.serializers.kryo import set_kryo_layouts, set_kryo_version
 from flinkstate.serializers.kryo_data import KRYO5
+from flinkstate.serializers.kryo_layout import KryoCarryLayouts
 from flinkstate.serializers.row import RowSnapshot
 
 
@@ -47,6 +48,16 @@ def _old_state(old_manifest: Manifest | None, op: OperatorSchema, old_name: str)
     return old_op.states.get(old_name) if old_op is not None else None
 
 
+def carry_layouts(manifest: Manifest, old_manifest: Manifest | None) -> KryoCarryLayouts | None:
+    """The user-class layouts a Flink 1.x -> 2.x migration carries Kryo records with: the old version's schema's
+    (``--old-schema``: its jar on Flink 1.x) and the new one's; without the old, the new version's stand for them
+    (``assumed``: the savepoint's classes are taken to be the same classes compiled against both Flinks)."""
+    if not manifest.kryo_classes:
+        return None
+    old = old_manifest.kryo_classes if old_manifest is not None and old_manifest.kryo_classes else None
+    return KryoCarryLayouts(old or manifest.kryo_classes, manifest.kryo_classes, old is None)
+
+
 def targets_from_manifest(source: Savepoint, manifest: Manifest, old_manifest: Manifest | None = None
                           ) -> list[OperatorTarget]:
     """One target per manifest operator found in the savepoint (by ``renamed_from`` or its own uid/id). States the
@@ -54,6 +65,7 @@ def targets_from_manifest(source: Savepoint, manifest: Manifest, old_manifest: M
     version's Kryo serializers read with Kryo 5, so its Kryo data is carried (re-encoded) by the plan."""
     file = manifest.path or "<manifest>"
     carry = carries_kryo(source.metadata.version, manifest.flink_version)
+    layouts = carry_layouts(manifest, old_manifest) if carry else None
     targets = []
     for label, op in manifest.operators.items():
         try:
@@ -80,6 +92,8 @@ def targets_from_manifest(source: Savepoint, manifest: Manifest, old_manifest: M
             migration = parse_migration(state.migration, f"operators.{label}.states.{name}.migration", file)
             if carry:
                 set_kryo_version([state.value, state.user_key], KRYO5)
+                if layouts is not None:  # the plan gives them to the savepoint's serializers too (plan.py)
+                    set_kryo_layouts([state.value, state.user_key], layouts)
             old_schema = _old_state(old_manifest, op, old_name)
             names = row_names(old_schema.value if old_schema else None, state.value)
             target.states.append(StateTarget(name, None if state.kind == TIMERS else state.value, state.user_key,

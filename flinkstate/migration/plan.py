@@ -36,7 +36,7 @@ from flinkstate.migration.transforms import (
 )
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
-from flinkstate.serializers.kryo import kryo_snapshots
+from flinkstate.serializers.kryo import kryo_snapshots, set_kryo_layouts
 from flinkstate.serializers.registry import snapshot_bytes
 from flinkstate.serializers.ttl import TtlSnapshot, TtlValue
 
@@ -292,6 +292,10 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
         value_t = user_key_t = None
         new_value = new_user_key = None
         if t is not None and meta.kind != TIMERS:
+            if target.carry_kryo:  # the savepoint's user-class records are delimited with the migration's layouts
+                layouts = next((k.kryo_layouts for k in kryo_snapshots([t.value, t.user_key]) if k.kryo_layouts), None)
+                if layouts is not None:
+                    set_kryo_layouts([meta.value_serializer, meta.user_key_serializer], layouts)
             try:
                 value_t, user_key_t = _state_transforms(meta, t, code, now_ms, load_code)
             except CodeNotAllowed as exc:

@@ -35,6 +35,7 @@ from flinkstate.migration.verify_errors import VerificationError
 from flinkstate.migration.verify_native import native_source, native_source_entries
 from flinkstate.progress import track
 from flinkstate.savepoint import Savepoint
+from flinkstate.serializers.kryo import kryo_snapshots, set_kryo_layouts
 from flinkstate.serializers.registry import snapshot_bytes
 
 
@@ -64,6 +65,7 @@ def verify_key_groups(source: Savepoint, output: Savepoint, plan: MigrationPlan,
             raise VerificationError(f"operator {label}: its key changes, so it is verified whole, not by key-group "
                                     f"range")
         new_op = output.operator(op_plan.new_operator_id)
+        _share_kryo_layouts(output, new_op, op_plan)
         states, verified = [], 0
         rewrites = op_plan.rewrites if key_groups is not None else track(
             op_plan.rewrites, total=len(op_plan.rewrites), description=f"verify {label}", unit="states")
@@ -90,6 +92,22 @@ def verify_key_groups(source: Savepoint, output: Savepoint, plan: MigrationPlan,
         raise VerificationError(f"{output.location.uri} against its source {source.location.uri}: operator "
                                 f"{label}: unreadable: {exc}") from None
 
+
+
+def _share_kryo_layouts(output: Savepoint, new_op: OperatorState, op_plan: OperatorPlan) -> None:
+    """A Flink 1.x -> 2.x migration's user-class layouts (an input, as the manifest is) on the output's Kryo
+    serializers, so that its Kryo 5 records of user classes are read with the new version's layouts, as Flink 2.x
+    reads them, and their values compared with the source's read with the old ones."""
+    if op_plan.new_header is None:
+        return
+    planned = {meta.name: meta for meta in op_plan.new_header.states}
+    for _, stream in output.keyed_streams(new_op):
+        for meta in stream.header().states:
+            plan_meta = planned.get(meta.name)
+            serializers = [plan_meta.value_serializer, plan_meta.user_key_serializer] if plan_meta else []
+            layouts = next((k.kryo_layouts for k in kryo_snapshots(serializers) if k.kryo_layouts), None)
+            if layouts is not None:
+                set_kryo_layouts([meta.value_serializer, meta.user_key_serializer], layouts)
 
 
 def _stored_entries(savepoint: Savepoint, op: OperatorState, key_groups: KeyGroupRange | None) -> int:

@@ -16,7 +16,7 @@ KryoSnapshot of its headers (:func:`set_kryo_version`) before any decoder is bui
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
@@ -33,6 +33,8 @@ from flinkstate.serializers.kryo_data import (
     decode_record,
     registration_table,
 )
+from flinkstate.serializers.kryo_fields import read_user_record, tree_value
+from flinkstate.serializers.kryo_layout import KryoCarryLayouts
 from flinkstate.serializers.pojo import OptionalMapEntry, read_linked_optional_map, write_linked_optional_map
 from flinkstate.serializers.registry import register
 
@@ -114,6 +116,9 @@ class KryoSnapshot(TypeSerializerSnapshot):
     #: version: <= 4 is Flink 1.x, >= 5 Flink 2.x); None: a record is decoded only where both readings agree, or
     #: (a whole value) where exactly one reads it to its end.
     kryo_version: int | None = None
+    #: A Flink 1.x -> 2.x migration's user-class layouts (set by its plan: flinkstate.migration.manifest_targets):
+    #: the savepoint's Kryo 2.24 records of user classes are delimited with the old ones, carried with both.
+    kryo_layouts: KryoCarryLayouts | None = None
 
     def registrations_in_order(self) -> list[tuple[str, bool]]:
         """The snapshot's registrations (class name, registered without a serializer of its own), in id order."""
@@ -132,11 +137,14 @@ class KryoSnapshot(TypeSerializerSnapshot):
     def make_decoder(self) -> Decoder:
         """Delimits a record by decoding it: only records of JDK classes with built-in serializers have an end."""
         type_name, versions, tables = self.type_name(), self._versions(), self._tables()
+        user_records = self._user_records()
 
         def decode(buf: bytes, off: int) -> tuple[Any, int]:
             try:
                 version, cls, value, end = decode_record(buf, off, len(buf), versions, tables, whole=False)
             except KryoOpaque as e:
+                if (found := user_records(buf, off, False)) is not None:
+                    return found
                 raise UnsupportedFormat(f"{type_name} value at byte {off} holds {e}: Kryo records carry no length, "
                                         f"so it can be passed through only as a whole stored value") from None
             except KryoCorrupt as e:
@@ -145,16 +153,39 @@ class KryoSnapshot(TypeSerializerSnapshot):
 
         return decode
 
+    def _user_records(self) -> Callable[[bytes, int, bool], tuple[KryoValue, int] | None]:
+        """The reader of a user class's record (None where it cannot read one: no layouts, or not to the end of a
+        ``whole`` value) with a migration's layouts of this data's Kryo (:class:`KryoCarryLayouts`)."""
+        type_name, version, registrations = self.type_name(), self.kryo_version, self.registrations_in_order()
+        carry = self.kryo_layouts
+        layouts = None if carry is None else {KRYO2: carry.old, KRYO5: carry.new}.get(version or 0)
+
+        def read(buf: bytes, off: int, whole: bool) -> tuple[KryoValue, int] | None:
+            if layouts is None or version is None:
+                return None
+            try:
+                tree, end = read_user_record(buf, off, registrations, layouts, version)
+            except (KryoOpaque, KryoCorrupt):
+                return None
+            if tree is None or (whole and end != len(buf)):
+                return None
+            return KryoValue(type_name, tree.java_class, tree_value(tree), bytes(buf[off:end]), version), end
+
+        return read
+
     def tail_decoder(self) -> Decoder:
         """A whole stored value: decoded when possible, else passed through as :class:`OpaqueValue` (as before)."""
         type_name, versions, tables = self.type_name(), self._versions(), self._tables()
+
+        user_records = self._user_records()
 
         def decode(buf: bytes, off: int) -> tuple[Any, int]:
             data = bytes(buf[off:])
             try:
                 version, cls, value, _ = decode_record(data, 0, len(data), versions, tables, whole=True)
             except (KryoOpaque, KryoCorrupt):
-                return OpaqueValue(type_name, data), len(buf)
+                found = user_records(data, 0, True)
+                return (found[0] if found is not None else OpaqueValue(type_name, data)), len(buf)
             return KryoValue(type_name, cls, value, data, version), len(buf)
 
         return decode
@@ -243,6 +274,16 @@ def reachable_snapshots(snapshots: Iterable[Any]) -> list[TypeSerializerSnapshot
     outermost first."""
     seen: set[int] = set()
     return [s for item in snapshots if item is not None for s in _reachable(item, seen)]
+
+
+def set_kryo_layouts(snapshots: Iterable[Any], layouts: KryoCarryLayouts) -> None:
+    """Sets a migration's user-class layouts on every KryoSnapshot inside ``snapshots`` (before the decoders of
+    composites around them are built, as :func:`set_kryo_version`; those of ``snapshots`` are built again)."""
+    roots = [s for s in snapshots if s is not None]
+    for snapshot in kryo_snapshots(roots):
+        snapshot.kryo_layouts = layouts
+    for reachable in reachable_snapshots(roots):  # a POJO's decoder keeps the Kryo decoder it was built with
+        reachable._decoder = None
 
 
 def set_kryo_version(snapshots: Iterable[Any], kryo_version: int) -> None:

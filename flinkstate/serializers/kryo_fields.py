@@ -19,6 +19,7 @@ is refused in one line naming the class and the field. An enum constant is carri
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -66,15 +67,21 @@ def _element(generics: tuple[KryoGeneric, ...] | None, index: int) -> KryoGeneri
 
 
 class LayoutRecord(TypedRecord):
-    """The Kryo 2.24 reader with the old layouts: user classes and enums are read, and a field's type arguments
-    reach its value's serializer (``generics``, set just before the value is read and taken by its reader)."""
+    """The Kryo reader with one Kryo's layouts (Kryo 2.24's to carry a record, Kryo 5's to verify the carried one):
+    user classes and enums are read, and a field's type arguments reach its value's serializer (``generics``, set
+    just before the value is read and taken by its reader) as that Kryo passes them."""
 
     __slots__ = ("generics", "layouts")
 
-    def __init__(self, data: bytes, registrations: list[tuple[str, bool]], layouts: KryoLayouts) -> None:
-        super().__init__(data, 0, len(data), KRYO2, registration_table(KRYO2, registrations))
+    def __init__(self, data: bytes, registrations: list[tuple[str, bool]], layouts: KryoLayouts,
+                 start: int = 0, version: int = KRYO2) -> None:
+        super().__init__(data, start, len(data), version, registration_table(version, registrations))
         self.layouts = layouts
         self.generics: tuple[KryoGeneric, ...] | None = None
+
+    def uses_references(self, name: str) -> bool:
+        layout = self.layouts.get(name)  # Kryo 5 gives enums no reference marker, Kryo 2.24 does
+        return super().uses_references(name) and not (self.v5 and layout is not None and layout.constants is not None)
 
     def _reader(self, name: str) -> Callable[[KryoRecord, str], Any]:
         generics, self.generics = self.generics, None
@@ -84,6 +91,12 @@ class LayoutRecord(TypedRecord):
             return lambda record, java_class: _read_enum(record, java_class, constants)
         if layout is not None:
             return lambda record, java_class: self._read_fields(java_class, layout)
+        if self.v5 and generics and name in _GENERIC_COLLECTIONS:
+            return lambda record, java_class: self._read_collection5(java_class, generics)
+        if self.v5 and generics and name in _GENERIC_MAPS:
+            return lambda record, java_class: self._read_map5(java_class, generics)
+        if self.v5 and generics and name in _HEADED:
+            raise KryoOpaque(name, "in a field with type arguments: not carried")
         if name in _GENERIC_COLLECTIONS and _element(generics, 0) is not None:
             element = _element(generics, 0)
             assert element is not None
@@ -95,6 +108,53 @@ class LayoutRecord(TypedRecord):
         if name in _HEADED and (_element(generics, 0) or _element(generics, 1)) is not None:
             raise KryoOpaque(name, "with a final element type from a field's generics: not carried")
         return super()._reader(name)
+
+    def _typed(self, cls: tuple[str, bool] | None, may_be_null: bool, generics: tuple[KryoGeneric, ...] | None) -> Any:
+        if cls is None:
+            return None
+        self.generics = generics
+        return self.object(cls, may_be_null=may_be_null)
+
+    def _read_collection5(self, name: str, generics: tuple[KryoGeneric, ...]) -> KryoNode:
+        """Kryo 5's CollectionSerializer with type arguments (:meth:`LayoutOutput._write_collection`)."""
+        flag, size = self.varint_flag()
+        if size == 0:
+            raise KryoCorrupt(f"Kryo {name}: null collection inside its own record")
+        size -= 1
+        if size > self.end - self.pos:
+            raise KryoCorrupt(f"Kryo length {size} at byte {self.pos} exceeds the record")
+        element, nested = _element(generics, 0), generics[0].generics
+        if size == 0:
+            return KryoNode(name, [])
+        if element is not None:
+            assert element.java_class is not None
+            cls = (element.java_class, True)
+            return KryoNode(name, [self._typed(cls, flag, nested) for _ in range(size)])
+        if not flag:
+            return KryoNode(name, [self._typed(self.read_class(), False, nested) for _ in range(size)])
+        common = self.read_class()
+        if common is None:
+            return KryoNode(name, [None] * size)
+        has_null = self.byte() == 1
+        return KryoNode(name, [self._typed(common, has_null, nested) for _ in range(size)])
+
+    def _read_map5(self, name: str, generics: tuple[KryoGeneric, ...]) -> KryoNode:
+        size = self.length() - 1
+        if size < 0:
+            raise KryoCorrupt(f"Kryo {name}: null map inside its own record")
+        key, value = _element(generics, 0), _element(generics, 1)
+        args = (generics[0].generics, generics[1].generics if len(generics) > 1 else None)
+        entries = []
+        for _ in range(size):
+            parts = []
+            for element, nested in zip((key, value), args, strict=True):
+                if element is not None:
+                    assert element.java_class is not None
+                    parts.append(self._typed((element.java_class, True), True, nested))
+                else:
+                    parts.append(self._typed(self.read_class(), False, nested))
+            entries.append((parts[0], parts[1]))
+        return KryoNode(name, KryoMap(name, tuple(entries)))
 
     def _known(self, element: KryoGeneric, may_be_null: bool) -> Any:
         """An object of a class the serializer knows (no class id): ``writeObject(OrNull)``."""
@@ -311,6 +371,49 @@ def _write_primitive(out: Kryo5Output, field: KryoField, value: Any) -> None:
         out.fixed(_FIXED[kind], value)
 
 
+def read_user_record(buf: bytes, start: int, registrations: list[tuple[str, bool]], layouts: KryoLayouts,
+                     version: int) -> tuple[KryoNode | None, int]:
+    """The record at ``buf[start:]`` read with one Kryo's ``layouts`` (a record carries no length: a user class's
+    record inside a POJO or a list is delimited by reading it): its tree and its end. Raises :class:`KryoOpaque` or
+    :class:`KryoCorrupt`."""
+    record = LayoutRecord(buf, registrations, layouts, start, version)
+    try:
+        cls = record.read_class()
+        node = None if cls is None else record.object(cls, may_be_null=False)
+    except (ValueError, UnicodeDecodeError, struct.error, OverflowError) as e:
+        raise KryoCorrupt(f"Kryo record at byte {start}: {e}") from None
+    return node, record.pos
+
+
+def tree_value(node: KryoNode | None) -> Any:
+    """A record's tree as plain values, the same whichever Kryo wrote it (what verification compares): a user
+    object as {"@class", field: value, ...} by field name, an enum as its constant's name, an object met again
+    (shared, or enclosing) as {"@ref": n}, the n-th object met in this walk."""
+    seen: dict[int, int] = {}
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, KryoNode):
+            if isinstance(item.value, (UserObject, list, KryoMap)):
+                if id(item) in seen:
+                    return {"@ref": seen[id(item)]}
+                seen[id(item)] = len(seen)
+            value = item.value
+            if isinstance(value, UserObject):
+                return {"@class": item.java_class, **{k: walk(value.fields[k]) for k in sorted(value.fields)}}
+            if isinstance(value, KryoEnum):
+                return value.name
+            if isinstance(value, KryoMap):
+                return {"@map": item.java_class, "entries": [[walk(k), walk(v)] for k, v in value.entries]}
+            if isinstance(value, list):
+                return {"@list": item.java_class, "elements": [walk(e) for e in value]}
+            return walk(value)
+        if isinstance(item, float) and item != item:
+            return "NaN"  # equal to itself, as Kryo's bits are
+        return item
+
+    return walk(node)
+
+
 def carry_user_record(data: bytes, registrations: list[tuple[str, bool]], new_registrations: list[tuple[str, bool]],
                       old: KryoLayouts, new: KryoLayouts) -> bytes:
     """The Kryo 5.6 record of the object Kryo 2.24 wrote as ``data``, user classes read with the ``old`` layouts
@@ -318,9 +421,16 @@ def carry_user_record(data: bytes, registrations: list[tuple[str, bool]], new_re
     Raises :class:`KryoOpaque` (a class without a layout, a layout change: one line naming the class and field)
     or :class:`KryoCorrupt`."""
     tree = read_whole(LayoutRecord(data, registrations, old), data)
+    return carry_tree(tree, new_registrations, old, new)
+
+
+def carry_tree(tree: KryoNode | None, new_registrations: list[tuple[str, bool]], old: KryoLayouts,
+               new: KryoLayouts) -> bytes:
+    """The Kryo 5.6 record of ``tree`` (read with the ``old`` layouts), written with the ``new`` ones."""
     out = LayoutOutput(new_registrations, old, new)
     out.class_and_object(tree)
     return bytes(out.out)
 
 
-__all__ = ["KRYO5", "LayoutOutput", "LayoutRecord", "UserObject", "carry_user_record"]
+__all__ = ["KRYO5", "LayoutOutput", "LayoutRecord", "UserObject", "carry_tree", "carry_user_record",
+           "read_user_record", "tree_value"]

@@ -76,6 +76,17 @@ class KryoClassLayout:
 KryoLayouts = dict[str, KryoClassLayout]
 
 
+@dataclass(frozen=True)
+class KryoCarryLayouts:
+    """The layouts a Flink 1.x -> 2.x migration reads a state's Kryo 2.24 records with (``old``: the old version's
+    classes) and writes them with (``new``); ``assumed``: the old version's were not given, so the new version's
+    stand for them (the same classes compiled against both Flinks), which the reports say."""
+
+    old: KryoLayouts
+    new: KryoLayouts
+    assumed: bool
+
+
 def _expect(item: Any, key: str, kinds: type | tuple[type, ...], where: str) -> Any:
     if not isinstance(item, dict) or key not in item:
         raise KryoLayoutError(f"{where}: '{key}' missing")
@@ -143,5 +154,5 @@ def layouts_to_json(layouts: KryoLayouts) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["ENUM_SERIALIZER", "FIELD_SERIALIZER", "PRIMITIVE_TYPES", "KryoClassLayout", "KryoField",
+__all__ = ["ENUM_SERIALIZER", "FIELD_SERIALIZER", "PRIMITIVE_TYPES", "KryoCarryLayouts", "KryoClassLayout", "KryoField",
            "KryoGeneric", "KryoLayoutError", "KryoLayouts", "layouts_from_json", "layouts_to_json"]
