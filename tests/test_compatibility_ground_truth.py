@@ -259,6 +259,10 @@ def test_check_is_the_plan_migrate_runs_for_every_variant(base_savepoints: dict[
     report = assert_one_verdict(base_savepoints[backend], compat_matrix.manifest(case.variant), tmp_path / "out",
                                 previous=compat_matrix.manifest("base"))
     assert report.exit_code == case.expected_exit, report.render_markdown()
+    if case.variant == "enum-constant-removed":
+        # issue 23: the refusal said "type changed from Enum matrix.Color to Enum matrix.Color"; it says what differs
+        refused = next(f.message for f in report.findings if f.code == "MIGRATION_REFUSED")
+        assert "Enum matrix.Color changed in a way Flink cannot restore: " in refused and "BLUE" in refused, refused
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
