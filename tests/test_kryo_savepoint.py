@@ -22,14 +22,16 @@ import pytest
 
 from flinkstate.binary import KeyGroupRange
 from flinkstate.cli import main as cli_main
-from flinkstate.engine.jar_schema import inspect_jar, unregistered_states
+from flinkstate.engine.jar_schema import JarSchema, inspect_jar, unregistered_states
 from flinkstate.format.keyed_stream import StreamSource
 from flinkstate.format_errors import SavepointFormatError
 from flinkstate.jsonify import to_json
 from flinkstate.kryo_report import metadata_version_refusal
 from flinkstate.manifest import load_manifest, manifest_from_savepoint
+from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.plan import MigrationError, OperatorTarget
 from flinkstate.migration.runner import migrate_savepoint
+from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.kryo import kryo_snapshots
 from flinkstate.serializers.kryo_data import KRYO2, KRYO5
@@ -88,17 +90,29 @@ def savepoints(written: dict[str, tuple[Path, Path]]) -> dict[str, Path]:
     return {flink: canonical for flink, (canonical, _) in written.items()}
 
 
+@pytest.fixture(scope="module")
+def inspected(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The inspector's cache of this module: each jar is inspected once (the migration's layouts reuse it)."""
+    return tmp_path_factory.mktemp("inspected")
+
+
+def jar_schema(written: dict[str, tuple[Path, Path]], flink: str, inspected: Path) -> JarSchema:
+    """``schema --jar`` of the job's jar for ``flink`` (savepoint.sh packs it; built for, and inspected on, it)."""
+    canonical, _ = written[flink]
+    out = next(parent for parent in canonical.parents if (parent / "kryo-state-job.jar").is_file())
+    return inspect_jar(out / "kryo-state-job.jar", flink_home=FLINKS[flink][0].parent, cache_dir=inspected,
+                       program_args=[str(inspected / "job-out")])
+
+
 @pytest.mark.parametrize("flink", FLINKS)
 def test_the_jar_gives_the_schema_of_the_savepoint_it_wrote(written: dict[str, tuple[Path, Path]], flink: str,
-                                                            tmp_path: Path) -> None:
+                                                            inspected: Path, tmp_path: Path) -> None:
     """Issue 25: ``schema --jar`` of the job's jar (savepoint.sh packs it; built for that Flink and inspected on it)
     against the savepoint it wrote: both operators register their Kryo states lazily (on the first element), so the
     jar's schema has their timers only, and exactly those five states are reported as not registered when the
     operator opens; nothing else differs (the source and the map: their operator state, byte by byte)."""
     canonical, _ = written[flink]
-    out = next(parent for parent in canonical.parents if (parent / "kryo-state-job.jar").is_file())
-    schema = inspect_jar(out / "kryo-state-job.jar", flink_home=FLINKS[flink][0].parent, cache_dir=tmp_path,
-                         program_args=[str(tmp_path / "job-out")])
+    schema = jar_schema(written, flink, inspected)
     assert schema.flink_version.startswith(flink)
     # Issue 27: the layouts this Flink's Kryo gives the jar's classes, carried by the schema file it writes
     point, holder = (schema.kryo_classes[f"kryojob.KryoStateJob${name}"] for name in ("Point", "Holder"))
@@ -281,14 +295,14 @@ def test_migrate_refuses_the_other_kryos_metadata_version_before_writing(savepoi
 JOB_STATES = {"holder": "kryo", "objects": "kryo", "whole": "kryo", "opaque_holder": "opaque", "mixed": "opaque"}
 #: KryoStateJob's restores on Flink 2.3 by its 2.3 build, in one JVM (one MiniCluster): name -> (savepoint, backend).
 #: "2.3-corrupted" is the 2.3 savepoint with k1's `whole` ("w1") changed to "w9": the job's comparison must see it.
-#: "1.20.3-migrated" is the 1.20.3 savepoint after ``flinkstate migrate`` for the 2.3 build (MIGRATED_DROPS dropped).
+#: "1.20.3-migrated" is the 1.20.3 savepoint after ``flinkstate migrate`` for the 2.3 build (every state carried).
 RESTORES = {"1.20.3/hashmap": ("1.20.3", "hashmap"), "1.20.3/rocksdb": ("1.20.3", "rocksdb"),
             "2.3/hashmap": ("2.3", "hashmap"), "2.3-corrupted/rocksdb": ("2.3-corrupted", "rocksdb"),
             "1.20.3-migrated/hashmap": ("1.20.3-migrated", "hashmap"),
             "1.20.3-migrated/rocksdb": ("1.20.3-migrated", "rocksdb")}
-#: The states whose Kryo records hold a user class (Point), which flinkstate cannot re-encode for Kryo 5: the
-#: migration for Flink 2.3 drops them (check and migrate refuse them otherwise: tests/test_major_upgrade.py).
-MIGRATED_DROPS = (("opaque", "opaque_holder"), ("opaque", "mixed"), ("kryo", "whole"))
+#: The states whose Kryo records hold a user class (Point): carried with the layouts of the 2.3 jar's schema
+#: (kryo_classes; without them check and migrate refuse them: tests/test_major_upgrade.py).
+USER_CLASS_STATES = ("opaque_holder", "mixed", "whole")
 #: What Flink 2.3 did with the 1.20.3 savepoint (observed 2026-11-28), per backend and state: "exact" (every key),
 #: "restore failed: X" (the operator's keyed backend did not restore, X the root cause: the job fails before any
 #: record), or the root cause of the failure at the state's first use. HashMap reads every value at restore: the
@@ -317,15 +331,14 @@ def _outcome(line: dict[str, Any]) -> str:
 
 
 @pytest.fixture(scope="module")
-def migrated(savepoints: dict[str, Path], flink2_schema: Path, tmp_path_factory: pytest.TempPathFactory
-             ) -> tuple[Path, Path, str]:
-    """The 1.20.3 savepoint migrated for Flink 2.3 (the 2.3 build's schema, MIGRATED_DROPS dropped) by ``flinkstate
-    migrate``: (its schema, the output, what migrate printed)."""
+def migrated(written: dict[str, tuple[Path, Path]], savepoints: dict[str, Path], flink2_schema: Path,
+             inspected: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """The 1.20.3 savepoint migrated for Flink 2.3 by ``flinkstate migrate``: the 2.3 build's schema with the user
+    classes' layouts of its jar's schema (``kryo_classes``; the old version's not given: the same classes compiled
+    against both Flinks). (its schema, the output, what migrate printed)."""
     work = tmp_path_factory.mktemp("migrated")
     manifest = load_manifest(flink2_schema)
-    for operator, state in MIGRATED_DROPS:
-        manifest.operators[operator].states.pop(state)
-        manifest.operators[operator].dropped_states.append(state)
+    manifest.kryo_classes = jar_schema(written, "2.3", inspected).kryo_classes
     schema = work / "flink-2.3-migration.yaml"
     schema.write_text(manifest.dump())
     out, err = io.StringIO(), io.StringIO()
@@ -464,22 +477,40 @@ def test_flink2_restores_the_migrated_flink1_savepoint_exactly(restored: dict[st
                                                                migrated: tuple[Path, Path, str],
                                                                savepoints: dict[str, Path], backend: str) -> None:
     """Issue 27's ground truth for the migration: the 1.20.3 savepoint after ``flinkstate migrate`` for the 2.3 build
-    (Kryo records re-encoded for Kryo 5, the Kryo'd List field as Flink 2.x's list, _metadata version 6), restored by
-    the 2.3 build on Flink 2.3: every key's holder and objects exact, where the unmigrated savepoint failed
-    (test_flink2_restores_the_flink1_savepoint_as_observed); the dropped states start empty, as the check said.
-    ``check`` of the source for that schema said exactly that plan."""
+    (Kryo records re-encoded for Kryo 5, user classes with the layouts of the 2.3 jar's schema, the Kryo'd List
+    field as Flink 2.x's list, _metadata version 6), restored by the 2.3 build on Flink 2.3: every key's every state
+    exact, the user class Point inside a POJO field (opaque_holder), in a list (mixed) and as a whole value (whole)
+    too, where the unmigrated savepoint failed (test_flink2_restores_the_flink1_savepoint_as_observed). ``check``
+    of the source for that schema said exactly that plan, and the assumption about the old classes."""
     schema, output, printed = migrated
     assert f"-> {output} (_metadata version 6)" in printed
     by_state = _by_state(restored[f"1.20.3-migrated/{backend}"])
     keys = [f"k{k}" for k in range(4)]
-    assert {state: by_state[state] for state in ("holder", "objects")} == {
-        state: dict.fromkeys(keys, "exact") for state in ("holder", "objects")}
-    dropped = {state for _, state in MIGRATED_DROPS}
-    assert {state: by_state[state] for state in dropped} == {state: dict.fromkeys(keys, "differs")
-                                                             for state in dropped}
-    for line in restored[f"1.20.3-migrated/{backend}"]:
-        if line["state"] in dropped:
-            assert line["actual"] in ("null", "ArrayList[]"), line  # empty: nothing restored
+    assert by_state == {state: dict.fromkeys(keys, "exact") for state in JOB_STATES}
     report = cli_check(savepoints["1.20.3"], schema)
-    assert report == (3, {"holder": "COMPATIBLE_AFTER_MIGRATION", "objects": "COMPATIBLE_AFTER_MIGRATION",
-                          **dict.fromkeys(dropped, "COMPATIBLE_AFTER_MIGRATION")})
+    assert report == (3, dict.fromkeys(JOB_STATES, "COMPATIBLE_AFTER_MIGRATION"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli_main(["check", str(savepoints["1.20.3"]), "--schema", str(schema), "--target-flink", "2.3"])
+    assert "the savepoint's classes are assumed to be the same classes compiled against both Flinks" in out.getvalue()
+
+
+def test_a_corrupted_user_class_record_fails_verification(migrated: tuple[Path, Path, str],
+                                                          savepoints: dict[str, Path], tmp_path: Path) -> None:
+    """The verification reads the output's Kryo 5 records of user classes with the new layouts and compares their
+    values with the source's: the migrated output passes; with k2's Point(2, -2) in opaque_holder changed to
+    Point(2, -3) (valid Kryo 5 bytes, another value) it fails, naming the state."""
+    schema, output, _ = migrated
+    source = Savepoint.open(savepoints["1.20.3"])
+    plan = MigrationJob(str(savepoints["1.20.3"]), str(schema), "", target_flink="2.3").plan(source)
+    verify_migration(source, Savepoint.open(output), plan)
+    corrupted = tmp_path / "corrupted"
+    shutil.copytree(output, corrupted)
+    point = b"KryoStateJob$Poin\xf4\x01\x04\x03"  # Kryo 5: class by name, a new object, x zigzag(2), y zigzag(-2)
+    holding = [f for f in corrupted.iterdir() if f.is_file() and point in f.read_bytes()]
+    assert len(holding) == 1 and holding[0].read_bytes().count(point) == 1  # the opaque operator's keyed stream
+    holding[0].write_bytes(holding[0].read_bytes().replace(point, point[:-1] + b"\x05"))
+    with pytest.raises(VerificationError) as failed:
+        verify_migration(source, Savepoint.open(corrupted),
+                         MigrationJob(str(savepoints["1.20.3"]), str(schema), "", target_flink="2.3").plan(source))
+    assert "opaque_holder" in str(failed.value) and "\n" not in str(failed.value)
