@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -238,5 +239,46 @@ def test_the_registry_records_the_cluster_and_the_next_upgrade_finds_the_job_the
     assert new.checkpoints(entry["job_id"]).restored_from.removeprefix("file:") == str(stop)
     records = upgraded_again["v2_records"]  # restored as is: every key exactly as v2 left it on 2.3 (its own label)
     assert len(records) == KEYS
+    for record in records.values():
+        _assert_state(record, f"label-{record['key']}")
+
+
+def test_the_watchdog_finishes_a_dead_run_on_the_cluster_its_journal_names(
+        env: dict[str, Any], upgraded_again: dict[str, Any]):
+    """A run of the moved deployment dies after its restore path was verified (v2 stopped on 2.3 with a savepoint,
+    the journal at VERIFIED, its process gone). The watchdog, which holds flink_default's client (the 1.20.3
+    cluster), finishes the upgrade on 2.3, where the journal says the run acts: the new version runs there from that
+    savepoint, every key exact, and the registry still names 2.3."""
+    from flinkstate_airflow import upgrade  # the plugin the watchdog DAG calls
+
+    from flinkstate import UpgradeJournal
+
+    old, new, base = env["old"], env["new"], env["base"]
+    running = upgraded_again["registry"]
+    version = {**env["v2"], "manifest": None}
+    run_dir = base / "keyed-stats-v1" / "died"
+    stop = new.stop_with_savepoint(running["job_id"], str(run_dir / "stop"))
+    journal = UpgradeJournal.start({"savepoint_base": str(base), "job_name": "keyed-stats-v1", "run_id": "died",
+                                    "run_dir": str(run_dir), "old": version, "new": version,
+                                    "job_id": running["job_id"], "flink_url": new.base_url,
+                                    "flink_conn_id": TARGET_CONN}, "resolve")
+    journal.advance("stopping", "stop")
+    journal.advance("stopped", "stop", stop_savepoint=stop)
+    journal.advance("verified", "check", restore_path=stop)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    data = json.loads(Path(journal.uri).read_text())
+    data["owner"]["pid"], data["owner"]["pid_start"] = dead.pid, "1"
+    Path(journal.uri).write_text(json.dumps(data))
+
+    alerts = upgrade.watchdog_sweep([str(base)], old, grace=0)
+    assert len(alerts) == 1 and "DIED in phase verified" in alerts[0] and "finished the upgrade" in alerts[0], alerts
+    entry = json.loads((base / "deployments.json").read_text())["keyed-stats-v1"]
+    assert (entry["flink_conn_id"], entry["flink_url"], entry["run_id"]) == (TARGET_CONN, new.base_url, "died")
+    assert new.job_state(entry["job_id"]) == "RUNNING" and not _active(old)
+    assert new.checkpoints(entry["job_id"]).restored_from.removeprefix("file:") == stop.removeprefix("file:")
+    after = {key: record["seq"] for key, record in upgraded_again["v2_records"].items()}
+    records = _restarted(env["work"] / "audit-v2", "v2", after)
+    assert len(records) == KEYS and all(r["seq"] > after[r["key"]] for r in records.values())
     for record in records.values():
         _assert_state(record, f"label-{record['key']}")
