@@ -1,6 +1,6 @@
 """Upgrade a running stateful Flink job safely: savepoint, check, branch, (migrate,) restore, health gate, rollback.
 
-    resolve -> preflight_checks -> preflight_savepoint -> prestart_migration (Spark**) -> check (Spark*) ->
+    resolve -> preflight_checks -> preflight_savepoint -> check (Spark*) -> prestart_migration (Spark**) ->
     choose_path [-> approve_stop]
       restorable:   stop_for_restore -> restore_path_as_is ----------------------.
       migratable:   stop_for_migration -> migrate (Spark*) -> recheck -----------+-> submit_new -> health_gate -> record
@@ -15,10 +15,10 @@
 
 (*) Spark jobs (``spark_jobs/``) on Spark, or in one process on the Airflow worker for a small savepoint (``engine``,
 ``in_process_max_bytes``): the same application, the same output, without a JVM and session to start.
-(**) When the migration would run on Spark (by the preflight savepoint's size), its application is started before
-the stop (``plugins/flinkstate_airflow/prestart.py``): it builds its session while the check runs, the stop waits
-for it to be ready and hands it the stop savepoint, and ``migrate`` only waits for its result; the stop for restore
-and ``conclude`` call it off. The JVM and session start are then outside the job's downtime.
+(**) When the check says migrate and the migration would run on Spark (by the preflight savepoint's size), its
+application is started before the stop (``plugins/flinkstate_airflow/prestart.py``): the stop waits for its session
+to be ready and hands it the stop savepoint, and ``migrate`` only waits for its result; the stop for restore and
+``conclude`` call it off. The JVM and session start are then outside the job's downtime.
 
 ``preflight_checks`` resolves each version's state schema once, before anything is stopped: the new jar's (its
 ``main()`` run in a JVM of its own), completed by the given manifest as an overlay (refused when it contradicts the
@@ -188,7 +188,7 @@ with DAG(
         task_id="preflight_savepoint", job_id=JOB_ID, flink_conn_id=plan_value("flink_conn_id"),
         target_directory=plan_value("run_dir", suffix="/preflight"))
 
-    # Started before the stop when the migration would run on Spark: see (**) above. Its wait for the stop savepoint
+    # Started before the stop when the check says migrate on Spark: see (**) above. Its wait for the stop savepoint
     # is bounded, with the approval's time on top when a person approves the stop.
     prestart = PrestartMigrationOperator(
         task_id="prestart_migration", engine=ENGINE, in_process_max_bytes=IN_PROCESS_MAX_BYTES,
@@ -198,7 +198,7 @@ with DAG(
         run="{{ {'dag_id': ti.xcom_pull(task_ids='resolve')['dag_id'], "
             "'run_id': ti.xcom_pull(task_ids='resolve')['run_id']} }}",
         handoff_timeout="{{ 900 + (params.approval_timeout or 86400 if params.approval else 0) }}",
-        skip="{{ 'a check-only run' if params.mode == 'check-only' else '' }}")
+        mode="{{ params.mode }}")
 
     check = FlinkStateSparkSubmitOperator(
         task_id="check", engine=ENGINE, in_process_max_bytes=IN_PROCESS_MAX_BYTES, conn_id=SPARK["conn_id"],
@@ -326,7 +326,7 @@ with DAG(
         if not ok:  # the run fails on purpose, its alert sent: the headline in one log line, not a traceback
             raise TaskRefused(alert.splitlines()[0] if alert else "the upgrade did not complete")
 
-    plan >> checks >> preflight >> prestart >> check >> branch
+    plan >> checks >> preflight >> check >> prestart >> branch
     incompatible, checked_only = alert_incompatible(plan), check_only_done(plan)  # type: ignore[arg-type]
     not_approved = approval_refused(plan)  # type: ignore[arg-type]
     branch >> [stopped_for_restore, stopped_for_migration, incompatible, checked_only, approve_stop]

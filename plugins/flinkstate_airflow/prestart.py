@@ -1,8 +1,9 @@
 """The migration's Spark application started before the stop (issue 28): its JVM, session and Python workers are paid
 while the old job still runs, so that the job is down only for the migration itself.
 
-    prestart_migration (beside the check)   spark-submit migrate_state.py --await-handoff DIR ...: builds its session,
-                                            writes DIR/ready.json, waits for the stop savepoint
+    prestart_migration (after the check)    when the check says migrate: spark-submit migrate_state.py
+                                            --await-handoff DIR ...: builds its session, writes DIR/ready.json, waits
+                                            for the stop savepoint
     stop_for_migration                      waits (bounded) for ready.json, stops the job, hands the stop savepoint
                                             over (DIR/handoff.json)
     migrate                                 waits for the application's result (DIR/result.json)
@@ -10,10 +11,12 @@ while the old job still runs, so that the job is down only for the migration its
 
 The protocol and its files are :mod:`flinkstate.upgrades.handoff`'s. Whether Spark runs at all is the engine choice
 of :mod:`.spark_submit` (by the preflight savepoint's size: the stop savepoint does not exist yet); a small state
-starts nothing and migrates in-process after the stop. Whatever goes wrong before the stop (the application does
-not get ready in time, or died) falls back to a spark-submit after the stop, as before: slower, never unsafe. The
-application publishes only while the DAG run holds the run's journal (its fence), and gives up when the run no
-longer does (closed, taken over) or no path comes in time."""
+starts nothing and migrates in-process after the stop. It starts after the check, not beside it: on a Spark cluster
+the first application takes every free core, and a migration application waiting for its stop savepoint would
+starve the check it waits for; and a run the check sends to the restore path starts no JVM. Whatever goes wrong
+before the stop (the application does not get ready in time, or died) falls back to a spark-submit after the stop,
+as before: slower, never unsafe. The application publishes only while the DAG run holds the run's journal (its
+fence), and gives up when the run no longer does (closed, taken over) or no path comes in time."""
 
 from __future__ import annotations
 
@@ -28,11 +31,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from flinkstate import FlinkRestClient, printable
+from flinkstate import FlinkRestClient, FlinkStateError, printable
 from flinkstate.upgrades.handoff import HANDOFF, READY, RESULT, AppRef, HandoffRefused
 from flinkstate_airflow.operators import TaskRefused
 from flinkstate_airflow.spark_submit import FlinkStateSparkSubmitOperator, choose_engine
-from flinkstate_airflow.upgrade import local_path, stop_old
+from flinkstate_airflow.upgrade import MIGRATE, choose_branch, local_path, read_check_report, stop_old
 
 log = logging.getLogger(__name__)
 
@@ -150,28 +153,33 @@ def stop_and_hand_over(plan: dict[str, Any], client: FlinkRestClient, app: Prest
 
 
 class PrestartMigrationOperator(FlinkStateSparkSubmitOperator):
-    """Starts the migration application before the stop, when the engine choice (on ``estimate_savepoint``, the
+    """Starts the migration application before the stop, when the check's path is the migration (its report in
+    ``<run_dir>/preflight``; never for ``mode`` check-only) and the engine choice (on ``estimate_savepoint``, the
     preflight savepoint: the same state) says Spark: spark-submit of ``application`` with ``application_args`` (the
     migrate task's, without the savepoint) and ``--await-handoff``. Its XCom ``launch`` says whether it started one,
-    why, and the application (for the stop and migrate tasks); ``skip`` says why it starts none (a check-only run)."""
+    why, and the application (for the stop and migrate tasks)."""
 
     template_fields: Sequence[str] = (*FlinkStateSparkSubmitOperator.template_fields, "estimate_savepoint",
-                                      "run_dir", "run", "handoff_timeout", "skip")
+                                      "run_dir", "run", "handoff_timeout", "mode")
 
     def __init__(self, *, estimate_savepoint: str, run_dir: str, run: dict[str, str] | str,
-                 handoff_timeout: int | str = HANDOFF_TIMEOUT, skip: str = "", **kwargs: Any) -> None:
+                 handoff_timeout: int | str = HANDOFF_TIMEOUT, mode: str = "upgrade", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.estimate_savepoint, self.run_dir, self.run = estimate_savepoint, run_dir, run
-        self.handoff_timeout, self.skip = handoff_timeout, skip
+        self.handoff_timeout, self.mode = handoff_timeout, mode
 
     def execute(self, context: Any) -> None:
         launch = self._launch()
         context["ti"].xcom_push(key=LAUNCH, value=launch)
 
     def _launch(self) -> dict[str, Any]:
-        if self.skip:
-            self.log.info("no migration application started: %s", self.skip)
-            return {"started": False, "why": str(self.skip)}
+        try:  # what the check said (in <run_dir>/preflight); choose_path judges it and refuses a broken one
+            branch = choose_branch(read_check_report(f"{self.run_dir}/preflight"), str(self.mode))
+        except (FlinkStateError, KeyError) as exc:
+            branch = f"unknown ({printable(exc)})"
+        if branch != MIGRATE:
+            self.log.info("no migration application started: the check's path is %s", branch)
+            return {"started": False, "why": f"the check's path is {branch}"}
         engine, why = choose_engine(str(self.estimate_savepoint), str(self.engine), int(self.in_process_max_bytes))
         if engine != "spark":
             self.log.info("no migration application started: a migration would run in-process (%s, by the "
@@ -183,7 +191,11 @@ class PrestartMigrationOperator(FlinkStateSparkSubmitOperator):
                                  "--handoff-token", ref.token, f"--handoff-timeout={self.handoff_timeout}"]
         hook = self._get_hook()
         command = hook._build_spark_submit_command(self.application)  # also sets the environment it runs with
-        app = PrestartedApp.start(command, {**os.environ, **(hook._env or {})}, ref)
+        try:
+            app = PrestartedApp.start(command, {**os.environ, **(hook._env or {})}, ref)
+        except OSError as exc:  # no spark-submit here, say: the migrate task's own spark-submit will tell
+            self.log.warning("the migration application could not be started before the stop: %s", exc)
+            return {"started": False, "why": f"not started: {printable(exc)}"}
         self.log.info("started the migration application before the stop (pid %s, %s by the preflight savepoint): "
                       "it builds its Spark session, then waits for the stop savepoint in %s; its log: %s", app.pid,
                       why, ref.path(HANDOFF), app.log_path)
@@ -207,7 +219,7 @@ class MigrateOperator(FlinkStateSparkSubmitOperator):
         try:
             handed_over = app.ref.handed_over() if app is not None else None
         except HandoffRefused as exc:  # not this launch's handoff: nothing of it is migrated
-            raise TaskRefused(f"{self.task_id}: {exc}") from None
+            raise TaskRefused(str(exc)) from None
         if app is None or not handed_over:
             return super().execute(context)
         self._app = app
@@ -232,14 +244,14 @@ def wait_for_result(app: PrestartedApp, task: Any, timeout: float) -> None:
     try:
         result = app.ref.wait_for(app.ref.result, timeout, alive=app.alive, poll=0.2)
     except HandoffRefused as exc:
-        raise TaskRefused(f"{task.task_id}: {exc}") from None
+        raise TaskRefused(str(exc)) from None
     for line in app.log_tail():
         task.log.info("application: %s", line)
     if result is None:
         app.stop()
-        raise TaskRefused(f"{task.task_id}: the pre-started migration application (pid {app.pid}) ended without a "
+        raise TaskRefused(f"the pre-started migration application (pid {app.pid}) ended without a "
                           f"result, or gave none within {timeout:.0f} s; its log: {app.log_path}")
     if result.get("outcome") != "published" or result.get("exit_code") != 0:
-        raise TaskRefused(f"{task.task_id}: the pre-started migration application did not publish: "
+        raise TaskRefused(f"the pre-started migration application did not publish: "
                           f"{printable(str(result.get('line')))}")
     task.log.info("the pre-started migration application %s", result.get("line"))
