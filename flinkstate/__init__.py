@@ -90,7 +90,7 @@ from flinkstate.migration.verdict import check
 from flinkstate.migration.verify import VerificationError, verify_migration
 from flinkstate.progress import showing as progress_shown
 from flinkstate.progress import track
-from flinkstate.report import Report, slack_text, summary_lines
+from flinkstate.report import Report, escape_markdown, slack_text, summary_lines
 from flinkstate.report_html import ReportFormatError, render_html
 from flinkstate.resolution import BACKENDS
 from flinkstate.savepoint import KeyedStateInfo, Savepoint, open_savepoint
@@ -263,6 +263,7 @@ __all__ = [
     "deployment_history",
     "describe_outcome",
     "describe_run",
+    "escape_markdown",
     "exists",
     "flink_home_for_version",
     "flink_version_problem",

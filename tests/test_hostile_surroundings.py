@@ -239,6 +239,22 @@ def test_the_alert_neutralises_slack_control_sequences(tmp_path: Path, capsys: p
     assert f"| {shown.replace('|', chr(92) + '|')} | state-name |" in text
 
 
+def test_the_approval_request_shows_names_escaped(tmp_path: Path, airflow_home: Path):
+    """The approval's subject is plain text and its body Markdown (Airflow renders both on the Required Actions
+    page): a deployment named by a trigger's conf or a release file, and a run folder holding such a name, cannot
+    forge a line, drive a terminal or render as a link whose text hides its target."""
+    from flinkstate_airflow.approval import request_text
+
+    hostile = "orders\n\x1b[2J[Approve](http://evil.example)"
+    run_dir = str(tmp_path / "[report](http://evil.example)")
+    subject, body = request_text({"job_name": hostile, "job_id": "0" * 32, "run_dir": run_dir}, "stop_for_migration",
+                                 "http://localhost:8080/run")
+    assert subject == "Stop orders\\n\\x1b[2J[Approve] (http://evil.example) (" + "0" * 32 + ") and upgrade it?"
+    assert "\n" not in subject and "\x1b" not in subject and "](http://evil" not in subject
+    assert "](http:" not in body and "\x1b" not in body  # (the folder's name: pathlib folds its '//' to '/')
+    assert "[report] (http:/evil.example)/preflight/check-report.md" in body
+
+
 # --------------------------------------------------------------------------- row 4: names to the terminal
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow.providers.standard.operators.hitl import HITLBranchOperator
 
+from flinkstate import escape_markdown
 from flinkstate_airflow.notifiers import run_view_url
 from flinkstate_airflow.upgrade import CHECK_REPORT_MARKDOWN, MIGRATE, RESTORE, report_markdown, write_run_record
 
@@ -33,13 +34,16 @@ def report_headline(run_dir: str) -> str:
 
 
 def request_text(plan: dict[str, Any], stop_task: str, view: str) -> tuple[str, str]:
-    """The subject and the body a person answers."""
-    subject = f"Stop {plan['job_name']} ({plan['job_id']}) and upgrade it?"
-    body = (f"**{report_headline(plan['run_dir'])}**\n\n"
+    """The subject and the body (Markdown: Airflow renders it) a person answers. The deployment's name and its run
+    folder come from a release file or a trigger's conf: escaped in both (:func:`flinkstate.escape_markdown`), so
+    that no name forges a line or renders as a link whose text hides its target, wherever a UI renders Markdown."""
+    subject = f"Stop {escape_markdown(plan['job_name'])} ({escape_markdown(plan['job_id'])}) and upgrade it?"
+    run_dir = escape_markdown(plan["run_dir"])
+    body = (f"**{escape_markdown(report_headline(plan['run_dir']))}**\n\n"
             f"Approving ({APPROVE}) runs {stop_task}: the running job is stopped with a savepoint, then the new "
             f"version is started from it (rolled back if it fails). {ABORT} leaves the job running.\n\n"
             f"The run and its check report: {view}\n\n"
-            f"Report: {plan['run_dir']}/preflight/{CHECK_REPORT_MARKDOWN}")
+            f"Report: {run_dir}/preflight/{CHECK_REPORT_MARKDOWN}")
     return subject, body
 
 
