@@ -18,7 +18,7 @@ import pytest
 
 from flinkstate.serializers.kryo_carry import kryo2_to_kryo5
 from flinkstate.serializers.kryo_data import KRYO2, KRYO5, KryoOpaque
-from flinkstate.serializers.kryo_fields import carry_user_record
+from flinkstate.serializers.kryo_fields import carry_user_record, read_user_record, tree_value
 from flinkstate.serializers.kryo_layout import KryoLayoutError, KryoLayouts, layouts_from_json, layouts_to_json
 
 pytestmark = pytest.mark.flink  # runs Flink's KryoSerializer in a JVM
@@ -164,3 +164,22 @@ def test_a_malformed_layout_is_refused_in_one_line() -> None:
         with pytest.raises(KryoLayoutError) as refused:
             layouts_from_json(data, "m.yaml")
         assert str(refused.value).startswith("m.yaml: kryo_classes") and expected in str(refused.value)
+
+
+def test_both_records_read_as_the_same_values(written: dict[int, tuple[dict[str, tuple[str, bytes]], Any]]) -> None:
+    """What the migration's verification rests on: each value read from Flink 1.20.3's record with the Kryo 2.24
+    layouts equals the value read from Flink 2.3's record with the Kryo 5 layouts (fields by name, shared objects
+    as references), and a record of another value does not."""
+    values = {}
+    for version in (KRYO2, KRYO5):
+        layouts = _layouts(written, version)
+        for name, (type_class, record) in written[version][0].items():
+            tree, end = read_user_record(record, 0, [(type_class, True)], layouts, version)
+            assert end == len(record), name
+            values[version, name] = tree_value(tree)
+    for name in NAMES:
+        assert values[KRYO2, name] == values[KRYO5, name], name
+    assert values[KRYO2, "random_0"] != values[KRYO5, "random_1"]
+    full = values[KRYO5, "node_full"]
+    assert full["next"] == {"@ref": 0} and full["children"]["elements"][1] == {"@ref": 3}  # itself, a shared child
+    assert full["reading"]["samples"]["elements"] == [37.5, -0.0, 1.7976931348623157e308] and full["color"] == "BLUE"
