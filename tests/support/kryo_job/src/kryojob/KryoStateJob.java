@@ -52,7 +52,8 @@ import java.util.concurrent.TimeoutException;
  * distribution on the classpath: KryoStateJob OUT_DIR. Keys k0..k3 (KEYS); every key's state is a pure function of
  * its index (tests/test_kryo_savepoint.py states it). Operator "kryo": a POJO whose Kryo fields (payload: Object,
  * and in Flink 1.x tags: List) are followed by another field, a ListState of Kryo elements, a ValueState of Kryo
- * values (one of them a user class, opaque). Operator "opaque": the same shapes with a user class in the middle.
+ * values (one of them a user class, opaque). Operator "opaque": the same shapes with a user class in the middle, and
+ * a ValueState of Legacy (final fields, a double[]: Kryo in both Flinks).
  * Prints the path of a native savepoint (HashMap format), then that of the canonical one.
  *
  * <p>Restore mode, the ground truth of what a Flink build does with a savepoint (issue 27: a Flink 1.x savepoint
@@ -72,7 +73,7 @@ public final class KryoStateJob {
 
     static {
         STATES.put("kryo", List.of("holder", "objects", "whole"));
-        STATES.put("opaque", List.of("opaque_holder", "mixed"));
+        STATES.put("opaque", List.of("opaque_holder", "mixed", "legacy"));
     }
 
     /** A POJO (sorted fields: id, payload, tags, zname): payload and, in Flink 1.x, tags are Kryo-serialized. */
@@ -96,6 +97,26 @@ public final class KryoStateJob {
             this.x = x;
             this.y = y;
         }
+    }
+
+    /**
+     * Not a POJO (final fields, no default constructor): a ValueState of it is Kryo in both Flinks, its double[]
+     * written big-endian by Kryo 2.24 and read little-endian by Kryo 5.6 (issue 27's silent misread).
+     */
+    public static final class Legacy {
+        final String sensor;
+        final double[] samples;
+        final long at;
+
+        Legacy(String sensor, double[] samples, long at) {
+            this.sensor = sensor;
+            this.samples = samples;
+            this.at = at;
+        }
+    }
+
+    static Legacy legacy(int k) {
+        return new Legacy("sensor-" + k, new double[] {36.5 + k, -0.25 * k}, 1714558500123L + k);
     }
 
     static Object payload(int k) {
@@ -149,6 +170,10 @@ public final class KryoStateJob {
 
     static ListStateDescriptor<Object> objectsDescriptor(String name) {
         return new ListStateDescriptor<>(name, new GenericTypeInfo<>(Object.class));
+    }
+
+    static ValueStateDescriptor<Legacy> legacyDescriptor() {
+        return new ValueStateDescriptor<>("legacy", Legacy.class);  // not a POJO: GenericTypeInfo, Kryo
     }
 
     static ValueStateDescriptor<Object> wholeDescriptor() {
@@ -274,6 +299,7 @@ public final class KryoStateJob {
         private final String verdicts;
         private transient ValueState<Holder> holder;
         private transient ListState<Object> mixed;
+        private transient ValueState<Legacy> legacy;
         private transient Checker checker;
 
         OpaqueStates(String verdicts) {
@@ -289,11 +315,13 @@ public final class KryoStateJob {
             if (holder == null) {
                 holder = getRuntimeContext().getState(holderDescriptor("opaque_holder"));
                 mixed = getRuntimeContext().getListState(objectsDescriptor("mixed"));
+                legacy = getRuntimeContext().getState(legacyDescriptor());
             }
             int k = index(ctx.getCurrentKey());
             if (holder.value() == null) {
                 holder.update(opaqueHolder(k));
                 mixed.update(mixed(k));
+                legacy.update(legacy(k));
             }
         }
 
@@ -303,6 +331,7 @@ public final class KryoStateJob {
                 holder = checker.register("opaque_holder",
                         () -> getRuntimeContext().getState(holderDescriptor("opaque_holder")));
                 mixed = checker.register("mixed", () -> getRuntimeContext().getListState(objectsDescriptor("mixed")));
+                legacy = checker.register("legacy", () -> getRuntimeContext().getState(legacyDescriptor()));
             }
             if (!checker.first(key)) {
                 return;
@@ -310,6 +339,7 @@ public final class KryoStateJob {
             int k = index(key);
             checker.check(key, "opaque_holder", opaqueHolder(k), () -> holder.value());
             checker.check(key, "mixed", mixed(k), () -> list(mixed.get()));
+            checker.check(key, "legacy", legacy(k), () -> legacy.value());
         }
     }
 
