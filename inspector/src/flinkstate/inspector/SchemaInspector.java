@@ -206,9 +206,16 @@ public final class SchemaInspector {
             writeTrial(Path.of(out), trial, trials);
             return;
         }
-        String layouts = KryoLayouts.layoutsJson(
-                new KryoSerializer<>(Object.class, executionConfig.getSerializerConfig()).getKryo(),
-                KryoLayouts.jarClasses(new File(jar), userClassLoader));
+        String layouts;
+        try {
+            layouts = KryoLayouts.layoutsJson(
+                    new KryoSerializer<>(Object.class, executionConfig.getSerializerConfig()).getKryo(),
+                    KryoLayouts.jarClasses(new File(jar), userClassLoader));
+        } catch (Exception | LinkageError e) {
+            // the job's Kryo configuration cannot be built here (a registered serializer failing outside the job):
+            // no layouts, so its user classes' Kryo records are refused where a migration meets them
+            layouts = "[]";
+        }
         write(Path.of(out), jobGraph.getName(), results, layouts);
     }
 
