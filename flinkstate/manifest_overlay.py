@@ -94,6 +94,8 @@ def parse_overlay(jar: Manifest, text: str, file: str = "<overlay>") -> Manifest
     manifest.path = file
     manifest.jar = jar.jar or jar.path
     manifest.overlay = file
+    if manifest.kryo_classes is None:  # the jar's Kryo layouts, unless the overlay declares its own
+        manifest.kryo_classes = jar.kryo_classes
     return manifest
 
 
