@@ -11,6 +11,8 @@ level: headers and inline state only, no JVM (the restore on Flink 2.3 is in tes
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,8 @@ from flinkstate.manifest_overlay import OverlayContradiction, parse_overlay
 from flinkstate.report import Report
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers import kryo_carry
+from flinkstate.serializers.kryo import set_kryo_layouts
+from flinkstate.serializers.kryo_layout import KryoCarryLayouts, KryoLayouts, layouts_from_json
 from flinkstate.typenotation import to_snapshot
 
 SAVEPOINTS = Path(__file__).resolve().parent / "support" / "kryo_job" / "savepoints"
@@ -323,3 +327,75 @@ def test_kryo_state_the_schema_does_not_declare_is_refused(tmp_path: Path) -> No
         "operator kryo, state objects: its Kryo data of Flink 1.x (Kryo 2.24) would be kept as it is, and Flink 2.x "
         "reads it with Kryo 5.6: declare the state's type in the manifest (its records are then re-encoded), or "
         "drop it"), refusal.message
+
+
+def _layouts(flink: str) -> KryoLayouts:
+    """KryoStateJob's Holder and Point as ``schema --jar`` of its jar on that Flink gives them (vendored)."""
+    return layouts_from_json(json.loads((SAVEPOINTS / f"kryo-classes-{flink}.json").read_text()), flink)
+
+
+def _with_layouts(path: Path, layouts: KryoLayouts) -> Path:
+    manifest = parse_manifest(path.read_text())
+    manifest.kryo_classes = layouts
+    path.write_text(manifest.dump())
+    return path
+
+
+def _user_values(savepoint: Path | Savepoint, operator: str, state: str) -> dict[str, Any]:
+    """A state's values read with the 2.3 jar's layouts (a Kryo 5 user class record delimited and decoded)."""
+    sp = savepoint if isinstance(savepoint, Savepoint) else Savepoint.open(savepoint)
+    header = sp.keyed_header(operator)
+    assert header is not None
+    meta = next(s for s in header.states if s.name == state)
+    set_kryo_layouts([meta.value_serializer], KryoCarryLayouts(_layouts("2.3"), _layouts("2.3"), False))
+    return {key: to_json(value) for key, _, value in sp.iter_entries(operator, state)}
+
+
+def test_user_classes_are_carried_with_the_jars_layouts(tmp_path: Path) -> None:
+    """With the layouts of the 2.3 jar's schema (kryo_classes), the states holding Point (a POJO's Object field, list
+    elements, a whole value) are COMPATIBLE_AFTER_MIGRATION, the finding saying the old classes are assumed to be
+    the new ones; ``migrate`` carries them: the output's values are Flink 2.3's own, its whole Point record
+    Flink 2.3's bytes. Before (no layouts), the same states were refused (test_check_says_what_migrate_cannot_carry)."""
+    schema = _with_layouts(_flink2_schema(tmp_path, ()), _layouts("2.3"))
+    report = check(FLINK1, schema)
+    assert report.exit_code == 3
+    assert {state: verdict for state, verdict in _verdicts(report).items() if state in KRYO_STATES} == dict.fromkeys(
+        KRYO_STATES, "COMPATIBLE_AFTER_MIGRATION")
+    payload = next(f for row in report.rows if row.state == "opaque_holder" for f in row.findings
+                   if f.path == "value.payload")
+    assert "assumed to be the same classes compiled against both Flinks" in payload.message
+    out = tmp_path / "out"
+    assert main(["migrate", str(FLINK1), "--schema", str(schema), "--output", str(out)]) == 0
+    for operator, state in (("opaque", "opaque_holder"), ("opaque", "mixed"), ("kryo", "whole")):
+        assert _user_values(out, operator, state) == _user_values(FLINK2, operator, state), state
+    point = _user_values(out, "opaque", "opaque_holder")["k2"]["payload"]
+    assert point["value"] == {"@class": "kryojob.KryoStateJob$Point", "x": 2, "y": -2}
+    whole = {key: v for key, _, v in Savepoint.open(out).iter_entries(KRYO_OP, "whole")}["k0"]
+    assert whole.data == {key: v for key, _, v in Savepoint.open(FLINK2).iter_entries(KRYO_OP, "whole")}["k0"].data
+
+
+def test_a_user_class_changed_between_the_versions_is_refused_in_one_line(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The old version's layouts given (--old-schema / --previous: its jar's schema on Flink 1.20.3) and the new
+    version's Point with a field more: the old records give it no value, so ``check`` says INCOMPATIBLE naming the
+    class and the field, and ``migrate`` refuses with the same line before writing anything."""
+    point = "kryojob.KryoStateJob$Point"
+    new = _layouts("2.3")
+    fields = new[point].fields or ()
+    new[point] = dataclasses.replace(new[point], fields=(*fields, dataclasses.replace(fields[0], name="z")))
+    schema = _with_layouts(_flink2_schema(tmp_path, ()), new)
+    old = tmp_path / "v1.yaml"
+    old.write_text(_manifest_text(FLINK1, None))
+    _with_layouts(old, _layouts("1.20.3"))
+    report = check(FLINK1, schema, previous=parse_manifest(old.read_text()))
+    assert report.exit_code == 4
+    rows = {row.state: row for row in report.rows if row.operator == "opaque"}
+    refusal = next(f for f in rows["opaque_holder"].findings if f.code == "MIGRATION_REFUSED")
+    assert f"{point}: field 'z' (int) added in the new version" in refusal.message and "\n" not in refusal.message
+    payload = next(f for f in rows["opaque_holder"].findings if f.path == "value.payload")
+    assert "carried with the old version's and the new version's kryo_classes" in payload.message
+    out = tmp_path / "out"
+    assert main(["migrate", str(FLINK1), "--schema", str(schema), "--old-schema", str(old), "--output",
+                 str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{point}: field 'z' (int) added" in err and not out.exists()

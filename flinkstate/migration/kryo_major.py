@@ -63,13 +63,14 @@ def uncarried_record(savepoint: Savepoint, operator_id: str, state: StateMetaInf
     found = kryo_snapshots([state.value_serializer, state.user_key_serializer])
     registrations, layouts = found[0].registrations_in_order(), found[0].kryo_layouts
     for value in sample[0]:
-        if isinstance(value, OpaqueValue):
+        if layouts is not None and isinstance(value, (KryoValue, OpaqueValue)):
+            try:  # carried as the migration will: a class without a layout, or changed, is refused here
+                carry_user_record(value.data, registrations, registrations, layouts.old, layouts.new)
+            except (KryoOpaque, KryoCorrupt) as exc:
+                return f"a sampled Kryo record holds {exc}"
+        elif isinstance(value, OpaqueValue):
             try:
-                if layouts is None:
-                    read_tree(value.data, registrations)
-                else:  # carried as the migration will: a class without a layout, or changed, is refused here
-                    carry_user_record(value.data, registrations, registrations, layouts.old, layouts.new)
-                    continue
+                read_tree(value.data, registrations)
             except (KryoOpaque, KryoCorrupt) as exc:
                 return f"a sampled Kryo record holds {exc}"
             return "a sampled Kryo record could not be decoded"

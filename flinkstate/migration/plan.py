@@ -341,8 +341,8 @@ def _refuse_uncarried_kryo(source: Savepoint, op: OperatorState, header: KeyedBa
                                                                                  meta.user_key_serializer]) else None
         if why is not None:
             raise refuse(f"its Kryo records cannot be re-encoded for Flink 2.x (Kryo 5.6): {why}; flinkstate "
-                         f"re-encodes records of JDK classes with Kryo's built-in serializers only: drop the state, "
-                         f"or declare a function", meta.name)
+                         f"re-encodes records of JDK classes, and of user classes with both versions' layouts "
+                         f"(kryo_classes, schema --jar): drop the state, or declare a function", meta.name)
 
 
 def _target_key(target: OperatorTarget, refuse: Callable[[str], MigrationError]) -> TypeSerializerSnapshot | None:
