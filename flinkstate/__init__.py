@@ -110,6 +110,7 @@ from flinkstate.storage.uri import (
     write_file,
 )
 from flinkstate.typenotation import to_snapshot as type_snapshot
+from flinkstate.upgrades.handoff import HANDOFF_FILE, READY_FILE, RESULT_FILE, AppRef, HandoffAbandoned, HandoffRefused
 from flinkstate.upgrades.history import (
     HistoryError,
     RunHistory,
@@ -178,9 +179,13 @@ __all__ = [
     "DEFAULT_GRACE",
     "DEFAULT_MAX_HEAP",
     "DEFAULT_TIMEOUT_SECONDS",
+    "HANDOFF_FILE",
     "PLUGIN_GROUP",
+    "READY_FILE",
+    "RESULT_FILE",
     "SOURCE_SPLITS_STATE",
     "SUPPORTED_VERSIONS",
+    "AppRef",
     "Audit",
     "ClusterRef",
     "CodeNotAllowed",
@@ -200,6 +205,8 @@ __all__ = [
     "FlinkTimeout",
     "FlinkUnreachable",
     "HandleRefused",
+    "HandoffAbandoned",
+    "HandoffRefused",
     "HistoryError",
     "JarSchema",
     "JobVersion",

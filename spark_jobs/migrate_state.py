@@ -44,13 +44,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.commo
 
 from flinkstate import (
     ALLOW_CODE_HELP,
+    HANDOFF_FILE,
+    AppRef,
     CodePolicy,
     FlinkStateError,
+    HandoffAbandoned,
     MigrationJob,
     add_allow_code_argument,
     refuse_output_in_source,
 )
-from flinkstate.upgrades.handoff import HANDOFF, AppRef, HandoffAbandoned
 from spark_jobs.common import (
     Recheck,
     add_in_process_argument,
@@ -150,7 +152,7 @@ def await_and_migrate(args: argparse.Namespace, app: AppRef) -> int:
     try:
         app.say_ready(time.monotonic() - started)
         print(f"migrate_state: ready after {time.monotonic() - started:.1f} s; waiting for the stop savepoint in "
-              f"{app.path(HANDOFF)} (at most {args.handoff_timeout:.0f} s)", flush=True)
+              f"{app.path(HANDOFF_FILE)} (at most {args.handoff_timeout:.0f} s)", flush=True)
         waited = time.monotonic()
         try:
             args.savepoint = app.await_stop_savepoint(args.fence_journal, args.handoff_timeout)

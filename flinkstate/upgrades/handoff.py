@@ -33,7 +33,7 @@ from flinkstate.storage.uri import exists, read_file
 from flinkstate.upgrades.journal import RunTakenOver, UpgradeJournal, write_durably
 
 HANDOFF_VERSION = 1
-READY, HANDOFF, RESULT = "ready.json", "handoff.json", "result.json"
+READY_FILE, HANDOFF_FILE, RESULT_FILE = "ready.json", "handoff.json", "result.json"
 #: Seconds between looks at the handoff and the journal while waiting (a local stat, or one S3 HEAD, each).
 POLL_SECONDS = 0.1
 
@@ -95,30 +95,30 @@ class AppRef:
 
     def hand_over(self, stop_savepoint: str) -> None:
         """The stop task: the stop savepoint exists, the application may migrate it."""
-        self._write(HANDOFF, {"stop_savepoint": stop_savepoint})
+        self._write(HANDOFF_FILE, {"stop_savepoint": stop_savepoint})
 
     def call_off(self, why: str) -> None:
         """The run will not migrate (it restores as is, was refused, concluded): the application ends, migrating
         nothing. A handoff already written is kept (the application may be using it; its publish is fenced)."""
         try:
-            if self._read(HANDOFF) is not None:
+            if self._read(HANDOFF_FILE) is not None:
                 return
         except HandoffRefused:
             pass  # another launch's file: replaced by this launch's cancellation
-        self._write(HANDOFF, {"called_off": why})
+        self._write(HANDOFF_FILE, {"called_off": why})
 
     def handed_over(self) -> str | None:
         """The stop savepoint handed over to this launch, if any (None too when the run called it off)."""
-        body = self._read(HANDOFF)
+        body = self._read(HANDOFF_FILE)
         return str(body["stop_savepoint"]) if body and body.get("stop_savepoint") else None
 
     def ready(self) -> dict[str, Any] | None:
         """The application's ready file, when it has its session."""
-        return self._read(READY)
+        return self._read(READY_FILE)
 
     def result(self) -> dict[str, Any] | None:
         """The application's result, once it ended."""
-        return self._read(RESULT)
+        return self._read(RESULT_FILE)
 
     def wait_for(self, what: Callable[[], dict[str, Any] | None], timeout: float, *,
                  alive: Callable[[], bool] = lambda: True, poll: float = POLL_SECONDS) -> dict[str, Any] | None:
@@ -138,7 +138,7 @@ class AppRef:
     # ------------------------------------------------------------------ the application's side
 
     def say_ready(self, session_seconds: float) -> None:
-        self._write(READY, {"pid": os.getpid(), "host": socket.gethostname(), "session_seconds": session_seconds})
+        self._write(READY_FILE, {"pid": os.getpid(), "host": socket.gethostname(), "session_seconds": session_seconds})
 
     def await_stop_savepoint(self, journal: str, timeout: float, *, poll: float = POLL_SECONDS) -> str:
         """The stop savepoint's path, once the run hands it over. :class:`HandoffAbandoned` when the run called the
@@ -146,23 +146,23 @@ class AppRef:
         :class:`HandoffRefused` for a foreign or stale handoff."""
         deadline = time.monotonic() + timeout
         while True:
-            body = self._read(HANDOFF)
+            body = self._read(HANDOFF_FILE)
             if body is not None:
                 if body.get("called_off"):
                     raise HandoffAbandoned(f"the run called the migration off: {body['called_off']}")
                 savepoint = body.get("stop_savepoint")
                 if not isinstance(savepoint, str) or not savepoint:
-                    raise HandoffRefused(f"{self.path(HANDOFF)}: names no stop savepoint")
+                    raise HandoffRefused(f"{self.path(HANDOFF_FILE)}: names no stop savepoint")
                 return savepoint
             try:
                 UpgradeJournal.held_by(journal, self.run)
             except RunTakenOver as exc:
                 raise HandoffAbandoned(f"the run no longer holds its journal: {exc}") from None
             if time.monotonic() >= deadline:
-                raise HandoffAbandoned(f"no stop savepoint handed over in {self.path(HANDOFF)} within "
+                raise HandoffAbandoned(f"no stop savepoint handed over in {self.path(HANDOFF_FILE)} within "
                                        f"{timeout:.0f} s")
             time.sleep(poll)
 
     def record_result(self, outcome: str, line: str, exit_code: int) -> None:
         """``outcome``: published, abandoned or failed; ``line``: what happened, in one line."""
-        self._write(RESULT, {"outcome": outcome, "line": line, "exit_code": exit_code})
+        self._write(RESULT_FILE, {"outcome": outcome, "line": line, "exit_code": exit_code})

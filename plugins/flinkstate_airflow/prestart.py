@@ -31,8 +31,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from flinkstate import FlinkRestClient, FlinkStateError, printable
-from flinkstate.upgrades.handoff import HANDOFF, READY, RESULT, AppRef, HandoffRefused
+from flinkstate import (
+    HANDOFF_FILE,
+    READY_FILE,
+    RESULT_FILE,
+    AppRef,
+    FlinkRestClient,
+    FlinkStateError,
+    HandoffRefused,
+    printable,
+)
 from flinkstate_airflow.operators import TaskRefused
 from flinkstate_airflow.spark_submit import FlinkStateSparkSubmitOperator, choose_engine
 from flinkstate_airflow.upgrade import MIGRATE, choose_branch, local_path, read_check_report, stop_old
@@ -99,13 +107,13 @@ class PrestartedApp:
 
     def await_ready(self, timeout: float = READY_TIMEOUT) -> dict[str, Any] | None:
         log.info("waiting (at most %.0f s) for the pre-started migration application (pid %s on %s) to have its "
-                 "Spark session: %s", timeout, self.pid, self.host, self.ref.path(READY))
+                 "Spark session: %s", timeout, self.pid, self.host, self.ref.path(READY_FILE))
         return self.ref.wait_for(self.ref.ready, timeout, alive=self.alive)
 
     def hand_over(self, stop_savepoint: str) -> None:
         self.ref.hand_over(stop_savepoint)
         log.info("handed the stop savepoint %s over to the pre-started migration application: %s", stop_savepoint,
-                 self.ref.path(HANDOFF))
+                 self.ref.path(HANDOFF_FILE))
 
     def call_off(self, why: str) -> None:
         try:
@@ -198,7 +206,7 @@ class PrestartMigrationOperator(FlinkStateSparkSubmitOperator):
             return {"started": False, "why": f"not started: {printable(exc)}"}
         self.log.info("started the migration application before the stop (pid %s, %s by the preflight savepoint): "
                       "it builds its Spark session, then waits for the stop savepoint in %s; its log: %s", app.pid,
-                      why, ref.path(HANDOFF), app.log_path)
+                      why, ref.path(HANDOFF_FILE), app.log_path)
         return {**app.launch, "started": True, "why": why}
 
 
@@ -240,7 +248,7 @@ def wait_for_result(app: PrestartedApp, task: Any, timeout: float) -> None:
     re-checks), shows its log, and fails in one line unless it published."""
     task.log.info("waiting (at most %.0f s) for the pre-started migration application (pid %s on %s) to migrate "
                   "the stop savepoint %s: %s", timeout, app.pid, app.host, app.ref.handed_over(),
-                  app.ref.path(RESULT))
+                  app.ref.path(RESULT_FILE))
     try:
         result = app.ref.wait_for(app.ref.result, timeout, alive=app.alive, poll=0.2)
     except HandoffRefused as exc:
