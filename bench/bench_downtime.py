@@ -224,14 +224,7 @@ def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, paralleli
             wall = spark_submit("migrate_state.py", "local[2]", stopped, "--schema", V2_MANIFEST, "--old-schema",
                                 V1_MANIFEST, "--output", work / "migrated", "--recheck-report-dir", work / "recheck",
                                 "--recheck-exit-code")
-            seconds = read_report(work / "migrated.report")
-            # From the migration's report (written once the savepoint is published) to the re-check's.
-            recheck = (work / "recheck" / "check-report.json").stat().st_mtime - \
-                (work / "migrated.report" / "report.json").stat().st_mtime
-            timing.steps["migrate (decode, convert, write)"] = seconds["migrate"]
-            timing.steps["verify (re-read both, compare)"] = seconds["verify"]
-            timing.steps["re-check (check, verify again)"] = recheck
-            timing.steps["spark-submit: JVM, session, report"] = wall - seconds["migrate"] - seconds["verify"] - recheck
+            spark_steps(timing, work, wall, "spark-submit: JVM, session, report")
             restore_from = work / "migrated"
         elif app is not None:
             handoff, process, timing.before_stop = app
@@ -244,13 +237,7 @@ def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, paralleli
             if process.returncode != 0 or result is None or result["outcome"] != "published":
                 raise RuntimeError(f"the pre-started migration application failed (status {process.returncode}): "
                                    f"{(result or {}).get('line') or output.strip()[-2000:]}")
-            seconds = read_report(work / "migrated.report")
-            recheck = (work / "recheck" / "check-report.json").stat().st_mtime - \
-                (work / "migrated.report" / "report.json").stat().st_mtime
-            timing.steps["migrate (decode, convert, write)"] = seconds["migrate"]
-            timing.steps["verify (re-read both, compare)"] = seconds["verify"]
-            timing.steps["re-check (check, verify again)"] = recheck
-            timing.steps["handoff, result"] = wall - seconds["migrate"] - seconds["verify"] - recheck
+            spark_steps(timing, work, wall, "handoff, result")
             restore_from = work / "migrated"
         submit_v2(client, restore_from, work, keys, parallelism, backend, origin, timing)
         return timing
@@ -258,6 +245,19 @@ def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, paralleli
 
 def read_report(directory: Path) -> dict[str, float]:
     return {k: float(v) for k, v in json.loads((directory / "report.json").read_text())["seconds"].items()}
+
+
+def spark_steps(timing: Timing, work: Path, wall: float, rest: str) -> None:
+    """A Spark migration's steps from its reports: migrate and verify (its own figures), the re-check (from the
+    migration's report, written once the savepoint is published, to the re-check's), and ``rest``: what else the
+    ``wall`` seconds since the stop savepoint was ready held (a JVM's start, or the handoff)."""
+    seconds = read_report(work / "migrated.report")
+    recheck = (work / "recheck" / "check-report.json").stat().st_mtime - \
+        (work / "migrated.report" / "report.json").stat().st_mtime
+    timing.steps["migrate (decode, convert, write)"] = seconds["migrate"]
+    timing.steps["verify (re-read both, compare)"] = seconds["verify"]
+    timing.steps["re-check (check, verify again)"] = recheck
+    timing.steps[rest] = wall - seconds["migrate"] - seconds["verify"] - recheck
 
 
 #: The goal of issues 16 and 28: the migration branch down at most this many times Flink's own restore-time migration.
