@@ -131,9 +131,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if not args.await_handoff:
+        job = prepare(args)  # a bad argument or output is refused before any JVM starts
         spark = start_session("flinkstate-migrate-state", args.in_process)
         try:
-            return migrate(args, spark)
+            return migrate(args, job, spark)
         finally:
             stop_session(spark)
     app = AppRef(args.await_handoff, {"dag_id": args.fence_run["dag_id"], "run_id": args.fence_run["run_id"]},
@@ -163,7 +164,7 @@ def await_and_migrate(args: argparse.Namespace, app: AppRef) -> int:
             return 0
         print(f"migrate_state: the stop savepoint {args.savepoint} was handed over after "
               f"{time.monotonic() - waited:.1f} s", flush=True)
-        status = migrate(args, spark)
+        status = migrate(args, prepare(args), spark)
     except BaseException:
         stop_session(spark)
         raise
@@ -176,19 +177,25 @@ def await_and_migrate(args: argparse.Namespace, app: AppRef) -> int:
     return status
 
 
-def migrate(args: argparse.Namespace, spark: object | None) -> int:
+def prepare(args: argparse.Namespace) -> MigrationJob:
+    """The migration of ``args.savepoint`` planned in the driver: paths made absolute, outputs inside the source
+    refused, the plan built (a bad schema or savepoint refused) before any Spark work."""
     for name in ("savepoint", "old_schema", "output", "report", "recheck_report_dir"):
         setattr(args, name, shared(getattr(args, name)))
     if args.recheck_report_dir:
         refuse_output_in_source(args.recheck_report_dir, args.savepoint, "--recheck-report-dir",
                                 report_folder=True)
-    policy = CodePolicy.resolve(args.allow_code)
-    job = MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
-                       metadata_version=args.metadata_version,
-                       compression=None if args.compression is None else args.compression == "on",
-                       report_dir=args.report, max_dead_letters=args.max_dead_letters, allow_code=policy,
-                       allow_non_restored_state=args.allow_non_restored_state == "true",
-                       fence=(args.fence_journal, args.fence_run) if args.fence_journal else None)
+    return MigrationJob(args.savepoint, args.schema, args.output, old_schema=args.old_schema,
+                        metadata_version=args.metadata_version,
+                        compression=None if args.compression is None else args.compression == "on",
+                        report_dir=args.report, max_dead_letters=args.max_dead_letters,
+                        allow_code=CodePolicy.resolve(args.allow_code),
+                        allow_non_restored_state=args.allow_non_restored_state == "true",
+                        fence=(args.fence_journal, args.fence_run) if args.fence_journal else None)
+
+
+def migrate(args: argparse.Namespace, job: MigrationJob, spark: object | None) -> int:
+    policy = job.allow_code
     checked: Recheck | None = None
     report = job.run_in_units(spark_map(spark), unit_count(spark, args.units))
     print(json.dumps(report.to_json(), indent=2) if args.json else report.render_text(job.report_path))
