@@ -25,7 +25,7 @@ from typing import Any
 from flinkstate.errors import printable
 from flinkstate.format.keyed_header import StateMetaInfo
 from flinkstate.format.metadata import OperatorState, has_state
-from flinkstate.major_upgrade import across_majors, kryo_paths, savepoint_flink_major
+from flinkstate.major_upgrade import across_majors, gone_in_target, kryo_paths, savepoint_flink_major
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
 from flinkstate.serializers.javaserial import JavaSerializerSnapshot
@@ -123,8 +123,8 @@ def _operator_state_parts(meta: StateMetaInfo) -> list[tuple[str, TypeSerializer
 def _state(operator: str, state: str, major: int,
            parts: Iterable[tuple[str, TypeSerializerSnapshot | None]]) -> Iterator[Exposure]:
     parts = list(parts)
-    if major == 1:  # the check's own findings for a 2.x job restoring it: one per Kryo serializer
-        for finding in across_majors(1, 2, parts):
+    if major == 1:  # the check's own findings for a 2.x job restoring it: Kryo serializers, snapshot classes gone
+        for finding in [*across_majors(1, 2, parts), *gone_in_target(2, parts)]:
             yield Exposure(operator, state, finding.code, finding.path, finding.old_type,
                            finding.message.removeprefix(f"{finding.path}: "), breaks_on_flink2=True)
     else:

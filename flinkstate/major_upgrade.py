@@ -21,10 +21,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 
-from flinkstate.compatibility import AS_IS, Finding, join
+from flinkstate.compatibility import AS_IS, INCOMPATIBLE, Finding, join
 from flinkstate.errors import FlinkStateError
 from flinkstate.serializers.base import TypeSerializerSnapshot
-from flinkstate.serializers.kryo import LAST_FLINK1_METADATA_VERSION, KryoSnapshot, kryo_snapshots
+from flinkstate.serializers.kryo import (
+    LAST_FLINK1_METADATA_VERSION,
+    KryoSnapshot,
+    kryo_snapshots,
+    reachable_snapshots,
+)
 from flinkstate.serializers.pojo import PojoSnapshot
 
 #: The Flink majors whose savepoints flinkstate reads.
@@ -162,10 +167,54 @@ def across_majors(source_major: int, target_major: int,
     return findings
 
 
+#: Serializer snapshot classes of Flink 1.x that Flink 2.x no longer has: the snapshot classes of Flink 1.20.3's
+#: distribution (lib/) that 2.3's lacks (their class files compared), less test and shaded ones. The Scala API's
+#: serializers (flink-scala: removed in 2.0; 2.x's table module has its own ScalaCaseClassSerializerSnapshot under
+#: another name), snapshots deprecated since 1.x (EitherSerializerSnapshot, GenericArraySerializerConfigSnapshot,
+#: CEP's pre-1.5 NFA and SharedBuffer ones) and TwoPhaseCommitSinkFunction's, which 2.x moved to a ``legacy``
+#: package. Flink 2.x restores a state by loading its snapshot's class: one of these fails the restore
+#: (ClassNotFoundException, a restart loop) unless the job's own jar ships it.
+GONE_IN_FLINK2 = frozenset({
+    "org.apache.flink.api.common.typeutils.base.GenericArraySerializerConfigSnapshot",
+    "org.apache.flink.api.java.typeutils.runtime.EitherSerializerSnapshot",
+    "org.apache.flink.api.scala.typeutils.NothingSerializerSnapshot",
+    "org.apache.flink.api.scala.typeutils.ScalaCaseClassSerializerSnapshot",
+    "org.apache.flink.api.scala.typeutils.ScalaEitherSerializerSnapshot",
+    "org.apache.flink.api.scala.typeutils.ScalaEnumSerializerSnapshot",
+    "org.apache.flink.api.scala.typeutils.ScalaOptionSerializerSnapshot",
+    "org.apache.flink.api.scala.typeutils.ScalaTrySerializerSnapshot",
+    "org.apache.flink.api.scala.typeutils.TraversableSerializerSnapshot",
+    "org.apache.flink.api.scala.typeutils.Tuple2CaseClassSerializerSnapshot",
+    "org.apache.flink.api.scala.typeutils.UnitSerializer$UnitSerializerSnapshot",
+    "org.apache.flink.cep.nfa.NFA$MigratedNFASerializerSnapshot",
+    "org.apache.flink.cep.nfa.SharedBuffer$SharedBufferSerializerSnapshot",
+    "org.apache.flink.cep.nfa.sharedbuffer.SharedBufferNode$SharedBufferNodeSerializer$SharedBufferNodeSerializerSnapshot",
+    "org.apache.flink.streaming.api.functions.sink.TwoPhaseCommitSinkFunction$StateSerializerSnapshot",
+})
+GONE_CODE = "SNAPSHOT_CLASS_NOT_IN_FLINK_2"
+
+
+def gone_in_target(target_major: int, parts: list[tuple[str, TypeSerializerSnapshot | None]]) -> list[Finding]:
+    """One finding per serializer snapshot in ``parts``' trees whose class Flink 2.x no longer has
+    (:data:`GONE_IN_FLINK2`), for a job of Flink ``target_major`` 2: Flink fails the restore (INCOMPATIBLE as the
+    savepoint is). A plan that writes the state with the new version's serializers leaves none in its output."""
+    if target_major < 2:
+        return []
+    findings = []
+    for part, snapshot in parts:
+        for nested in reachable_snapshots([snapshot]):
+            if nested.class_name in GONE_IN_FLINK2:
+                findings.append(Finding(
+                    GONE_CODE, part, f"{part}: serializer snapshot class {nested.class_name} is not in Flink 2.x "
+                    f"(it was in Flink 1.x): Flink 2.x cannot load it and fails the restore, unless the job's jar "
+                    f"ships the class", INCOMPATIBLE, nested.class_name, migratable=False))
+    return findings
+
+
 def _flink(major: int) -> str:
     return "Flink 1.x (Kryo 2.24)" if major == 1 else "Flink 2.x (Kryo 5.6)"
 
 
-__all__ = ["COLLECTION_CODE", "FLINK2_COLLECTIONS", "FLINK_MAJORS", "KRYO_CODE", "across_majors", "carries_kryo",
-           "flink_major", "flink_version_problem", "kryo_paths", "layouts_origin", "output_metadata_version",
-           "savepoint_flink_major", "target_flink_version"]
+__all__ = ["COLLECTION_CODE", "FLINK2_COLLECTIONS", "FLINK_MAJORS", "GONE_CODE", "GONE_IN_FLINK2", "KRYO_CODE",
+           "across_majors", "carries_kryo", "flink_major", "flink_version_problem", "gone_in_target", "kryo_paths",
+           "layouts_origin", "output_metadata_version", "savepoint_flink_major", "target_flink_version"]

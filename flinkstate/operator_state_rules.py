@@ -29,7 +29,7 @@ from __future__ import annotations
 from flinkstate.compatibility import AS_IS, INCOMPATIBLE, Compatibility, Finding
 from flinkstate.format.keyed_header import OPERATOR_STATE_DISTRIBUTION_MODE, StateMetaInfo
 from flinkstate.format.operator_state import OperatorBackendHeader
-from flinkstate.major_upgrade import across_majors
+from flinkstate.major_upgrade import across_majors, gone_in_target
 from flinkstate.manifest import OperatorSchema
 from flinkstate.manifest_operator_states import BROADCAST, KEY_SERIALIZER, OPERATOR_STATE_KINDS, OperatorStateSchema
 from flinkstate.report import StateRow
@@ -98,7 +98,8 @@ def _restored(label: str, meta: StateMetaInfo, new: OperatorStateSchema, majors:
             annotate_row_names(old_value, previous.value if previous is not None else None)
             result.merge(new.value.resolve_compatibility(old_value, "value"))
     # Flink 1.x -> 2.x: Kryo bytes the other Kryo reads
-    for finding in across_majors(*majors, [("user_key", old_key), ("value", old_value)]):
+    parts = [("user_key", old_key), ("value", old_value)]
+    for finding in [*across_majors(*majors, parts), *gone_in_target(majors[1], parts)]:
         result.add(finding)
     row.findings = [f.at(operator=label, state=new.name) for f in result.findings]
     row.flink_verdict = result.verdict

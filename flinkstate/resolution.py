@@ -45,7 +45,7 @@ from flinkstate.format.keyed_header import TIMERS, KeyedBackendHeader, StateMeta
 from flinkstate.format.metadata import OperatorState, has_state
 from flinkstate.format.operator_state import OperatorBackendHeader
 from flinkstate.identity import OperatorRef
-from flinkstate.major_upgrade import across_majors, flink_major, layouts_origin, savepoint_flink_major
+from flinkstate.major_upgrade import across_majors, flink_major, gone_in_target, layouts_origin, savepoint_flink_major
 from flinkstate.manifest import Manifest, OperatorSchema, StateSchema
 from flinkstate.operator_state_rules import annotate_row_names, described_states, operator_state_rows
 from flinkstate.report import StateRow
@@ -267,9 +267,9 @@ class _Checker:
             if new.kind != TIMERS:
                 result.merge(self._values(new, meta, self._previous_state(old_op, meta.name)))
         # Flink 1.x -> 2.x: Kryo bytes the other Kryo reads (keys and namespaces too: every entry holds them).
-        for finding in across_majors(*self.majors, [
-            ("key", header.key_serializer), ("namespace", meta.namespace_serializer),
-            ("user_key", meta.user_key_serializer), ("value", meta.value_serializer)], self.kryo_layouts):
+        parts = [("key", header.key_serializer), ("namespace", meta.namespace_serializer),
+                 ("user_key", meta.user_key_serializer), ("value", meta.value_serializer)]
+        for finding in [*across_majors(*self.majors, parts, self.kryo_layouts), *gone_in_target(self.majors[1], parts)]:
             result.add(finding)
         if new.renamed_from and self.renames:
             result.add(Finding("STATE_RENAMED", "", f"state {new.renamed_from} -> {new.name}: Flink restores the old "

@@ -399,3 +399,66 @@ def test_a_user_class_changed_between_the_versions_is_refused_in_one_line(tmp_pa
                  str(out)]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"{point}: field 'z' (int) added" in err and not out.exists()
+
+
+# --------------------------------------------------------------------------- snapshot classes Flink 2.x lacks
+
+TWO_PHASE_1_20 = Path(__file__).resolve().parent / "corpus" / "serializers" / \
+    "two-phase-commit-sink-state-serializer-1.20" / "serializer-snapshot"
+TWO_PHASE_CLASS = "org.apache.flink.streaming.api.functions.sink.TwoPhaseCommitSinkFunction$StateSerializerSnapshot"
+
+
+def _corpus_snapshot(folder: str) -> Any:
+    from flinkstate.binary import Reader
+    from flinkstate.serializers.registry import read_snapshot
+
+    path = Path(__file__).resolve().parent / "corpus" / "serializers" / folder / "serializer-snapshot"
+    return read_snapshot(Reader(path.read_bytes()), top_level=True)
+
+
+def test_snapshot_classes_flink_2_no_longer_has_are_findings_for_a_2x_target() -> None:
+    """Flink 1.20's TwoPhaseCommitSinkFunction snapshot (Flink wrote it: its corpus): its class is not in Flink 2.x
+    (moved to a legacy package), so a 2.x job fails to load it; for a 1.x target nothing. The 2.x snapshots of the
+    same serializers (the legacy package's, the table module's Scala Option, the Either and NFA ones) are none."""
+    from flinkstate.compatibility import INCOMPATIBLE
+    from flinkstate.major_upgrade import GONE_CODE, GONE_IN_FLINK2, gone_in_target
+
+    sink = _corpus_snapshot("two-phase-commit-sink-state-serializer-1.20")
+    assert sink.class_name == TWO_PHASE_CLASS and TWO_PHASE_CLASS in GONE_IN_FLINK2
+    findings = gone_in_target(2, [("key", None), ("value", sink)])
+    assert [(f.code, f.path, f.old_type, f.verdict) for f in findings] == \
+        [(GONE_CODE, "value", TWO_PHASE_CLASS, INCOMPATIBLE)]
+    assert "not in Flink 2.x" in findings[0].message
+    assert gone_in_target(1, [("value", sink)]) == []
+    for folder in ("scala-option-serializer-2.3", "either-serializer-2.3", "nfa-state-serializer-2.3",
+                   "either-serializer-1.20"):
+        assert gone_in_target(2, [("value", _corpus_snapshot(folder))]) == [], folder
+
+
+def test_a_state_whose_snapshot_class_flink_2_lacks_is_refused_by_check_and_migrate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A state of Flink's own 2.3 savepoint given Flink 1.20's TwoPhaseCommitSinkFunction snapshot (as a 1.x job's
+    sink state carried into a 2.x savepoint would hold it): Flink's snapshot rules say as is against a schema that
+    keeps it, Flink 2.x cannot load the class; check says INCOMPATIBLE naming it (exit 4) and migrate refuses with
+    the same finding, nothing written."""
+    import shutil
+
+    from flinkstate.major_upgrade import GONE_CODE
+    from tests.test_hostile_data import HEAP_23, KRYO_UID, rewrite_values
+
+    source = tmp_path / "source"
+    shutil.copytree(HEAP_23, source)
+    rewrite_values(source, KRYO_UID, "state-name", None, TWO_PHASE_1_20.read_bytes())
+    schema = tmp_path / "schema.yaml"
+    schema.write_text(_manifest_text(source, "2.3"))
+    report = check(source, parse_manifest(schema.read_text()))
+    rows = [row for row in report.rows if any(f.code == GONE_CODE for f in row.findings)]
+    assert [(row.state, row.verdict.name) for row in rows] == [("state-name", "INCOMPATIBLE")]
+    assert report.exit_code == 4
+    assert main(["check", str(source), "--schema", str(schema)]) == 4
+    assert GONE_CODE in capsys.readouterr().out
+    out = tmp_path / "out"
+    assert main(["migrate", str(source), "--schema", str(schema), "--output", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and "state-name" in err and TWO_PHASE_CLASS in err, err
+    assert not out.exists()
