@@ -106,6 +106,17 @@ class StateCodec:
             self.user_key_enc(entry[2], out)
         return bytes(out), value_bytes
 
+    def null_map_values(self) -> tuple[bytes, ...]:
+        """The stored forms of a null MAP user value: the null flag alone (what flinkstate and RocksDB write), and the
+        flag followed by the value serializer's own null, which readers skip (what the HashMap backend's canonical
+        savepoints hold before FLINK-39909: Flink 1.20.3's and 2.3's do), where the serializer writes one."""
+        after = bytearray()
+        try:
+            self.value_enc(None, after)
+        except Exception:  # a serializer without a null (Flink itself failed on these: FLINK-39909's NPE)
+            return (b"\x01",)
+        return b"\x01", b"\x01" + bytes(after)
+
     def encode_value(self, value: Any) -> bytes | None:
         """The stored value bytes; None when nothing is stored (an empty list)."""
         out = bytearray()

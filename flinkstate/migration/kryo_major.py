@@ -25,7 +25,7 @@ from flinkstate.major_upgrade import FLINK2_COLLECTIONS
 from flinkstate.migration.conversions import ConversionError, MigrationPlanError, Transform
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.base import TypeSerializerSnapshot
-from flinkstate.serializers.collections import ListSnapshot, MapSnapshot, SetSnapshot
+from flinkstate.serializers.collections import ListSnapshot, MapSnapshot, SetSnapshot, set_value
 from flinkstate.serializers.kryo import KryoSnapshot, OpaqueValue, kryo_snapshots
 from flinkstate.serializers.kryo_carry import KryoNode, kryo2_to_kryo5, read_tree
 from flinkstate.serializers.kryo_data import KRYO2, KRYO5, KryoCorrupt, KryoMap, KryoOpaque, KryoValue
@@ -33,10 +33,13 @@ from flinkstate.serializers.kryo_fields import carry_user_record
 from flinkstate.serializers.nullable import NullableSnapshot
 from flinkstate.serializers.primitives import SimpleSnapshot
 
-#: Flink's simple serializers (their type names) and the Java class of the values they hold.
-_SIMPLE_CLASSES = {"String": "java.lang.String", "Long": "java.lang.Long", "Integer": "java.lang.Integer",
-                   "Double": "java.lang.Double", "Float": "java.lang.Float", "Short": "java.lang.Short",
-                   "Byte": "java.lang.Byte", "Boolean": "java.lang.Boolean", "Character": "java.lang.Character"}
+#: Flink's simple serializers (their type names) and the class names a Kryo record gives the values they hold: a
+#: boxed value's is the primitive's (Kryo registers int and Integer as one class, under the primitive's name).
+_SIMPLE_CLASSES = {"String": ("java.lang.String",), "Long": ("long", "java.lang.Long"),
+                   "Integer": ("int", "java.lang.Integer"), "Double": ("double", "java.lang.Double"),
+                   "Float": ("float", "java.lang.Float"), "Short": ("short", "java.lang.Short"),
+                   "Byte": ("byte", "java.lang.Byte"), "Boolean": ("boolean", "java.lang.Boolean"),
+                   "Character": ("char", "java.lang.Character")}
 #: The java.util interface a Flink 2.x collection serializer holds.
 _INTERFACES: dict[type[TypeSerializerSnapshot], str] = {
     ListSnapshot: "java.util.List", MapSnapshot: "java.util.Map", SetSnapshot: "java.util.Set"}
@@ -157,20 +160,27 @@ def kryo_collection_transform(old: TypeSerializerSnapshot, new: TypeSerializerSn
     return collection
 
 
-def _converter(new: TypeSerializerSnapshot, where: str) -> _Convert:
-    """The conversion of a record's node to ``new``'s value: null only where ``new`` is nullable."""
-    if isinstance(new, NullableSnapshot):
-        inner = _converter(new.nested[0], where)
+def _converter(new: TypeSerializerSnapshot, where: str, nulls: bool = False) -> _Convert:
+    """The conversion of a record's node to ``new``'s value: null where ``new`` holds one (a Nullable, a String)
+    or its container writes it (``nulls``: a Map's values and a Set's elements, each behind a null flag)."""
+    holds_null = isinstance(new, SimpleSnapshot) and new.type_name() == "String"
+    if nulls or holds_null or isinstance(new, NullableSnapshot):
+        inner = _non_null_converter(new.nested[0] if isinstance(new, NullableSnapshot) else new, where)
         return lambda node: None if node is None else inner(node)
+    return _non_null_converter(new, where)
+
+
+def _non_null_converter(new: TypeSerializerSnapshot, where: str) -> _Convert:
+    """The conversion of a record's node, which must not be null, to ``new``'s value."""
     if isinstance(new, SimpleSnapshot) and new.type_name() in _SIMPLE_CLASSES:
-        java_class = _SIMPLE_CLASSES[new.type_name()]
-        return lambda node: _checked(node, (java_class,), new).value
+        java_classes = _SIMPLE_CLASSES[new.type_name()]
+        return lambda node: _checked(node, java_classes, new).value
     interface = _INTERFACES.get(type(new))
     if interface is None:
         raise MigrationPlanError(f"a Kryo'd collection's elements become {new.type_name()}{where}: flinkstate "
                                  f"converts elements of String, boxed primitives and nested List, Map and Set only")
     if isinstance(new, MapSnapshot):
-        key, value = _converter(new.nested[0], where), _converter(new.nested[1], where)
+        key, value = _converter(new.nested[0], where), _converter(new.nested[1], where, nulls=True)
 
         def to_map(node: KryoNode | None) -> Any:
             entries = _checked(node, _IMPLEMENTATIONS[interface], new).value
@@ -181,7 +191,9 @@ def _converter(new: TypeSerializerSnapshot, where: str) -> _Convert:
             return converted
 
         return to_map
-    element = _converter(new.nested[0], where)
+    element = _converter(new.nested[0], where, nulls=isinstance(new, SetSnapshot))
+    if isinstance(new, SetSnapshot):  # the value SetSnapshot decodes, elements in the record's order
+        return lambda node: set_value([element(e) for e in _checked(node, _IMPLEMENTATIONS[interface], new).value])
     return lambda node: [element(e) for e in _checked(node, _IMPLEMENTATIONS[interface], new).value]
 
 

@@ -298,7 +298,9 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
                 except Exception as exc:
                     raise VerificationError(f"{where}, key group {kg}: a source entry cannot be decoded and "
                                             f"re-encoded ({type(exc).__name__}: {exc})") from None
-                if again != (raw_key(data, ks, ke), data[vs:ve]):
+                stored = (raw_key(data, ks, ke), data[vs:ve])
+                # a null MAP value: Flink's HashMap savepoints may hold the serializer's null after the flag
+                if again != stored and not (again == (stored[0], b"\x01") and stored[1] in codec.null_map_values()):
                     raise VerificationError(f"{where}, key group {kg}: the source entry {show(entry)} does not "
                                             f"re-encode to the bytes Flink wrote: this tool's codec for {type_name} "
                                             f"would change it, so the state cannot be migrated exactly")

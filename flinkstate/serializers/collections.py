@@ -162,6 +162,17 @@ class StoredOrderSet(set[Any]):  # a real set: isinstance checks, equality and s
         return set.__iter__(self)
 
 
+def set_value(items: list[Any]) -> Any:
+    """A Set's value as :class:`SetSnapshot` decodes it from its elements in stored order: a
+    :class:`StoredOrderSet`, or the list itself where a set would lose elements."""
+    try:
+        result = StoredOrderSet(items)
+    except TypeError:  # unhashable elements (lists, dicts): keep them as a list
+        return items
+    # Elements Java keeps apart but Python merges (0.0 and -0.0): a list loses nothing.
+    return result if len(result) == len(items) else items
+
+
 @register
 class SetSnapshot(CompositeSnapshot):
     CLASS_NAMES = (BASE + "SetSerializerSnapshot",)
@@ -172,12 +183,7 @@ class SetSnapshot(CompositeSnapshot):
 
         def decode(buf: bytes, off: int) -> tuple[Any, int]:
             items, off = decode_list(buf, off)
-            try:
-                result = StoredOrderSet(items)
-            except TypeError:  # unhashable elements (lists, dicts): keep them as a list
-                return items, off
-            # Elements Java keeps apart but Python merges (0.0 and -0.0): a list loses nothing.
-            return (result if len(result) == len(items) else items), off
+            return set_value(items), off
 
         return decode
 

@@ -205,7 +205,15 @@ class KryoSnapshot(TypeSerializerSnapshot):
                 f"opaque (passed through byte for byte)")
 
     def make_encoder(self) -> Encoder:
-        return opaque_encoder(self.type_name(), "Kryo values")
+        records = opaque_encoder(self.type_name(), "Kryo values")
+
+        def encode(value: Any, out: bytearray) -> None:
+            if value is None:  # Flink's KryoSerializer writes null as Kryo's null class id, 0 (Kryo 2 and 5 alike)
+                out.append(0)
+            else:
+                records(value, out)
+
+        return encode
 
     def type_name(self) -> str:
         return f"Kryo<{self.type_class}>"
