@@ -3,8 +3,13 @@ package kryojob;
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.state.MapState;
+import org.apache.flink.api.common.state.MapStateDescriptor;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
+import org.apache.flink.api.common.typeinfo.TypeHint;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.typeutils.GenericTypeInfo;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.RestartStrategyOptions;
@@ -53,7 +58,9 @@ import java.util.concurrent.TimeoutException;
  * its index (tests/test_kryo_savepoint.py states it). Operator "kryo": a POJO whose Kryo fields (payload: Object,
  * and in Flink 1.x tags: List) are followed by another field, a ListState of Kryo elements, a ValueState of Kryo
  * values (one of them a user class, opaque). Operator "opaque": the same shapes with a user class in the middle, and
- * a ValueState of Legacy (final fields, a double[]: Kryo in both Flinks).
+ * a ValueState of Legacy (final fields, a double[]: Kryo in both Flinks). Operator "collections": java.util
+ * List/Map/Set, Kryo in Flink 1.x and Flink's own collection serializers in 2.x (FLINK-34123, FLINK-35068,
+ * FLINK-35555): a ValueState of the POJO Order with such fields, and a MapState whose user values are List&lt;Long&gt;.
  * Prints the path of a native savepoint (HashMap format), then that of the canonical one.
  *
  * <p>Restore mode, the ground truth of what a Flink build does with a savepoint (issue 27: a Flink 1.x savepoint
@@ -74,6 +81,7 @@ public final class KryoStateJob {
     static {
         STATES.put("kryo", List.of("holder", "objects", "whole"));
         STATES.put("opaque", List.of("opaque_holder", "mixed", "legacy"));
+        STATES.put("collections", List.of("order", "hist"));
     }
 
     /** A POJO (sorted fields: id, payload, tags, zname): payload and, in Flink 1.x, tags are Kryo-serialized. */
@@ -113,6 +121,60 @@ public final class KryoStateJob {
             this.samples = samples;
             this.at = at;
         }
+    }
+
+    /**
+     * A POJO (sorted fields: counts, ids, lines, zstatus) whose java.util fields are Kryo in Flink 1.x and Flink's
+     * Map, Set and List serializers in 2.x (each nullable, as are List and Map elements and Set elements).
+     */
+    public static final class Order {
+        public Map<String, Long> counts;
+        public Set<Integer> ids;
+        public List<String> lines;
+        public String zstatus;
+
+        public Order() {}
+    }
+
+    /** Key k's order: a null element, entry value and set element (k0), empty collections, null fields. */
+    static Order order(int k) {
+        Order o = new Order();
+        o.lines = k == 2 ? null : k == 1 ? new ArrayList<>() : new ArrayList<>(Arrays.asList("sku-" + k, null, "x"));
+        if (k != 3) {
+            o.counts = new HashMap<>();
+            if (k != 2) {
+                o.counts.put("n", (long) k);
+                o.counts.put("big", (1L << 40) + k);
+            }
+            if (k == 0) {
+                o.counts.put("none", null);
+            }
+        }
+        if (k != 1) {
+            o.ids = new HashSet<>();
+            if (k != 2) {
+                o.ids.addAll(Arrays.asList(k, 100 + k, -7));
+            }
+            if (k == 0) {
+                o.ids.add(null);
+            }
+        }
+        o.zstatus = "status-" + k;
+        return o;
+    }
+
+    /** Key k's MapState&lt;String, List&lt;Long&gt;&gt;: a null element (k0), an empty list, a null user value (k1). */
+    static Map<String, List<Long>> hist(int k) {
+        Map<String, List<Long>> hist = new HashMap<>();
+        hist.put("h" + k, new ArrayList<>(Arrays.asList((long) k, -10L * k, 1L << 40)));
+        hist.put("empty", new ArrayList<>());
+        if (k == 0) {
+            hist.put("gaps", new ArrayList<>(Arrays.asList(null, 5L)));
+        }
+        if (k == 1) {
+            hist.put("none", null);
+        }
+        return hist;
     }
 
     static Legacy legacy(int k) {
@@ -174,6 +236,15 @@ public final class KryoStateJob {
 
     static ValueStateDescriptor<Legacy> legacyDescriptor() {
         return new ValueStateDescriptor<>("legacy", Legacy.class);  // not a POJO: GenericTypeInfo, Kryo
+    }
+
+    static ValueStateDescriptor<Order> orderDescriptor() {
+        return new ValueStateDescriptor<>("order", Order.class);
+    }
+
+    static MapStateDescriptor<String, List<Long>> histDescriptor() {
+        // Flink 1.x: List<Long> is a GenericTypeInfo (Kryo); 2.x's TypeExtractor gives it a NullableListTypeInfo
+        return new MapStateDescriptor<>("hist", Types.STRING, TypeInformation.of(new TypeHint<List<Long>>() {}));
     }
 
     static ValueStateDescriptor<Object> wholeDescriptor() {
@@ -343,6 +414,54 @@ public final class KryoStateJob {
         }
     }
 
+    static final class CollectionStates extends KeyedProcessFunction<String, Long, Long> {
+        private final String verdicts;
+        private transient ValueState<Order> order;
+        private transient MapState<String, List<Long>> hist;
+        private transient Checker checker;
+
+        CollectionStates(String verdicts) {
+            this.verdicts = verdicts;
+        }
+
+        @Override
+        public void processElement(Long seq, Context ctx, Collector<Long> out) throws Exception {
+            if (verdicts != null) {
+                check(ctx.getCurrentKey());
+                return;
+            }
+            if (order == null) {
+                order = getRuntimeContext().getState(orderDescriptor());
+                hist = getRuntimeContext().getMapState(histDescriptor());
+            }
+            int k = index(ctx.getCurrentKey());
+            if (order.value() == null) {
+                order.update(order(k));
+                hist.putAll(hist(k));
+            }
+        }
+
+        private void check(String key) throws IOException {
+            if (checker == null) {
+                checker = new Checker("collections", verdicts);
+                order = checker.register("order", () -> getRuntimeContext().getState(orderDescriptor()));
+                hist = checker.register("hist", () -> getRuntimeContext().getMapState(histDescriptor()));
+            }
+            if (!checker.first(key)) {
+                return;
+            }
+            int k = index(key);
+            checker.check(key, "order", order(k), () -> order.value());
+            checker.check(key, "hist", hist(k), () -> {
+                Map<String, List<Long>> read = new HashMap<>();
+                for (Map.Entry<String, List<Long>> entry : hist.entries()) {
+                    read.put(entry.getKey(), entry.getValue());
+                }
+                return read;
+            });
+        }
+    }
+
     /**
      * The job graph of both modes (the same uids). {@code marker}: the writing run's file saying every key's state is
      * written; {@code verdicts}: restore mode's directory of verdict lines (null when writing).
@@ -357,6 +476,8 @@ public final class KryoStateJob {
                 .keyBy(seq -> "k" + (seq % KEYS));
         keyed.process(new KryoStates(marker, file(verdicts, "kryo"))).uid("kryo").filter(x -> false).print();
         keyed.process(new OpaqueStates(file(verdicts, "opaque"))).uid("opaque").filter(x -> false).print();
+        keyed.process(new CollectionStates(file(verdicts, "collections"))).uid("collections").filter(x -> false)
+                .print();
     }
 
     private static String file(Path verdicts, String operator) {
@@ -556,7 +677,8 @@ public final class KryoStateJob {
 
     /**
      * A value as text, with every class named (an Integer read back as a Long differs): strings quoted,
-     * collections with their elements, maps sorted by key, arrays by element, this job's classes by field.
+     * collections with their elements (sets sorted), maps sorted by key, arrays by element, this job's classes by
+     * field.
      */
     static String text(Object value) {
         if (value == null) {
@@ -570,6 +692,9 @@ public final class KryoStateJob {
             List<String> parts = new ArrayList<>();
             for (Object element : (Iterable<?>) value) {
                 parts.add(text(element));
+            }
+            if (value instanceof Set) { // a HashSet's iteration order depends on its capacity: sorted, as maps are
+                parts.sort(null);
             }
             return type.getSimpleName() + "[" + String.join(", ", parts) + "]";
         }
