@@ -528,16 +528,25 @@ def test_a_corrupted_user_class_record_fails_verification(migrated: tuple[Path, 
     source = Savepoint.open(savepoints["1.20.3"])
     plan = MigrationJob(str(savepoints["1.20.3"]), str(schema), "", target_flink="2.3").plan(source)
     verify_migration(source, Savepoint.open(output), plan)
+    point = b"KryoStateJob$Poin\xf4\x01\x04\x03"  # Kryo 5: class by name, a new object, x zigzag(2), y zigzag(-2)
+    failed = _verify_with_last_byte_changed(output, point, b"\x05", tmp_path, schema, savepoints["1.20.3"])
+    assert "opaque_holder" in failed and "\n" not in failed
+
+
+def _verify_with_last_byte_changed(output: Path, found: bytes, last: bytes, tmp_path: Path, schema: Path,
+                                   source: Path) -> str:
+    """A copy of the migrated ``output`` whose one occurrence of ``found`` (in one keyed stream) ends in ``last``
+    instead, verified against ``source``: the verification's one-line refusal."""
     corrupted = tmp_path / "corrupted"
     shutil.copytree(output, corrupted)
-    point = b"KryoStateJob$Poin\xf4\x01\x04\x03"  # Kryo 5: class by name, a new object, x zigzag(2), y zigzag(-2)
-    holding = [f for f in corrupted.iterdir() if f.is_file() and point in f.read_bytes()]
-    assert len(holding) == 1 and holding[0].read_bytes().count(point) == 1  # the opaque operator's keyed stream
-    holding[0].write_bytes(holding[0].read_bytes().replace(point, point[:-1] + b"\x05"))
+    holding = [f for f in corrupted.iterdir() if f.is_file() and found in f.read_bytes()]
+    assert len(holding) == 1 and holding[0].read_bytes().count(found) == 1
+    holding[0].write_bytes(holding[0].read_bytes().replace(found, found[:-1] + last))
+    opened = Savepoint.open(source)
     with pytest.raises(VerificationError) as failed:
-        verify_migration(source, Savepoint.open(corrupted),
-                         MigrationJob(str(savepoints["1.20.3"]), str(schema), "", target_flink="2.3").plan(source))
-    assert "opaque_holder" in str(failed.value) and "\n" not in str(failed.value)
+        verify_migration(opened, Savepoint.open(corrupted),
+                         MigrationJob(str(source), str(schema), "", target_flink="2.3").plan(opened))
+    return str(failed.value)
 
 
 def test_a_corrupted_collection_value_fails_verification(migrated: tuple[Path, Path, str],
@@ -546,14 +555,6 @@ def test_a_corrupted_collection_value_fails_verification(migrated: tuple[Path, P
     order.counts["big"] (2^40 + 1, a Long of Flink's MapSerializer) changed to 2^40 + 5 fails the verification,
     naming the state."""
     schema, output, _ = migrated
-    source = Savepoint.open(savepoints["1.20.3"])
-    corrupted = tmp_path / "corrupted"
-    shutil.copytree(output, corrupted)
     big = b"\x04big\x00" + ((1 << 40) + 1).to_bytes(8, "big")  # the key "big", not null, the value big-endian
-    holding = [f for f in corrupted.iterdir() if f.is_file() and big in f.read_bytes()]
-    assert len(holding) == 1 and holding[0].read_bytes().count(big) == 1  # the collections operator's keyed stream
-    holding[0].write_bytes(holding[0].read_bytes().replace(big, big[:-1] + b"\x05"))
-    with pytest.raises(VerificationError) as failed:
-        verify_migration(source, Savepoint.open(corrupted),
-                         MigrationJob(str(savepoints["1.20.3"]), str(schema), "", target_flink="2.3").plan(source))
-    assert "state order" in str(failed.value) and "\n" not in str(failed.value), failed.value
+    failed = _verify_with_last_byte_changed(output, big, b"\x05", tmp_path, schema, savepoints["1.20.3"])
+    assert "state order" in failed and "\n" not in failed, failed

@@ -129,6 +129,17 @@ class KryoRecord:
             result |= self.varint() << 6
         return flag, result & 0xFFFFFFFF
 
+    def collection_header(self, name: str) -> tuple[bool, int]:
+        """Kryo 5's CollectionSerializer header: (its flag, the element count), the count bounded by the record (a
+        collection written by ``writeClassAndObject`` is never null inside its own record)."""
+        flag, size = self.varint_flag()
+        if size == 0:
+            raise KryoCorrupt(f"Kryo {name}: null collection inside its own record")
+        size -= 1
+        if size > self.end - self.pos:
+            raise KryoCorrupt(f"Kryo length {size} at byte {self.pos} exceeds the record")
+        return flag, size
+
     def string(self) -> str | None:
         """``Output.writeString``: ASCII with the last byte's bit 7 set, or a UTF-8 char count + 1 (bit 7 of the first
         byte flags it, 6 value bits) and the chars in Java's modified UTF-8."""

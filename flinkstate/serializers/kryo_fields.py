@@ -117,12 +117,7 @@ class LayoutRecord(TypedRecord):
 
     def _read_collection5(self, name: str, generics: tuple[KryoGeneric, ...]) -> KryoNode:
         """Kryo 5's CollectionSerializer with type arguments (:meth:`LayoutOutput._write_collection`)."""
-        flag, size = self.varint_flag()
-        if size == 0:
-            raise KryoCorrupt(f"Kryo {name}: null collection inside its own record")
-        size -= 1
-        if size > self.end - self.pos:
-            raise KryoCorrupt(f"Kryo length {size} at byte {self.pos} exceeds the record")
+        flag, size = self.collection_header(name)
         element, nested = _element(generics, 0), generics[0].generics
         if size == 0:
             return KryoNode(name, [])
