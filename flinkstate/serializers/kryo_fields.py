@@ -12,6 +12,15 @@ is null, then each element), a map likewise for a final key or value class; Kryo
 (``List<List<Long>>``'s inner lists), Kryo 2.24 one level. References (a shared or enclosing user object) are kept:
 the tree keeps each object's identity (:class:`flinkstate.serializers.kryo_carry.KryoNode`).
 
+An object array (``Point[]``, ``Object[]``, ``Point[][]``) is Kryo's ObjectArraySerializer, the same in both
+versions: the length + 1, then each element written with the element class's serializer (``writeObjectOrNull``, no
+class id) when that class's modifier is final (an array class always is), else with its class
+(``writeClassAndObject``); the element class's finality comes from its layout. A generic class (``Box<T>``) is read
+and written with its unbound layout (a ``T`` field: class and object), which is what both Kryos write wherever T is
+bound to a class that is not final; where T is bound to a final class (``Box<String>`` in a field, or in Kryo 5
+nested type arguments) Kryo writes that field without the class, and Kryo 2.24's serializer keeps that binding for
+later uses of the class (``setGenerics`` is sticky): such a class is refused in one line wherever it is met.
+
 The same class must have the same fields in both layouts, of the same declared types: a field added, removed or of
 another type has no Kryo meaning for the old bytes (FieldSerializer records carry no field names or versions), so it
 is refused in one line naming the class and the field. An enum constant is carried by name (Kryo writes ordinals).
@@ -23,9 +32,10 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from flinkstate.serializers.kryo_carry import Kryo5Output, KryoNode, TypedRecord, read_whole
+from flinkstate.serializers.kryo_carry import WRITERS, Kryo5Output, KryoNode, TypedRecord, read_whole
 from flinkstate.serializers.kryo_data import KRYO2, KRYO5, KryoCorrupt, KryoEnum, KryoMap, KryoOpaque, KryoRecord
 from flinkstate.serializers.kryo_layout import PRIMITIVE_TYPES, KryoClassLayout, KryoField, KryoGeneric, KryoLayouts
+from flinkstate.serializers.kryo_readers import READERS
 from flinkstate.serializers.kryo_values import registration_table
 
 #: The classes whose serializer (Kryo's CollectionSerializer / MapSerializer, no header) uses a field's type
@@ -38,6 +48,10 @@ _FIXED = {"float": "f", "double": "d", "short": "h"}
 _WRAPPER_OF = {"int": "java.lang.Integer", "long": "java.lang.Long", "float": "java.lang.Float",
                "double": "java.lang.Double", "boolean": "java.lang.Boolean", "byte": "java.lang.Byte",
                "char": "java.lang.Character", "short": "java.lang.Short"}
+#: JDK element classes of an object array whose finality is known here (a user class's comes from its layout).
+_FINAL_JDK = frozenset({"java.lang.String", *_WRAPPER_OF.values()})
+_OPEN_JDK = frozenset({"java.lang.Object", "java.lang.Number", "java.lang.CharSequence", "java.lang.Comparable",
+                       "java.io.Serializable"})
 
 
 class UserObject:
@@ -58,6 +72,64 @@ def _layout(layouts: KryoLayouts, name: str, which: str) -> KryoClassLayout | No
     return layout
 
 
+def _array_component(name: str) -> str | None:
+    """The element class of an object array class (``[Lx;`` -> x, ``[[Lx;`` -> ``[Lx;``), None for any other."""
+    if name.startswith("[L") and name.endswith(";"):
+        return name[2:-1]
+    return name[1:] if name.startswith("[[") else None
+
+
+def _elements_final(name: str, component: str, layouts: KryoLayouts) -> bool:
+    """Whether Kryo's ObjectArraySerializer writes the elements of array ``name`` without their classes: its element
+    class's modifier is final (an array class's always is, a primitive's too)."""
+    if component.startswith("[") or component in _FINAL_JDK:
+        return True
+    if component in _OPEN_JDK:
+        return False
+    layout = layouts.get(component)
+    if layout is None or layout.final is None:
+        raise KryoOpaque(name, f"an array of {component}, whose layout does not say whether the class is final "
+                               f"(Kryo writes the elements' classes only if it is not)")
+    return layout.final
+
+
+def _check_array(name: str, generics: tuple[KryoGeneric, ...] | None) -> None:
+    """Refuses an array given type arguments (``Box<String>[]``): Kryo 2.24 passes them on to its elements."""
+    if generics:
+        raise KryoOpaque(name, "an array of a parameterized type: not carried")
+
+
+def _bound_to_final(layouts: KryoLayouts) -> frozenset[str]:
+    """The generic classes that some field's type arguments (at any depth) bind to a final class."""
+    generic = {name for name, layout in layouts.items() if layout.type_parameters}
+    found: set[str] = set()
+
+    def walk(cls: str | None, arguments: tuple[KryoGeneric, ...] | None) -> None:
+        if arguments is None:
+            return
+        while cls is not None and (component := _array_component(cls)) is not None:
+            cls = component  # Box<String>[]: its elements' binding
+        if cls in generic and any(a.final for a in arguments):
+            found.add(cls)
+        for argument in arguments:
+            walk(argument.java_class, argument.generics)
+
+    if generic:
+        for layout in layouts.values():
+            for field in layout.fields or ():
+                walk(field.type, field.generics)
+    return frozenset(found)
+
+
+def _check_generic(name: str, layout: KryoClassLayout, generics: tuple[KryoGeneric, ...] | None,
+                   bound: Callable[[], frozenset[str]]) -> None:
+    """Refuses a generic class met where (or, Kryo 2.24's binding being sticky, anywhere) a type argument binds it
+    to a final class: Kryo then writes its T fields without their classes, per use."""
+    if layout.type_parameters and (any(g.final for g in generics or ()) or name in bound()):
+        raise KryoOpaque(name, "a generic class whose type parameter is bound to a final class (Kryo then writes "
+                               "its fields of that type without their class, resolved per use): not carried")
+
+
 def _element(generics: tuple[KryoGeneric, ...] | None, index: int) -> KryoGeneric | None:
     """The type argument ``index`` when Kryo uses its class's serializer for the elements (a final class)."""
     if generics is None or len(generics) <= index:
@@ -71,13 +143,19 @@ class LayoutRecord(TypedRecord):
     user classes and enums are read, and a field's type arguments reach its value's serializer (``generics``, set
     just before the value is read and taken by its reader) as that Kryo passes them."""
 
-    __slots__ = ("generics", "layouts")
+    __slots__ = ("bound", "generics", "layouts")
 
     def __init__(self, data: bytes, registrations: list[tuple[str, bool]], layouts: KryoLayouts,
                  start: int = 0, version: int = KRYO2) -> None:
         super().__init__(data, start, len(data), version, registration_table(version, registrations))
         self.layouts = layouts
         self.generics: tuple[KryoGeneric, ...] | None = None
+        self.bound: frozenset[str] | None = None  # _bound_to_final(layouts), when a generic class is met
+
+    def _bound(self) -> frozenset[str]:
+        if self.bound is None:
+            self.bound = _bound_to_final(self.layouts)
+        return self.bound
 
     def uses_references(self, name: str) -> bool:
         layout = self.layouts.get(name)  # Kryo 5 gives enums no reference marker, Kryo 2.24 does
@@ -90,7 +168,13 @@ class LayoutRecord(TypedRecord):
             constants = layout.constants
             return lambda record, java_class: _read_enum(record, java_class, constants)
         if layout is not None:
+            _check_generic(name, layout, generics, self._bound)
             return lambda record, java_class: self._read_fields(java_class, layout)
+        component = _array_component(name)
+        if component is not None and name not in READERS:
+            _check_array(name, generics)
+            final = _elements_final(name, component, self.layouts)
+            return lambda record, java_class: self._read_object_array(java_class, component, final)
         if self.v5 and generics and name in _GENERIC_COLLECTIONS:
             return lambda record, java_class: self._read_collection5(java_class, generics)
         if self.v5 and generics and name in _GENERIC_MAPS:
@@ -166,6 +250,19 @@ class LayoutRecord(TypedRecord):
             entries.append((k, v))
         return KryoNode(name, KryoMap(name, tuple(entries)))
 
+    def _read_object_array(self, name: str, component: str, final: bool) -> KryoNode:
+        """Kryo's ObjectArraySerializer (both versions): the length + 1, the elements with or without classes."""
+        elements: list[KryoNode | None] = []
+        node = KryoNode(name, elements)
+        self.refs[-1] = node  # arrays take a reference: an element naming the array reads this node
+        size = self.length() - 1
+        if size < 0:
+            raise KryoCorrupt(f"Kryo {name}: null array inside its own record")
+        element = KryoGeneric(component, True, None)
+        for _ in range(size):
+            elements.append(self._known(element, True) if final else self.class_and_object())
+        return node
+
     def _read_fields(self, name: str, layout: KryoClassLayout) -> KryoNode:
         obj = UserObject()
         node = KryoNode(name, obj)
@@ -217,6 +314,12 @@ class LayoutOutput(Kryo5Output):
         super().__init__(registrations)
         self.old, self.new = old, new
         self.generics: tuple[KryoGeneric, ...] | None = None
+        self.bound: frozenset[str] | None = None
+
+    def _bound(self) -> frozenset[str]:
+        if self.bound is None:
+            self.bound = _bound_to_final(self.new)
+        return self.bound
 
     def typed(self, node: KryoNode | None, may_be_null: bool, generics: tuple[KryoGeneric, ...] | None) -> None:
         """``writeObject(OrNull)`` with the type arguments Kryo 5 pushed for this object."""
@@ -234,7 +337,13 @@ class LayoutOutput(Kryo5Output):
         generics, self.generics = self.generics, None
         layout = _layout(self.new, name, "the new")
         if layout is not None:
+            _check_generic(name, layout, generics, self._bound)
             return lambda out, node: self._write_user(node, layout)
+        component = _array_component(name)
+        if component is not None and name not in WRITERS:
+            _check_array(name, generics)
+            final = _elements_final(name, component, self.new)
+            return lambda out, node: self._write_object_array(node, component, final)
         if name in _GENERIC_COLLECTIONS and generics:
             return lambda out, node: self._write_collection(node, generics)
         if name in _GENERIC_MAPS and generics:
@@ -270,6 +379,20 @@ class LayoutOutput(Kryo5Output):
         else:
             self.write_class(value.java_class)
             self.typed(value, False, field.generics)
+
+    def _write_object_array(self, node: KryoNode, component: str, final: bool) -> None:
+        """Kryo's ObjectArraySerializer (:meth:`LayoutRecord._read_object_array`)."""
+        elements = node.value
+        if not isinstance(elements, list):
+            raise KryoCorrupt(f"Kryo {node.java_class}: elements expected")
+        self.varint(len(elements) + 1)
+        element = KryoGeneric(component, True, None)
+        for e in elements:
+            if final:
+                _all_of(node, [e], element)
+                self.typed(e, True, None)
+            else:
+                self.class_and_object(e)
 
     def _write_collection(self, node: KryoNode, generics: tuple[KryoGeneric, ...]) -> None:
         """Kryo 5's CollectionSerializer with the type arguments: a final element class writes the elements with

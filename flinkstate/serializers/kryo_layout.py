@@ -53,13 +53,17 @@ class KryoField:
 
 @dataclass(frozen=True)
 class KryoClassLayout:
-    """A user class as one Kryo serializes it: FieldSerializer ``fields`` or an enum's ``constants``."""
+    """A user class as one Kryo serializes it: FieldSerializer ``fields`` or an enum's ``constants``; ``final``, the
+    class's modifier (None when not given), decides whether an array of it writes its elements' classes. A generic
+    class's layout is its fields unbound (a T field: class and object), which is how Kryo writes them wherever T is
+    not bound to a final class (:mod:`flinkstate.serializers.kryo_fields` refuses the rest)."""
 
     java_class: str
     serializer: str
     type_parameters: int
     fields: tuple[KryoField, ...] | None
     constants: tuple[str, ...] | None
+    final: bool | None = None
 
     def carried_as(self) -> str | None:
         """Why flinkstate cannot read or write this class's records (one phrase), or None."""
@@ -67,8 +71,6 @@ class KryoClassLayout:
             return None
         if self.fields is None or self.serializer != FIELD_SERIALIZER:
             return f"serialized by {self.serializer}, not Kryo's FieldSerializer"
-        if self.type_parameters:
-            return "a generic class (Kryo resolves its fields' types per use)"
         return None
 
 
@@ -125,9 +127,12 @@ def layouts_from_json(data: Any, origin: str) -> KryoLayouts:
             KryoField(_expect(f, "name", str, where), _expect(f, "type", str, where),
                       _expect(f, "value_class", (str, type(None)), where), _expect(f, "can_be_null", bool, where),
                       _expect(f, "var_int", bool, where), _generics(f.get("generics"), where)) for f in fields)
+        final = item.get("final")
+        if final is not None and not isinstance(final, bool):
+            raise KryoLayoutError(f"{where}: 'final' must be true or false")
         default = ENUM_SERIALIZER if constants is not None else FIELD_SERIALIZER
         layouts[name] = KryoClassLayout(name, item.get("serializer", default), item.get("type_parameters", 0),
-                                        parsed, None if constants is None else tuple(constants))
+                                        parsed, None if constants is None else tuple(constants), final)
     return layouts
 
 
@@ -144,6 +149,8 @@ def layouts_to_json(layouts: KryoLayouts) -> list[dict[str, Any]]:
         item: dict[str, Any] = {"class": layout.java_class, "serializer": layout.serializer}
         if layout.type_parameters:
             item["type_parameters"] = layout.type_parameters
+        if layout.final is not None:
+            item["final"] = layout.final
         if layout.constants is not None:
             item["constants"] = list(layout.constants)
         if layout.fields is not None:

@@ -27,7 +27,8 @@ import java.util.Set;
  * {@code ReflectField.genericType}) are read by reflection.
  *
  * <p>Per class: {@code class}, {@code serializer} (the class of the serializer Kryo's getSerializer gives),
- * {@code type_parameters} (a generic class's count), then for an enum its {@code constants} in ordinal order, for a
+ * {@code type_parameters} (a generic class's count), {@code final} (its modifier: an array of it carries no element
+ * classes when set), then for an enum its {@code constants} in ordinal order, for a
  * FieldSerializer its {@code fields} in Kryo's order: {@code name}, {@code type} (declared class), {@code value_class}
  * (the class Kryo treats as known: no class id written; null when it writes class and object), {@code can_be_null},
  * {@code var_int} (int and long fields as variable-length), and {@code generics}: the type arguments Kryo passes to the
@@ -123,6 +124,8 @@ public final class KryoLayouts {
         Serializer<?> serializer = kryo.getSerializer(type);
         out.put("serializer", quote(serializer.getClass().getName()));
         out.put("type_parameters", Integer.toString(type.getTypeParameters().length));
+        // Kryo's ObjectArraySerializer writes each element's class only when the element class is not final
+        out.put("final", String.valueOf(Modifier.isFinal(type.getModifiers())));
         if (type.isEnum()) {
             List<String> constants = new ArrayList<>();
             for (Object constant : type.getEnumConstants()) {

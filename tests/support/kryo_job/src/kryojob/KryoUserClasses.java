@@ -19,7 +19,8 @@ import org.apache.flink.core.memory.DataOutputSerializer;
 /**
  * Records of user classes (Kryo's FieldSerializer) written by Flink's own KryoSerializer, one JSON line each
  * ({"name", "type", "hex"}), then {"layouts": [...]}: the class layouts the inspector's KryoLayouts reads from this
- * Kryo. Run on Flink 1.20.3 (Kryo 2.24) and on Flink 2.3 (Kryo 5.6) with the same values (a seeded Random), so
+ * Kryo (user classes with every kind of field, object arrays of them, generic classes). Run on Flink 1.20.3 (Kryo
+ * 2.24) and on Flink 2.3 (Kryo 5.6) with the same values (a seeded Random), so
  * tests/test_kryo_user_classes.py can carry each 1.20.3 record to Kryo 5 and compare it with 2.3's bytes.
  */
 public final class KryoUserClasses {
@@ -67,6 +68,53 @@ public final class KryoUserClasses {
         private transient int cached; // transient: not written by either Kryo
 
         public Node() {}
+    }
+
+    /** Not final: an array of it (Point[]) and a field of it write each value's class. */
+    public static class Point {
+        public int x;
+        public String tag;
+
+        public Point() {}
+
+        Point(int x, String tag) {
+            this.x = x;
+            this.tag = tag;
+        }
+    }
+
+    /** A generic class: its T fields are written as class and object where T is not bound to a final class. */
+    public static class Box<T> {
+        public T item;
+        public List<T> items;
+        public int size;
+
+        public Box() {}
+    }
+
+    /** A generic class bound to a final class in a field (Pair<String>): Kryo then writes its field as a String. */
+    public static class Pair<A> {
+        public A first;
+
+        public Pair() {}
+    }
+
+    /** Object arrays of user classes (final elements or not, enums, nested) and a generic class bound to Point. */
+    public static class Holder {
+        public Point[] points;
+        public Reading[] readings;
+        public Color[] colors;
+        public Object[] objects;
+        public Point[][] grid;
+        public Box<Point> box;
+
+        public Holder() {}
+    }
+
+    public static class Labelled {
+        public Pair<String> pair;
+
+        public Labelled() {}
     }
 
     private static final StringBuilder OUT = new StringBuilder();
@@ -184,6 +232,65 @@ public final class KryoUserClasses {
         return n;
     }
 
+    /** A point, or one met before (shared within the record). */
+    static Point point(Random r, List<Point> pool) {
+        if (!pool.isEmpty() && r.nextInt(3) == 0) return pool.get(r.nextInt(pool.size()));
+        Point p = new Point(r.nextInt(200) - 100, r.nextBoolean() ? null : "t" + r.nextInt(9));
+        pool.add(p);
+        return p;
+    }
+
+    static Point[] points(Random r, List<Point> pool) {
+        Point[] points = new Point[r.nextInt(4)];
+        for (int i = 0; i < points.length; i++) points[i] = r.nextInt(4) == 0 ? null : point(r, pool);
+        return points;
+    }
+
+    /** A random holder: each array and the box null or set, elements null, new or shared. */
+    static Holder randomHolder(Random r) {
+        List<Point> pool = new ArrayList<>();
+        Holder h = new Holder();
+        if (r.nextBoolean()) h.points = points(r, pool);
+        if (r.nextBoolean()) {
+            h.readings = new Reading[r.nextInt(3)];
+            for (int i = 0; i < h.readings.length; i++) {
+                h.readings[i] = r.nextInt(3) == 0 ? null : reading(r.nextInt(5));
+            }
+        }
+        if (r.nextBoolean()) {
+            h.colors = new Color[r.nextInt(4)];
+            for (int i = 0; i < h.colors.length; i++) {
+                h.colors[i] = r.nextInt(4) == 0 ? null : Color.values()[r.nextInt(3)];
+            }
+        }
+        if (r.nextBoolean()) {
+            h.objects = new Object[r.nextInt(4)];
+            for (int i = 0; i < h.objects.length; i++) {
+                switch (r.nextInt(5)) {
+                    case 0: h.objects[i] = "o" + i; break;
+                    case 1: h.objects[i] = (long) r.nextInt(); break;
+                    case 2: h.objects[i] = point(r, pool); break;
+                    case 3: h.objects[i] = h.points; break;
+                    default: h.objects[i] = null;
+                }
+            }
+        }
+        if (r.nextBoolean()) {
+            h.grid = new Point[r.nextInt(3)][];
+            for (int i = 0; i < h.grid.length; i++) h.grid[i] = r.nextInt(3) == 0 ? null : points(r, pool);
+        }
+        if (r.nextBoolean()) {
+            h.box = new Box<>();
+            h.box.item = r.nextBoolean() ? null : point(r, pool);
+            if (r.nextBoolean()) {
+                h.box.items = new ArrayList<>();
+                for (int i = r.nextInt(3); i > 0; i--) h.box.items.add(r.nextInt(3) == 0 ? null : point(r, pool));
+            }
+            h.box.size = r.nextInt();
+        }
+        return h;
+    }
+
     public static void main(String[] args) throws Exception {
         Node full = full();
         full.next = full; // a back-reference to the enclosing object
@@ -203,13 +310,42 @@ public final class KryoUserClasses {
         map.put("p", child);
         map.put("q", Color.RED);
         write("map_of_user", Object.class, map);
+        Point p = new Point(3, "p");
+        Holder h = new Holder();
+        h.points = new Point[] {p, null, p, new Point(-1, null)}; // a shared element, a null
+        h.readings = new Reading[] {reading(0), null};
+        h.colors = new Color[] {Color.RED, null, Color.BLUE};
+        h.objects = new Object[] {"s", 5L, p, null, h.readings}; // a reference to the array above
+        h.grid = new Point[][] {{p}, null, {}};
+        h.box = new Box<>();
+        h.box.item = p;
+        h.box.items = new ArrayList<>(Arrays.asList(p, null, new Point(9, "q")));
+        h.box.size = 2;
+        write("holder", Object.class, h);
+        write("holder_empty", Object.class, new Holder());
+        write("points_whole", Object.class, h.points);
+        write("points_typed", Point[].class, h.points); // the serializer's own (array) type: registered
+        write("readings_whole", Object.class, h.readings);
+        write("arrays_in_list", Object.class, new ArrayList<Object>(Arrays.asList(h.points, h.readings, h.points)));
+        Box<Object> box = new Box<>();
+        box.item = "top";
+        box.items = new ArrayList<>(Arrays.asList(1L, "x", null, p));
+        write("box_whole", Object.class, box);
+        Labelled labelled = new Labelled();
+        labelled.pair = new Pair<>();
+        labelled.pair.first = "f";
+        write("pair_bound_final", Object.class, labelled);
+        Random holders = new Random(2727);
+        for (int i = 0; i < 10; i++) {
+            write("holder_random_" + i, Object.class, randomHolder(holders));
+        }
         Random r = new Random(27);
         for (int i = 0; i < 25; i++) {
             write("random_" + i, Object.class, random(r, 3, new ArrayList<>()));
         }
         KryoSerializer<Object> serializer = new KryoSerializer<>(Object.class, new SerializerConfigImpl());
         OUT.append("{\"layouts\": ").append(KryoLayouts.layoutsJson(serializer.getKryo(),
-                List.of(Node.class, Reading.class, Color.class))).append("}\n");
+                List.of(Node.class, Reading.class, Color.class, Holder.class, Labelled.class))).append("}\n");
         System.out.print(OUT);
     }
 }
