@@ -32,7 +32,7 @@ the machine may be shared. The goal is judged on paired runs (each path's run i 
 before it): every ratio, their median and the worst are printed.
 
     .venv/bin/python bench/bench_downtime.py [--keys 200000] [--runs 3] [--parallelism 1] [--backend hashmap]
-                                             [--no-spark] [--no-cold-spark]
+                                             [--no-spark] [--no-cold-spark] [--taskmanager-memory SIZE]
 
 Figures are printed, not asserted.
 """
@@ -192,7 +192,10 @@ def prestart(work: Path) -> tuple[AppRef, subprocess.Popen[str], float]:
         V2_MANIFEST, "--old-schema", V1_MANIFEST, "--output", work / "migrated", "--recheck-report-dir",
         work / "recheck", "--recheck-exit-code", "--fence-journal", journal.uri, "--fence-run", json.dumps(BENCH_RUN))
     began = time.monotonic()
-    process = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # In its own session, as prestart_migration starts it (the application lowers its whole group's priority once
+    # its result is recorded: spark_jobs.common.step_aside).
+    process = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True)
     if app.wait_for(app.ready, 300, alive=lambda: process.poll() is None) is None:
         process.kill()
         raise RuntimeError(f"the pre-started migration application did not get ready: "
@@ -325,13 +328,23 @@ def main() -> int:
     parser.add_argument("--no-spark", action="store_true", help="leave out the Spark migration job (both paths)")
     parser.add_argument("--no-cold-spark", action="store_true",
                         help="leave out the Spark job started after the stop (the pre-started one runs)")
+    parser.add_argument("--taskmanager-memory", default=None, metavar="SIZE",
+                        help="the bench cluster's taskmanager.memory.process.size (default: 1536m, 10g from 10^6 "
+                             "keys, with almost no managed memory on HashMap: a HashMap restore of 10^7 entries lost "
+                             "a 1536m TaskManager to its heartbeat, and on a 6g one (a 2.45 GB heap) v2's checkpoints "
+                             "took 200 s instead of 18 s and the TaskManager was lost)")
     args = parser.parse_args()
+    large = args.keys >= 1_000_000
+    options = {"taskmanager.memory.process.size": args.taskmanager_memory or ("10g" if large else "1536m")}
+    if large and args.backend == "hashmap":  # HashMap state lives on the heap: managed memory is RocksDB's
+        options["taskmanager.memory.managed.fraction"] = "0.05"
     WORK.mkdir(parents=True, exist_ok=True)
     paths = [p for p in PATHS if not (p in ("spark", "prestarted") and args.no_spark)
              and not (p == "spark" and args.no_cold_spark)]
     runs: dict[str, list[Timing]] = {path: [] for path in paths}
     # Its own cluster folder: bench_migrate and bench_reader use WORK/cluster and may run at the same time.
-    with LocalFlinkCluster(WORK / "cluster-downtime", slots=max(2, args.parallelism)) as cluster:
+    with LocalFlinkCluster(WORK / "cluster-downtime", slots=max(2, args.parallelism),
+                           options=options) as cluster:
         seed = write_savepoint(cluster, args.keys, "hashmap", args.parallelism)
         opened = Savepoint.open(seed)
         entries = sum(1 for info in opened.keyed_states(sample_job.OPERATOR_UID)
