@@ -10,6 +10,7 @@ import shutil
 import time
 import types
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -200,22 +201,28 @@ def older_flink_savepoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str
     """Everything written on the older Flinks' clusters (1.20.3, 2.2.0) in this test run, each on its own
     short-lived local cluster: the sample job's MATRIX_VARIANTS, and on 1.20.3 the Flink 1.x builds of the edge job
     and of the compatibility matrix's base (info ``job``). Use the two fixtures below."""
-    def make(root: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
+    def on_its_cluster(root: Path, version: str) -> dict[str, tuple[Path, dict[str, Any]]]:
+        flink_home = sample_job.ROOT / ".flink-dists" / version / "pyflink"
+        if not flink_home.is_dir():
+            pytest.fail(f"Flink {version} is missing at {flink_home}: run 'make setup'")
+        work = root / f"flink-{version}"
         written: dict[str, tuple[Path, dict[str, Any]]] = {}
-        for version in MATRIX_VERSIONS:
-            flink_home = sample_job.ROOT / ".flink-dists" / version / "pyflink"
-            if not flink_home.is_dir():
-                pytest.fail(f"Flink {version} is missing at {flink_home}: run 'make setup'")
-            work = root / f"flink-{version}"
-            with LocalFlinkCluster(work / "cluster", flink_home=flink_home, slots=2) as cluster:
-                build_dir = sample_job.JOB_DIR / "build" / f"flink-{version}"
-                for name, entry in write_savepoints(cluster, work, MATRIX_VARIANTS, flink_version=version,
-                                                    build_dir=build_dir).items():
-                    written[f"{version}/{name}"] = entry
-                if version == "1.20.3":
-                    for job, savepoint in write_flink1_job_savepoints(cluster, work / "jobs").items():
-                        written[f"{version}/{job}"] = (savepoint, {"job": job, "flink_version": version})
+        with LocalFlinkCluster(work / "cluster", flink_home=flink_home, slots=2) as cluster:
+            build_dir = sample_job.JOB_DIR / "build" / f"flink-{version}"
+            for name, entry in write_savepoints(cluster, work, MATRIX_VARIANTS, flink_version=version,
+                                                build_dir=build_dir).items():
+                written[f"{version}/{name}"] = entry
+            if version == "1.20.3":
+                for job, savepoint in write_flink1_job_savepoints(cluster, work / "jobs").items():
+                    written[f"{version}/{job}"] = (savepoint, {"job": job, "flink_version": version})
         return written
+
+    def make(root: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
+        # The versions' clusters side by side (each on its own ports): one after the other took 107 s, mostly
+        # waiting on JVM starts and savepoints.
+        with ThreadPoolExecutor(len(MATRIX_VERSIONS), thread_name_prefix="older-flink") as pool:
+            parts = list(pool.map(lambda version: on_its_cluster(root, version), MATRIX_VERSIONS))
+        return {name: entry for part in parts for name, entry in part.items()}
 
     return made_once_per_run(tmp_path_factory, "flink-matrix", make)
 

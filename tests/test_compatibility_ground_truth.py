@@ -19,6 +19,7 @@ Test ids read as the matrix: ``variant-FLINK_VERDICT-backend``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,10 +144,42 @@ def _restore(cluster: LocalFlinkCluster, variant: str, backend: str, savepoint: 
             client.cancel(run.job_id)
 
 
+@dataclass(frozen=True)
+class Restore:
+    """What Flink did with one variant's restore: its error (refused), or every key's record once it ran."""
+
+    error: str | None
+    records: list[dict[str, Any]] | None
+
+
+@pytest.fixture(scope="module")
+def flink_restores(flink_cluster: LocalFlinkCluster, base_savepoints: dict[str, Path],
+                   tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Future[Restore]]:
+    """(variant, backend) -> Flink's restore of the variant from the base savepoint, four at a time (the session
+    cluster's four slots; one restore waits on Flink more than it computes: 32 one after the other took 220 s).
+    All of them end before the fixture returns: pytest sets os.environ between tests, which threads reading it
+    (requests looks up proxies) must not overlap. Each test takes its own restore's result, so that a failure (an
+    exception included) is that test's."""
+    audits = tmp_path_factory.mktemp("matrix-restores")
+
+    def restore(case: Case, backend: str) -> Restore:
+        with _restore(flink_cluster, case.variant, backend, base_savepoints[backend],
+                      audits / f"{case.variant}-{backend}") as (run, error):
+            if run is None:
+                return Restore(error, None)
+            # An incompatible variant that runs is the test's failure: no records needed to say so.
+            return Restore(None, run.wait_for_keys() if case.flink_verdict.restorable else [])
+
+    with ThreadPoolExecutor(4, thread_name_prefix="restore") as pool:
+        return {(case.variant, backend): pool.submit(restore, case, backend)
+                for case in CASES for backend in BACKENDS}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_the_verdict_given_beforehand_is_what_flink_does(
-    flink_cluster: LocalFlinkCluster, base_savepoints: dict[str, Path], tmp_path: Path, case: Case, backend: str
+    flink_restores: dict[tuple[str, str], Future[Restore]], base_savepoints: dict[str, Path], case: Case,
+    backend: str
 ):
     savepoint = base_savepoints[backend]
     report = _verdict(savepoint, case.variant, backend)
@@ -157,20 +190,19 @@ def test_the_verdict_given_beforehand_is_what_flink_does(
     restorable = case.flink_verdict.restorable
     assert report.exit_code == case.expected_exit, report.render_markdown()
 
-    with _restore(flink_cluster, case.variant, backend, savepoint, tmp_path / "audit") as (run, error):
-        if not restorable:
-            assert run is None, f"Flink restored {case.variant} on {backend}, the tool said INCOMPATIBLE"
-            assert case.errors is not None and case.errors[backend] in (error or ""), error
-            print(f"\n[{case.variant} / {backend}] Flink: {error}")
-            return
-        assert run is not None, f"Flink refused {case.variant} on {backend} ({error}); the tool said " \
-                                f"{case.flink_verdict.name}"
-        records = run.wait_for_keys()
-        for record in records:
-            n = restored_count(record)
-            assert n > 0 and record["count"] == n, record  # the state was restored, value for value
-            _check_values(case.variant, record, n)
-        print(f"\n[{case.variant} / {backend}] Flink restored; first record: {records[0]}")
+    flink = flink_restores[case.variant, backend].result()
+    if not restorable:
+        assert flink.records is None, f"Flink restored {case.variant} on {backend}, the tool said INCOMPATIBLE"
+        assert case.errors is not None and case.errors[backend] in (flink.error or ""), flink.error
+        print(f"\n[{case.variant} / {backend}] Flink: {flink.error}")
+        return
+    assert flink.records is not None, f"Flink refused {case.variant} on {backend} ({flink.error}); the tool said " \
+                                      f"{case.flink_verdict.name}"
+    for record in flink.records:
+        n = restored_count(record)
+        assert n > 0 and record["count"] == n, record  # the state was restored, value for value
+        _check_values(case.variant, record, n)
+    print(f"\n[{case.variant} / {backend}] Flink restored; first record: {flink.records[0]}")
 
 
 def _check_values(variant: str, record: dict, n: int) -> None:

@@ -165,15 +165,6 @@ def test_a_corrupted_migration_is_refused_by_the_recheck_on_the_cluster(
     assert ", key group " in error and "Traceback" not in result.stdout + result.stderr
 
 
-def test_a_cluster_stops_without_leaving_a_process(tmp_path: Path):
-    with SparkStandaloneCluster(tmp_path, workers=1) as small:
-        groups = [process.pid for process in small.processes]
-        assert small.alive_workers() == 1 and all(group_alive(pid) for pid in groups)
-    assert not any(group_alive(pid) for pid in groups)
-    with pytest.raises(OSError):
-        small.status()  # the master's web UI is gone with it
-
-
 def test_the_upgrade_dag_migrates_on_the_cluster_named_by_the_spark_connection(
     cluster: SparkStandaloneCluster, airflow_home: Path, flink_cluster: LocalFlinkCluster, webhook: Any,
     tmp_path: Path
@@ -239,3 +230,14 @@ def test_the_upgrade_dag_migrates_on_the_cluster_named_by_the_spark_connection(
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def test_a_cluster_stops_without_leaving_a_process(cluster: SparkStandaloneCluster):
+    """Last in the module: the module's own cluster is stopped here (a second cluster for this alone cost 30 s), and
+    the fixture's stop afterwards finds nothing left."""
+    groups = [process.pid for process in cluster.processes]
+    assert cluster.alive_workers() == 2 and all(group_alive(pid) for pid in groups)
+    cluster.stop()
+    assert not any(group_alive(pid) for pid in groups)
+    with pytest.raises(OSError):
+        cluster.status()  # the master's web UI is gone with it

@@ -60,11 +60,24 @@ def _manifest_with(tmp_path: Path, name: str, base: str, old: str, new: str) -> 
     return path
 
 
-def test_check_job_reports_the_migration_and_its_dry_run(flink_savepoints: dict[str, Path], tmp_path: Path):
-    result = spark_submit("check_compatibility.py", flink_savepoints["heap-p2"], "--schema", MANIFESTS / "v2.yaml",
-                          "--previous", MANIFESTS / "v1.yaml", "--report-dir", tmp_path / "report")
+#: The check of heap-p2 for v2 (with v1's manifest as the previous one), on Spark and in one process.
+V2_CHECK = ("--schema", MANIFESTS / "v2.yaml", "--previous", MANIFESTS / "v1.yaml")
+
+
+@pytest.fixture(scope="module")
+def v2_check_on_spark(flink_savepoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+                      ) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One spark-submit of the check for v2, whose report two tests read (an application costs 25 to 30 s)."""
+    report_dir = tmp_path_factory.mktemp("v2-check") / "report"
+    return spark_submit("check_compatibility.py", flink_savepoints["heap-p2"], *V2_CHECK, "--report-dir",
+                        report_dir), report_dir
+
+
+def test_check_job_reports_the_migration_and_its_dry_run(
+        v2_check_on_spark: tuple[subprocess.CompletedProcess[str], Path]):
+    result, report_dir = v2_check_on_spark
     assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads((tmp_path / "report" / "check-report.json").read_text())
+    report = json.loads((report_dir / "check-report.json").read_text())
     assert report["report_version"] == 1 and report["outcome"] == "migrate" and report["exit_code"] == 3
     assert report["flink_verdict"] == "COMPATIBLE_AFTER_MIGRATION"
     dry = report["dry_run"]
@@ -72,7 +85,7 @@ def test_check_job_reports_the_migration_and_its_dry_run(flink_savepoints: dict[
     # Every entry of the savepoint's keyed state was decoded: 20 keys x (stats, count, recent, timer) + 4 buckets.
     assert dry["entries"] == 20 * 4 + 80 and dry["states"]["stats/stats"] == {"read": 20, "converted": 20,
                                                                              "failed": 0}
-    markdown = (tmp_path / "report" / "check-report.md").read_text()
+    markdown = (report_dir / "check-report.md").read_text()
     assert markdown.startswith("# Compatibility check: migration required and possible")
     assert "## Dry run" in markdown and "| stats/stats | 20 | 20 | 0 |" in markdown
 
@@ -266,8 +279,10 @@ def test_migrate_job_rechecks_in_its_own_application_as_the_check_job_does(flink
     result = spark_submit("migrate_state.py", source, "--schema", new, "--old-schema", old, "--output", output,
                           "--recheck-report-dir", tmp_path / "migrated", "--recheck-exit-code")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    # What the DAG's recheck ran as a second application until now, on the same published savepoint.
-    alone = spark_submit("check_compatibility.py", output, "--schema", new, "--report-dir", tmp_path / "alone",
+    # What the DAG's recheck ran as a second application until now, on the same published savepoint (the check job
+    # in one process: it reports what it reports on Spark, test_the_check_job_in_process_reports_what_it_reports_on_
+    # spark; a second application would add 25 s).
+    alone = in_process("check_compatibility.py", output, "--schema", new, "--report-dir", tmp_path / "alone",
                          "--dry-run", "never", "--exit-code", "--verify-against", source, "--verify-old-schema", old)
     assert alone.returncode == 0, alone.stdout[-2000:] + alone.stderr[-2000:]
     for name in ("check-report.json", "check-report.md"):
@@ -295,14 +310,15 @@ def test_migrate_job_rechecks_in_its_own_application_as_the_check_job_does(flink
     assert "SparkSession" not in alone.stdout + alone.stderr
 
 
-def test_the_check_job_in_process_reports_what_it_reports_on_spark(flink_savepoints: dict[str, Path],
-                                                                   tmp_path: Path):
-    args = (flink_savepoints["heap-p2"], "--schema", MANIFESTS / "v2.yaml", "--previous", MANIFESTS / "v1.yaml")
-    on_spark = spark_submit("check_compatibility.py", *args, "--report-dir", tmp_path / "spark")
-    here = in_process("check_compatibility.py", *args, "--report-dir", tmp_path / "here")
+def test_the_check_job_in_process_reports_what_it_reports_on_spark(
+        flink_savepoints: dict[str, Path], v2_check_on_spark: tuple[subprocess.CompletedProcess[str], Path],
+        tmp_path: Path):
+    on_spark, spark_dir = v2_check_on_spark
+    here = in_process("check_compatibility.py", flink_savepoints["heap-p2"], *V2_CHECK, "--report-dir",
+                      tmp_path / "here")
     assert on_spark.returncode == here.returncode == 0, here.stdout[-2000:] + here.stderr[-2000:]
-    spark_report, report = (json.loads((tmp_path / name / "check-report.json").read_text())
-                            for name in ("spark", "here"))
+    spark_report, report = (json.loads((folder / "check-report.json").read_text())
+                            for folder in (spark_dir, tmp_path / "here"))
     # The dry run is split into as many tasks as there are workers, and timed; what it read and converted is the
     # same.
     for dry in (spark_report["dry_run"], report["dry_run"]):
