@@ -34,24 +34,22 @@ from typing import Any
 
 from flinkstate.serializers.kryo_carry import WRITERS, Kryo5Output, KryoNode, TypedRecord, read_whole
 from flinkstate.serializers.kryo_data import KRYO2, KRYO5, KryoCorrupt, KryoEnum, KryoMap, KryoOpaque, KryoRecord
+from flinkstate.serializers.kryo_field_types import (
+    FIXED,
+    GENERIC_COLLECTIONS,
+    GENERIC_MAPS,
+    HEADED,
+    WRAPPER_OF,
+    array_component,
+    bound_to_final,
+    check_array,
+    check_generic,
+    element_argument,
+    elements_final,
+)
 from flinkstate.serializers.kryo_layout import PRIMITIVE_TYPES, KryoClassLayout, KryoField, KryoGeneric, KryoLayouts
 from flinkstate.serializers.kryo_readers import READERS
 from flinkstate.serializers.kryo_values import registration_table
-
-#: The classes whose serializer (Kryo's CollectionSerializer / MapSerializer, no header) uses a field's type
-#: arguments; a TreeSet/TreeMap (a comparator header) in such a field is refused.
-_GENERIC_COLLECTIONS = frozenset({"java.util.ArrayList", "java.util.LinkedList", "java.util.HashSet",
-                                  "java.util.LinkedHashSet", "java.util.ArrayDeque"})
-_GENERIC_MAPS = frozenset({"java.util.HashMap", "java.util.LinkedHashMap"})
-_HEADED = frozenset({"java.util.TreeSet", "java.util.TreeMap", "java.util.PriorityQueue"})
-_FIXED = {"float": "f", "double": "d", "short": "h"}
-_WRAPPER_OF = {"int": "java.lang.Integer", "long": "java.lang.Long", "float": "java.lang.Float",
-               "double": "java.lang.Double", "boolean": "java.lang.Boolean", "byte": "java.lang.Byte",
-               "char": "java.lang.Character", "short": "java.lang.Short"}
-#: JDK element classes of an object array whose finality is known here (a user class's comes from its layout).
-_FINAL_JDK = frozenset({"java.lang.String", *_WRAPPER_OF.values()})
-_OPEN_JDK = frozenset({"java.lang.Object", "java.lang.Number", "java.lang.CharSequence", "java.lang.Comparable",
-                       "java.io.Serializable"})
 
 
 class UserObject:
@@ -72,72 +70,6 @@ def _layout(layouts: KryoLayouts, name: str, which: str) -> KryoClassLayout | No
     return layout
 
 
-def _array_component(name: str) -> str | None:
-    """The element class of an object array class (``[Lx;`` -> x, ``[[Lx;`` -> ``[Lx;``), None for any other."""
-    if name.startswith("[L") and name.endswith(";"):
-        return name[2:-1]
-    return name[1:] if name.startswith("[[") else None
-
-
-def _elements_final(name: str, component: str, layouts: KryoLayouts) -> bool:
-    """Whether Kryo's ObjectArraySerializer writes the elements of array ``name`` without their classes: its element
-    class's modifier is final (an array class's always is, a primitive's too)."""
-    if component.startswith("[") or component in _FINAL_JDK:
-        return True
-    if component in _OPEN_JDK:
-        return False
-    layout = layouts.get(component)
-    if layout is None or layout.final is None:
-        raise KryoOpaque(name, f"an array of {component}, whose layout does not say whether the class is final "
-                               f"(Kryo writes the elements' classes only if it is not)")
-    return layout.final
-
-
-def _check_array(name: str, generics: tuple[KryoGeneric, ...] | None) -> None:
-    """Refuses an array given type arguments (``Box<String>[]``): Kryo 2.24 passes them on to its elements."""
-    if generics:
-        raise KryoOpaque(name, "an array of a parameterized type: not carried")
-
-
-def _bound_to_final(layouts: KryoLayouts) -> frozenset[str]:
-    """The generic classes that some field's type arguments (at any depth) bind to a final class."""
-    generic = {name for name, layout in layouts.items() if layout.type_parameters}
-    found: set[str] = set()
-
-    def walk(cls: str | None, arguments: tuple[KryoGeneric, ...] | None) -> None:
-        if arguments is None:
-            return
-        while cls is not None and (component := _array_component(cls)) is not None:
-            cls = component  # Box<String>[]: its elements' binding
-        if cls in generic and any(a.final for a in arguments):
-            found.add(cls)
-        for argument in arguments:
-            walk(argument.java_class, argument.generics)
-
-    if generic:
-        for layout in layouts.values():
-            for field in layout.fields or ():
-                walk(field.type, field.generics)
-    return frozenset(found)
-
-
-def _check_generic(name: str, layout: KryoClassLayout, generics: tuple[KryoGeneric, ...] | None,
-                   bound: Callable[[], frozenset[str]]) -> None:
-    """Refuses a generic class met where (or, Kryo 2.24's binding being sticky, anywhere) a type argument binds it
-    to a final class: Kryo then writes its T fields without their classes, per use."""
-    if layout.type_parameters and (any(g.final for g in generics or ()) or name in bound()):
-        raise KryoOpaque(name, "a generic class whose type parameter is bound to a final class (Kryo then writes "
-                               "its fields of that type without their class, resolved per use): not carried")
-
-
-def _element(generics: tuple[KryoGeneric, ...] | None, index: int) -> KryoGeneric | None:
-    """The type argument ``index`` when Kryo uses its class's serializer for the elements (a final class)."""
-    if generics is None or len(generics) <= index:
-        return None
-    argument = generics[index]
-    return argument if argument.final and argument.java_class is not None else None
-
-
 class LayoutRecord(TypedRecord):
     """The Kryo reader with one Kryo's layouts (Kryo 2.24's to carry a record, Kryo 5's to verify the carried one):
     user classes and enums are read, and a field's type arguments reach its value's serializer (``generics``, set
@@ -150,11 +82,11 @@ class LayoutRecord(TypedRecord):
         super().__init__(data, start, len(data), version, registration_table(version, registrations))
         self.layouts = layouts
         self.generics: tuple[KryoGeneric, ...] | None = None
-        self.bound: frozenset[str] | None = None  # _bound_to_final(layouts), when a generic class is met
+        self.bound: frozenset[str] | None = None  # bound_to_final(layouts), when a generic class is met
 
     def _bound(self) -> frozenset[str]:
         if self.bound is None:
-            self.bound = _bound_to_final(self.layouts)
+            self.bound = bound_to_final(self.layouts)
         return self.bound
 
     def uses_references(self, name: str) -> bool:
@@ -168,28 +100,28 @@ class LayoutRecord(TypedRecord):
             constants = layout.constants
             return lambda record, java_class: _read_enum(record, java_class, constants)
         if layout is not None:
-            _check_generic(name, layout, generics, self._bound)
+            check_generic(name, layout, generics, self._bound)
             return lambda record, java_class: self._read_fields(java_class, layout)
-        component = _array_component(name)
+        component = array_component(name)
         if component is not None and name not in READERS:
-            _check_array(name, generics)
-            final = _elements_final(name, component, self.layouts)
+            check_array(name, generics)
+            final = elements_final(name, component, self.layouts)
             return lambda record, java_class: self._read_object_array(java_class, component, final)
-        if self.v5 and generics and name in _GENERIC_COLLECTIONS:
+        if self.v5 and generics and name in GENERIC_COLLECTIONS:
             return lambda record, java_class: self._read_collection5(java_class, generics)
-        if self.v5 and generics and name in _GENERIC_MAPS:
+        if self.v5 and generics and name in GENERIC_MAPS:
             return lambda record, java_class: self._read_map5(java_class, generics)
-        if self.v5 and generics and name in _HEADED:
+        if self.v5 and generics and name in HEADED:
             raise KryoOpaque(name, "in a field with type arguments: not carried")
-        if name in _GENERIC_COLLECTIONS and _element(generics, 0) is not None:
-            element = _element(generics, 0)
+        if name in GENERIC_COLLECTIONS and element_argument(generics, 0) is not None:
+            element = element_argument(generics, 0)
             assert element is not None
             return lambda record, java_class: KryoNode(java_class, [
                 self._known(element, True) for _ in range(self.length())])
-        if name in _GENERIC_MAPS and (_element(generics, 0) or _element(generics, 1)) is not None:
+        if name in GENERIC_MAPS and (element_argument(generics, 0) or element_argument(generics, 1)) is not None:
             assert generics is not None
             return lambda record, java_class: self._read_map(java_class, generics)
-        if name in _HEADED and (_element(generics, 0) or _element(generics, 1)) is not None:
+        if name in HEADED and (element_argument(generics, 0) or element_argument(generics, 1)) is not None:
             raise KryoOpaque(name, "with a final element type from a field's generics: not carried")
         return super()._reader(name)
 
@@ -202,7 +134,7 @@ class LayoutRecord(TypedRecord):
     def _read_collection5(self, name: str, generics: tuple[KryoGeneric, ...]) -> KryoNode:
         """Kryo 5's CollectionSerializer with type arguments (:meth:`LayoutOutput._write_collection`)."""
         flag, size = self.collection_header(name)
-        element, nested = _element(generics, 0), generics[0].generics
+        element, nested = element_argument(generics, 0), generics[0].generics
         if size == 0:
             return KryoNode(name, [])
         if element is not None:
@@ -221,7 +153,7 @@ class LayoutRecord(TypedRecord):
         size = self.length() - 1
         if size < 0:
             raise KryoCorrupt(f"Kryo {name}: null map inside its own record")
-        key, value = _element(generics, 0), _element(generics, 1)
+        key, value = element_argument(generics, 0), element_argument(generics, 1)
         args = (generics[0].generics, generics[1].generics if len(generics) > 1 else None)
         entries = []
         for _ in range(size):
@@ -242,7 +174,7 @@ class LayoutRecord(TypedRecord):
         return self.object((element.java_class, default), may_be_null=may_be_null)
 
     def _read_map(self, name: str, generics: tuple[KryoGeneric, ...]) -> KryoNode:
-        key, value = _element(generics, 0), _element(generics, 1)
+        key, value = element_argument(generics, 0), element_argument(generics, 1)
         entries = []
         for _ in range(self.length()):
             k = self._known(key, True) if key is not None else self.class_and_object()
@@ -304,7 +236,7 @@ def _read_primitive(record: KryoRecord, field: KryoField) -> Any:
         return record.fixed("b")
     if kind == "char":
         return chr(record.fixed("H"))
-    return record.fixed(_FIXED[kind])
+    return record.fixed(FIXED[kind])
 
 
 class LayoutOutput(Kryo5Output):
@@ -318,7 +250,7 @@ class LayoutOutput(Kryo5Output):
 
     def _bound(self) -> frozenset[str]:
         if self.bound is None:
-            self.bound = _bound_to_final(self.new)
+            self.bound = bound_to_final(self.new)
         return self.bound
 
     def typed(self, node: KryoNode | None, may_be_null: bool, generics: tuple[KryoGeneric, ...] | None) -> None:
@@ -337,16 +269,16 @@ class LayoutOutput(Kryo5Output):
         generics, self.generics = self.generics, None
         layout = _layout(self.new, name, "the new")
         if layout is not None:
-            _check_generic(name, layout, generics, self._bound)
+            check_generic(name, layout, generics, self._bound)
             return lambda out, node: self._write_user(node, layout)
-        component = _array_component(name)
+        component = array_component(name)
         if component is not None and name not in WRITERS:
-            _check_array(name, generics)
-            final = _elements_final(name, component, self.new)
+            check_array(name, generics)
+            final = elements_final(name, component, self.new)
             return lambda out, node: self._write_object_array(node, component, final)
-        if name in _GENERIC_COLLECTIONS and generics:
+        if name in GENERIC_COLLECTIONS and generics:
             return lambda out, node: self._write_collection(node, generics)
-        if name in _GENERIC_MAPS and generics:
+        if name in GENERIC_MAPS and generics:
             return lambda out, node: self._write_map(node, generics)
         return super().writer(name)
 
@@ -403,7 +335,7 @@ class LayoutOutput(Kryo5Output):
         if not elements:
             self.out.append(1)
             return
-        element = _element(generics, 0)
+        element = element_argument(generics, 0)
         nested = generics[0].generics
         if element is None:
             classes = {e.java_class for e in elements if e is not None}
@@ -436,7 +368,7 @@ class LayoutOutput(Kryo5Output):
         self.varint(len(entries) + 1)
         if not entries:
             return
-        key, value = _element(generics, 0), _element(generics, 1)
+        key, value = element_argument(generics, 0), element_argument(generics, 1)
         key_args = generics[0].generics
         value_args = generics[1].generics if len(generics) > 1 else None
         for k, v in entries:
@@ -453,7 +385,7 @@ class LayoutOutput(Kryo5Output):
 
 def _all_of(node: KryoNode, elements: list[KryoNode | None], element: KryoGeneric) -> None:
     for e in elements:  # Kryo registers a primitive and its wrapper under one id, named by the primitive
-        if e is not None and _WRAPPER_OF.get(e.java_class, e.java_class) != element.java_class:
+        if e is not None and WRAPPER_OF.get(e.java_class, e.java_class) != element.java_class:
             raise KryoCorrupt(f"Kryo {node.java_class}: a {e.java_class} where the type says {element.java_class}")
 
 
@@ -486,7 +418,7 @@ def _write_primitive(out: Kryo5Output, field: KryoField, value: Any) -> None:
     elif kind == "char":
         out.fixed("H", ord(value))
     else:
-        out.fixed(_FIXED[kind], value)
+        out.fixed(FIXED[kind], value)
 
 
 def read_user_record(buf: bytes, start: int, registrations: list[tuple[str, bool]], layouts: KryoLayouts,
