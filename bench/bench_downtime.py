@@ -192,8 +192,7 @@ def prestart(work: Path) -> tuple[AppRef, subprocess.Popen[str], float]:
         V2_MANIFEST, "--old-schema", V1_MANIFEST, "--output", work / "migrated", "--recheck-report-dir",
         work / "recheck", "--recheck-exit-code", "--fence-journal", journal.uri, "--fence-run", json.dumps(BENCH_RUN))
     began = time.monotonic()
-    # In its own session, as prestart_migration starts it (the application lowers its whole group's priority once
-    # its result is recorded: spark_jobs.common.step_aside).
+    # In its own session, as prestart_migration starts it.
     process = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True)
     if app.wait_for(app.ready, 300, alive=lambda: process.poll() is None) is None:

@@ -56,21 +56,6 @@ def stop_session(spark: Any | None) -> None:
         spark.stop()
 
 
-def step_aside() -> None:
-    """Lowers the application to the lowest CPU priority once its result is recorded: the run restores the job at
-    once, and the session's stop (a second or two of JVM work) competed with Flink's deployment for the cores (1.5 s
-    more from submit to INITIALIZING, bench_downtime.py). The whole application when it leads its own process group
-    (the DAG starts spark-submit in a new session: the JVM leads it, this driver is its child; every thread of every
-    process of the group, Python workers included), else this process alone (never a caller's group)."""
-    try:
-        if os.getpgrp() == os.getppid():
-            os.setpriority(os.PRIO_PGRP, 0, 19)
-        else:
-            os.setpriority(os.PRIO_PROCESS, 0, 19)
-    except OSError:
-        pass  # a priority is a courtesy: the result is recorded already
-
-
 def runner_name(spark: Any | None) -> str:
     """Where the job's tasks ran, as its reports say it."""
     return "Spark" if spark is not None else "one process"

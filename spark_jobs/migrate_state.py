@@ -64,7 +64,6 @@ from spark_jobs.common import (
     shared,
     spark_map,
     start_session,
-    step_aside,
     stop_session,
     unit_count,
     write_report_files,
@@ -169,10 +168,8 @@ def await_and_migrate(args: argparse.Namespace, app: AppRef) -> int:
     except BaseException:
         stop_session(spark)
         raise
-    # The result before the session stops (a second or more): the run waits for it, not for this process's end,
-    # and restores the job at once, so the stop yields the cores to it.
+    # The result before the session stops (a second or more): the run waits for it, not for this process's end.
     app.record_result("published", f"published {args.output} (exit {status})", status)
-    step_aside()
     try:
         stop_session(spark)
     except Exception as exc:  # published and recorded: a session that fails to stop changes nothing of it
