@@ -180,6 +180,14 @@ def submit_v2(client: FlinkRestClient, savepoint: Path, work: Path, keys: int, p
     timing.steps["schedule, deploy (to INITIALIZING)"] = timing.marks["running"] - sum(timing.steps.values())
 
 
+APP_LOG = "prestarted-application.log"
+
+
+def app_log(work: Path) -> str:
+    """The end of the pre-started application's output."""
+    return (work / APP_LOG).read_text(encoding="utf-8", errors="replace").strip()[-2000:]
+
+
 def prestart(work: Path) -> tuple[AppRef, subprocess.Popen[str], float]:
     """The migration application started before the stop, as the DAG's prestart_migration starts it: returns once
     it has its session (ready.json), with the seconds that took (outside the down window)."""
@@ -193,12 +201,14 @@ def prestart(work: Path) -> tuple[AppRef, subprocess.Popen[str], float]:
         work / "recheck", "--recheck-exit-code", "--fence-journal", journal.uri, "--fence-run", json.dumps(BENCH_RUN))
     began = time.monotonic()
     # In its own session, as prestart_migration starts it.
-    process = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    # Its output to a file, as the DAG's (a pipe nobody reads while it waits would stall it once full).
+    with (work / APP_LOG).open("w", encoding="utf-8") as log:
+        process = subprocess.Popen(command, env=env, text=True, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
     if app.wait_for(app.ready, 300, alive=lambda: process.poll() is None) is None:
         process.kill()
-        raise RuntimeError(f"the pre-started migration application did not get ready: "
-                           f"{process.communicate()[0].strip()[-2000:]}")
+        process.wait()
+        raise RuntimeError(f"the pre-started migration application did not get ready: {app_log(work)}")
     return app, process, time.monotonic() - began
 
 
@@ -235,13 +245,18 @@ def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, paralleli
             # As the DAG's migrate task: until its result (written before its session stops), not its exit.
             result = handoff.wait_for(handoff.result, 900, alive=lambda: process.poll() is None, poll=POLL / 2)
             wall = time.time() - handed
-            output, _ = process.communicate()
-            if process.returncode != 0 or result is None or result["outcome"] != "published":
+            if result is None or result["outcome"] != "published":
+                process.wait()
                 raise RuntimeError(f"the pre-started migration application failed (status {process.returncode}): "
-                                   f"{(result or {}).get('line') or output.strip()[-2000:]}")
+                                   f"{(result or {}).get('line') or app_log(work)}")
             spark_steps(timing, work, wall, "handoff, result")
             restore_from = work / "migrated"
+        # The pre-started application's exit (its session stopping) is awaited after v2's submission, as the DAG
+        # does: its result is what v2 waits for. (Waiting for the exit first put 1.5 s of it in v2's deployment.)
         submit_v2(client, restore_from, work, keys, parallelism, backend, origin, timing)
+        if app is not None and app[1].wait() != 0:
+            raise RuntimeError(f"the pre-started migration application ended with status {app[1].returncode}: "
+                               f"{app_log(work)}")
         return timing
 
 

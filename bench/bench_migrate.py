@@ -5,7 +5,9 @@ per stream has something to split):
 1. ``cp -r`` of the savepoint directory: the floor;
 2. our migration v1 -> v2 (POJO field added with a default), single process, including the re-read verification
    (``MigrationJob.run``, what ``flinkstate migrate`` runs), with the pure-Python reference and with the compiled
-   fast path (flinkstate/_speedups), each the best of ``--runs``, against the goal of 500,000 entries/s on one core;
+   fast path (flinkstate/_speedups), each the best of ``--runs``, against the goal of 500,000 entries/s on one core
+   (issue 16) and, from 5 million entries, 700,000 entries/s (issue 28, at 10^7); with several ``--keys``, the time
+   per entry of the largest against the smallest's (linear: 1.00x);
 3. the same job as the Spark job ``spark_jobs/migrate_state.py`` on local[1] and local[2]: end to end (spark-submit,
    JVM and Spark session start included) and in the job (the report's migrate + verify seconds, without JVM start);
    its output must be byte for byte the single-process one. The job splits every keyed stream by key-group ranges
@@ -17,7 +19,8 @@ per stream has something to split):
    ``/restore`` divides each row's seconds by this one: a size comparison, not a downtime ratio (our path's downtime
    is the migration plus a restore of the migrated savepoint; bench_downtime.py measures the two paths paired).
 
-    .venv/bin/python bench/bench_migrate.py [--keys 200000] [--runs 3] [--parallelism 1,2] [--no-flink]
+    .venv/bin/python bench/bench_migrate.py [--keys 200000[,2000000]] [--runs 3] [--parallelism 1,2] [--no-flink]
+                                            [--no-spark] [--no-pure]
 
 Figures are printed, not asserted.
 """
@@ -25,6 +28,7 @@ Figures are printed, not asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import filecmp
 import json
 import os
@@ -50,6 +54,8 @@ SPARK_MASTERS = ("local[1]", "local[2]")
 #: The issue's goal for local[2] against local[1] in the job.
 SPARK_SCALING_GOAL = 1.8
 MIGRATE_GOAL = 500_000  # entries/s of `flinkstate migrate`, verification included, on one core (issue 16)
+#: Issue 28: at 10^7 entries (any savepoint of 5 million or more), verification included, on one core; and linear.
+LARGE_GOAL, LARGE_FROM = 700_000, 5_000_000
 
 
 def v2_manifest(savepoint: Path, directory: Path, label_default: str | None = None) -> Path:
@@ -153,7 +159,8 @@ def best_spark_run(master: str, savepoint: Path, manifest: Path, directory: Path
 
 
 def bench_savepoint(cluster: LocalFlinkCluster | None, savepoint: Path, keys: int, parallelism: int,
-                    runs: int = 3, spark: bool = True) -> None:
+                    runs: int = 3, spark: bool = True, modes: tuple[str, ...] = MODES) -> tuple[int, float]:
+    """Prints the savepoint's table; returns its entries and the compiled single process's best seconds."""
     copy_seconds = copy_time(savepoint)
     rows: list[tuple[str, float]] = [("cp -r (floor)", copy_seconds)]
     notes: list[str] = []
@@ -161,7 +168,7 @@ def bench_savepoint(cluster: LocalFlinkCluster | None, savepoint: Path, keys: in
         manifest = v2_manifest(savepoint, Path(tmp), label_default="n/a")
         single = Path(tmp) / "single"
         one_process: dict[str, float] = {}
-        for name in MODES:  # the pure-Python reference and the compiled fast path, side by side
+        for name in modes:  # the pure-Python reference and the compiled fast path, side by side
             for run in range(runs):
                 shutil.rmtree(single, ignore_errors=True)
                 load = load_average()
@@ -212,14 +219,31 @@ def bench_savepoint(cluster: LocalFlinkCluster | None, savepoint: Path, keys: in
         if spark or not note.startswith("Spark scaling"):
             print(f"  {note}")
     rate = entries / one_process["compiled"]
+    versus_pure = f" ({one_process['pure'] / one_process['compiled']:.1f}x the pure Python)" \
+        if "pure" in one_process else ""
     print(f"  flinkstate migrate, compiled: {rate:,.0f} entries/s, {rate / MIGRATE_GOAL:.2f}x the goal of "
-          f"{MIGRATE_GOAL:,} entries/s on one core ({one_process['pure'] / one_process['compiled']:.1f}x the pure "
-          f"Python)")
+          f"{MIGRATE_GOAL:,} entries/s on one core{versus_pure}")
+    if entries >= LARGE_FROM:
+        print(f"  goal at 10^7 entries (issue 28): >= {LARGE_GOAL:,} entries/s: {rate:,.0f} "
+              f"({'met' if rate >= LARGE_GOAL else 'NOT met'})")
+    return entries, one_process["compiled"]
+
+
+def print_linearity(sizes: list[tuple[int, float]]) -> None:
+    """Time per entry of the largest savepoint against the smallest's, in the same run (linear: 1.00x)."""
+    (small, small_s), (large, large_s) = min(sizes), max(sizes)
+    ratio = (large_s / large) / (small_s / small)
+    print(f"\nlinearity (issue 28): {large:,} entries took {large_s / small_s:.2f}x the time of {small:,} "
+          f"({large / small:.2f}x the entries): {ratio:.2f}x the time per entry (goal: linear, 1.00x; "
+          f"{'met' if ratio <= 1.1 else 'NOT met'} within 10%)")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--keys", default="200000",
+                        help="keys of the savepoints (5 entries each), comma-separated: with two or more, their "
+                             "time per entry is compared (linearity)")
+    parser.add_argument("--no-pure", action="store_true", help="leave out the pure-Python reference's runs")
     parser.add_argument("--runs", type=int, default=3, help="Spark runs per master; the best is shown (default 3)")
     parser.add_argument("--parallelism", default="1,2", help="the savepoints' keyed parallelisms (default 1,2)")
     parser.add_argument("--no-spark", action="store_true", help="leave out the Spark runs")
@@ -228,18 +252,25 @@ def main() -> int:
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     parallelisms = [int(p) for p in args.parallelism.split(",")]
-    if args.no_flink and all((WORK / f"savepoint-hashmap-{args.keys}{'' if p == 1 else f'-p{p}'}" / "_metadata")
-                             .exists() for p in parallelisms):
-        for parallelism in parallelisms:
-            suffix = "" if parallelism == 1 else f"-p{parallelism}"
-            bench_savepoint(None, WORK / f"savepoint-hashmap-{args.keys}{suffix}", args.keys, parallelism, args.runs,
-                            not args.no_spark)
-        return 0
-    with LocalFlinkCluster(WORK / "cluster", slots=2) as cluster:
-        for parallelism in parallelisms:
-            savepoint = write_savepoint(cluster, args.keys, "hashmap", parallelism)
-            bench_savepoint(None if args.no_flink else cluster, savepoint, args.keys, parallelism, args.runs,
-                            not args.no_spark)
+    sizes = [int(k) for k in args.keys.split(",")]
+    modes = tuple(m for m in MODES if not (m == "pure" and args.no_pure))
+    measured: list[tuple[int, float]] = []
+    cached = all((WORK / f"savepoint-hashmap-{keys}{'' if p == 1 else f'-p{p}'}" / "_metadata").exists()
+                 for keys in sizes for p in parallelisms)
+    with contextlib.ExitStack() as stack:
+        # no Flink cluster when the savepoints are cached and Flink's restore is left out
+        cluster = None if args.no_flink and cached else \
+            stack.enter_context(LocalFlinkCluster(WORK / "cluster", slots=2))
+        for keys in sizes:
+            for parallelism in parallelisms:
+                suffix = "" if parallelism == 1 else f"-p{parallelism}"
+                savepoint = WORK / f"savepoint-hashmap-{keys}{suffix}"
+                if cluster is not None:
+                    savepoint = write_savepoint(cluster, keys, "hashmap", parallelism)
+                measured.append(bench_savepoint(None if args.no_flink else cluster, savepoint, keys, parallelism,
+                                                args.runs, not args.no_spark, modes))
+    if len(sizes) > 1:
+        print_linearity(measured)
     return 0
 
 

@@ -101,8 +101,9 @@ def test_block_runs_are_exactly_the_blocks_entries(path: str) -> None:
 
 @needs_compiled
 @pytest.mark.flink
+@pytest.mark.parametrize("path", ["compiled run", "entry loop"])
 def test_a_wrong_value_from_the_fast_path_is_refused(flink_savepoints: dict[str, Path], tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+                                                     monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     one = rewrite._SubtaskMigrator._migrate_one
     seen = []
 
@@ -115,7 +116,21 @@ def test_a_wrong_value_from_the_fast_path_is_refused(flink_savepoints: dict[str,
             return new
         return one(self, codec, state, entry, key_group, kept_key)
 
-    monkeypatch.setattr(rewrite._SubtaskMigrator, "_migrate_one", wrong)
+    compiled_run = rewrite.migrate_block
+
+    def wrong_run(*args: Any) -> bytearray | None:  # the first run's last label written as "n/b"
+        run = compiled_run(*args)
+        if run is not None and not seen:
+            seen.append(args)
+            at = run.rindex(b"n/a")
+            run[at:at + 3] = b"n/b"
+        return run
+
+    if path == "compiled run":
+        monkeypatch.setattr(rewrite, "migrate_block", wrong_run)
+    else:
+        monkeypatch.setattr(rewrite, "migrate_block", lambda *args: None)
+        monkeypatch.setattr(rewrite._SubtaskMigrator, "_migrate_one", wrong)
     out = tmp_path / "wrong"
     with pytest.raises(MigrationError) as error:
         migrate_savepoint(str(flink_savepoints["heap-p1"]), _v2_targets(), open_output(str(out)))

@@ -73,6 +73,11 @@ def pure_python_requested() -> bool:
     return os.environ.get(PURE_PYTHON_VARIABLE, "") not in ("", "0")
 
 
+def extension() -> Any:
+    """The compiled extension module ``_cdecode`` (None when it did not build), for this package's other modules."""
+    return _cdecode
+
+
 def enabled() -> bool:
     """Whether decoders built now are compiled: the extension imported and the reference not requested."""
     return _cdecode is not None and not pure_python_requested()
@@ -320,14 +325,12 @@ def fast_canonical(reference: Callable[[Any], Any]) -> Callable[[Any], Any] | No
     return canonical
 
 
-def reencode_checker(key: TypeSerializerSnapshot, state: Any, prefix_bytes: int
-                     ) -> Callable[[bytes, int, int, int, list[tuple[Any, ...]]], int] | None:
-    """The verifier's exactness check of whole blocks, compiled: ``check(data, key_group, state_id, state_count,
-    entries)`` re-encodes ``entries`` (the block's decoded entries of state ``state_id``) with ``key`` and ``state``'s
-    own serializers, as :class:`flinkstate.migration.rewrite.StateCodec` does, and compares each with the bytes in
-    the block: -1 when every entry re-encodes exactly, else the index of the first that does not (the caller then
-    reruns the reference, entry by entry, which reports it). Raises on a block it cannot walk. None when the fast
-    path is off, or for timers (their key is the timer serializer's; the reference checks them)."""
+def state_encoding(key: TypeSerializerSnapshot, state: Any
+                   ) -> tuple[int, bool, tuple[Any, Any, Any, Any]] | None:
+    """How the compiled checks re-encode a state's entries as :class:`flinkstate.migration.rewrite.StateCodec` does:
+    its entry kind, whether key and namespace carry their lengths, and the compiled encoders of key, namespace,
+    value and user key (None for all but MAP). None when the fast path is off, for timers (their key is the timer
+    serializer's; the reference checks them), or a state without its serializers."""
     from flinkstate.format.keyed_header import TIMERS
 
     if not enabled() or state.kind == TIMERS:
@@ -337,8 +340,22 @@ def reencode_checker(key: TypeSerializerSnapshot, state: Any, prefix_bytes: int
         return None
     kind = E_MAP if state.kind == "MAP" else E_LIST if state.kind == "LIST" else E_VALUE
     ambiguous = key.fixed_length < 0 and namespace.fixed_length < 0
-    encoders = (fast_encoder(key), fast_encoder(namespace), fast_encoder(value),
-                fast_encoder(user_key) if user_key is not None else None)
+    return kind, ambiguous, (fast_encoder(key), fast_encoder(namespace), fast_encoder(value),
+                             fast_encoder(user_key) if user_key is not None else None)
+
+
+def reencode_checker(key: TypeSerializerSnapshot, state: Any, prefix_bytes: int
+                     ) -> Callable[[bytes, int, int, int, list[tuple[Any, ...]]], int] | None:
+    """The verifier's exactness check of whole blocks, compiled: ``check(data, key_group, state_id, state_count,
+    entries)`` re-encodes ``entries`` (the block's decoded entries of state ``state_id``) with ``key`` and ``state``'s
+    own serializers, as :class:`flinkstate.migration.rewrite.StateCodec` does, and compares each with the bytes in
+    the block: -1 when every entry re-encodes exactly, else the index of the first that does not (the caller then
+    reruns the reference, entry by entry, which reports it). Raises on a block it cannot walk. None when the fast
+    path is off, or for timers (their key is the timer serializer's; the reference checks them)."""
+    encoding = state_encoding(key, state)
+    if encoding is None:
+        return None
+    kind, ambiguous, encoders = encoding
     check = _cdecode.reencode_check
 
     def checker(data: bytes, key_group: int, state_id: int, state_count: int, entries: list[tuple[Any, ...]]
@@ -359,6 +376,14 @@ def same_entries_reference(want: list[Any], got: list[Any], canonical: Callable[
     return -1 if len(want) == len(got) else min(len(want), len(got))
 
 
+def canonical_equality(canonical: Callable[[Any], Any]) -> Callable[[Any, Any], bool]:
+    """What the compiled comparisons ask of a type they do not compare in place: equal canonical forms."""
+    def equal(a: Any, b: Any) -> bool:
+        return bool(canonical(a) == canonical(b))
+
+    return equal
+
+
 def fast_same_entries(canonical: Callable[[Any], Any]) -> Callable[[list[Any], list[Any]], int] | None:
     """The compiled ``same_entries(want, got)``: -1 when the lists are equal pair by pair as Java compares values
     (``canonical``'s forms equal), else the index of the first pair it cannot call equal. It builds no canonical
@@ -369,9 +394,7 @@ def fast_same_entries(canonical: Callable[[Any], Any]) -> Callable[[list[Any], l
     if not enabled():
         return None
     same_entries = _cdecode.same_entries
-
-    def reference(a: Any, b: Any) -> bool:
-        return bool(canonical(a) == canonical(b))
+    reference = canonical_equality(canonical)
 
     def compiled(want: list[Any], got: list[Any]) -> int:
         index: int = same_entries(want, got, reference)
@@ -420,8 +443,8 @@ def raw_entries_compiled(data: bytes, state_count: int | None, key_group: int | 
     return entries
 
 
-__all__ = ["BUILD_ERROR", "JSON_BUILD_ERROR", "PURE_PYTHON_VARIABLE", "block_runs", "codec_spec", "enabled",
-           "encoder_spec", "fast_canonical", "fast_codec", "fast_encoder", "fast_entry_decoder", "fast_json_lines",
-           "fast_same_entries", "is_compiled", "native_group_scanner", "pure_python_requested",
-           "raw_entries_compiled", "reencode_checker", "same_entries_reference", "scan_compiled", "state_pairs",
-           "state_span"]
+__all__ = ["BUILD_ERROR", "JSON_BUILD_ERROR", "PURE_PYTHON_VARIABLE", "block_runs", "canonical_equality",
+           "codec_spec", "enabled", "encoder_spec", "extension", "fast_canonical", "fast_codec", "fast_encoder",
+           "fast_entry_decoder", "fast_json_lines", "fast_same_entries", "is_compiled", "native_group_scanner",
+           "pure_python_requested", "raw_entries_compiled", "reencode_checker", "same_entries_reference",
+           "scan_compiled", "state_encoding", "state_pairs", "state_span"]

@@ -1305,7 +1305,20 @@ fail:
     return NULL;
 }
 
+/* with the migration's runs, below */
+static PyObject *Entry_migrate_block(EntryObject *self, PyObject *args);
+static PyObject *Entry_expected_block(EntryObject *self, PyObject *args);
+static PyObject *Entry_compare_block(EntryObject *self, PyObject *args);
+
 static PyMethodDef Entry_methods[] = {
+    {"migrate_block", (PyCFunction)Entry_migrate_block, METH_VARARGS,
+     "migrate_block(data, key_group, wanted, state_count, prefix_bytes, kind, transform, drop, value_enc) -> "
+     "the state's run migrated as stored, or None"},
+    {"expected_block", (PyCFunction)Entry_expected_block, METH_VARARGS,
+     "expected_block(data, key_group, wanted, state_count, prefix_bytes, ambiguous, key_enc, ns_enc, value_enc, "
+     "user_key_enc, transform, drop) -> the verifier's expected entries of a source block, or None"},
+    {"compare_block", (PyCFunction)Entry_compare_block, METH_VARARGS,
+     "compare_block(data, key_group, wanted, state_count, prefix_bytes, expected, reference) -> -1 or an index"},
     {"scan_block", (PyCFunction)Entry_scan_block, METH_VARARGS,
      "scan_block(data, key_group, wanted, state_count, prefix_bytes, entries) -> end offset"},
     {"scan_pairs", (PyCFunction)Entry_scan_pairs, METH_VARARGS,
@@ -1627,6 +1640,26 @@ static int encode_value(PyObject *entry, int kind, PyObject *value_enc, PyObject
     return encode_with(value_enc, PyTuple_GET_ITEM(entry, 2), out);
 }
 
+/* Whether ``entry`` (decoded from the block entry ``e`` of ``p``) re-encodes to exactly its stored bytes: 1 yes,
+ * 0 no, -1 an error. The key is compared without its "last of its run" flag (keyed_stream.raw_key); ``out`` is
+ * scratch space. */
+static int reencodes_exactly(PyObject *entry, const BlockEntry *e, const unsigned char *p, int kind, int prefix_bytes,
+                             Py_ssize_t key_group, int ambiguous, PyObject *key_enc, PyObject *ns_enc,
+                             PyObject *value_enc, PyObject *user_key_enc, PyObject *out) {
+    int rc = PyByteArray_Resize(out, 0);
+    if (rc == 0) rc = encode_key(entry, kind, prefix_bytes, key_group, ambiguous, key_enc, ns_enc, user_key_enc, out);
+    if (rc < 0) return -1;
+    const char *got = PyByteArray_AS_STRING(out);
+    Py_ssize_t n = PyByteArray_GET_SIZE(out);
+    if (n != e->ke - e->ks || (got[0] & 0xFF) != (p[e->ks] & 0x7F) || memcmp(got + 1, p + e->ks + 1, n - 1) != 0)
+        return 0;
+    rc = PyByteArray_Resize(out, 0);
+    if (rc == 0) rc = encode_value(entry, kind, value_enc, out);
+    if (rc < 0) return -1;
+    return rc == 0 && PyByteArray_GET_SIZE(out) == e->ve - e->vs &&
+           memcmp(PyByteArray_AS_STRING(out), p + e->vs, e->ve - e->vs) == 0;
+}
+
 /* reencode_check(data, key_group, wanted, state_count, prefix_bytes, entries, kind, ambiguous, key_enc, ns_enc,
  * value_enc, user_key_enc) -> the index of the first entry of state ``wanted`` in the block whose bytes differ from
  * what the encoders make of ``entries`` at that index (the block's decoded entries of that state), or -1 when
@@ -1661,27 +1694,11 @@ static PyObject *reencode_check(PyObject *module, PyObject *args) {
         PyObject *entry = PyList_GET_ITEM(entries, index);
         if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != (kind == E_MAP ? 4 : 3)) goto differ;
         Py_INCREF(entry);
-        rc = PyByteArray_Resize(out, 0);
-        if (rc == 0) rc = encode_key(entry, kind, prefix_bytes, key_group, ambiguous, key_enc, ns_enc, user_key_enc,
-                                     out);
-        if (rc < 0) {
-            Py_DECREF(entry);
-            goto fail;
-        }
-        const char *got = PyByteArray_AS_STRING(out);
-        Py_ssize_t n = PyByteArray_GET_SIZE(out);
-        /* the stored key without its "last of its run" flag (keyed_stream.raw_key) */
-        if (n != e.ke - e.ks || (got[0] & 0xFF) != (p[e.ks] & 0x7F) || memcmp(got + 1, p + e.ks + 1, n - 1) != 0) {
-            Py_DECREF(entry);
-            goto differ;
-        }
-        rc = PyByteArray_Resize(out, 0);
-        if (rc == 0) rc = encode_value(entry, kind, value_enc, out);
+        rc = reencodes_exactly(entry, &e, p, kind, prefix_bytes, key_group, ambiguous, key_enc, ns_enc, value_enc,
+                               user_key_enc, out);
         Py_DECREF(entry);
         if (rc < 0) goto fail;
-        if (rc == 1 || PyByteArray_GET_SIZE(out) != e.ve - e.vs ||
-            memcmp(PyByteArray_AS_STRING(out), p + e.vs, e.ve - e.vs) != 0)
-            goto differ;
+        if (rc == 0) goto differ;
         index++;
     }
     if (rc < 0) goto fail;
@@ -1775,7 +1792,404 @@ static PyObject *same_entries(PyObject *module, PyObject *args) {
     return PyLong_FromSsize_t(PyList_GET_SIZE(want) == PyList_GET_SIZE(got) ? -1 : i);
 }
 
+/* -- the migration's per-entry work: a POJO's fields mapped, a run of entries migrated ------------------------------
+ * The twins of flinkstate/migration/transforms.py's ``pojo`` closure and of the per-entry loops that apply a state's
+ * transform (migrate_entry) and encode the result (StateCodec.encode_value). They take the common case and leave
+ * anything else to the reference: a run they do not finish (a transform raised or returned DROP, a list emptied)
+ * is None, and the caller reruns it entry by entry, which counts, dead-letters and reports as it always did. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *names;      /* tuple: the new fields' names, in the new order */
+    PyObject *sources;    /* tuple: the old field each comes from, or None for an added field */
+    PyObject *parts;      /* tuple: the field's own transform, or None */
+    PyObject *constants;  /* tuple: an added field's value */
+    PyObject *reference;  /* the pure-Python twin: a value that is not a plain dict, or a subclass value */
+} RecordMapObject;
+
+static PyTypeObject RecordMapType;
+static PyObject *CLASS_KEY;  /* "@class": a POJO subclass value, which a changed POJO refuses (the reference says so) */
+
+static int RecordMap_init(RecordMapObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *names, *sources, *parts, *constants, *reference;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyTuple_Type, &names, &PyTuple_Type, &sources, &PyTuple_Type, &parts,
+                          &PyTuple_Type, &constants, &reference))
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (PyTuple_GET_SIZE(sources) != n || PyTuple_GET_SIZE(parts) != n || PyTuple_GET_SIZE(constants) != n) {
+        PyErr_SetString(PyExc_TypeError, "RecordMap: names, sources, parts and constants differ in length");
+        return -1;
+    }
+    Py_XSETREF(self->names, Py_NewRef(names));
+    Py_XSETREF(self->sources, Py_NewRef(sources));
+    Py_XSETREF(self->parts, Py_NewRef(parts));
+    Py_XSETREF(self->constants, Py_NewRef(constants));
+    Py_XSETREF(self->reference, Py_NewRef(reference));
+    return 0;
+}
+
+static void RecordMap_dealloc(RecordMapObject *self) {
+    Py_XDECREF(self->names);
+    Py_XDECREF(self->sources);
+    Py_XDECREF(self->parts);
+    Py_XDECREF(self->constants);
+    Py_XDECREF(self->reference);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *apply_transform(PyObject *transform, PyObject *value);
+
+static PyObject *record_map_apply(RecordMapObject *self, PyObject *value) {
+    if (self->names == NULL) {
+        PyErr_SetString(PyExc_ValueError, "RecordMap not initialised");
+        return NULL;
+    }
+    if (value == Py_None) Py_RETURN_NONE;
+    if (!PyDict_CheckExact(value)) return PyObject_CallOneArg(self->reference, value);
+    int subclass = PyDict_Contains(value, CLASS_KEY);
+    if (subclass < 0) return NULL;
+    if (subclass) return PyObject_CallOneArg(self->reference, value);  /* raises the reference's ConversionError */
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(self->names);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *source = PyTuple_GET_ITEM(self->sources, i), *item;
+        if (source == Py_None) {
+            item = Py_NewRef(PyTuple_GET_ITEM(self->constants, i));
+        } else {
+            PyObject *old = PyDict_GetItemWithError(value, source);  /* borrowed; missing is None (dict.get) */
+            if (old == NULL && PyErr_Occurred()) goto fail;
+            PyObject *part = PyTuple_GET_ITEM(self->parts, i);
+            if (old == NULL || old == Py_None || part == Py_None) {
+                item = Py_NewRef(old == NULL ? Py_None : old);
+            } else {
+                item = apply_transform(part, old);
+                if (item == NULL) goto fail;
+            }
+        }
+        int rc = PyDict_SetItem(out, PyTuple_GET_ITEM(self->names, i), item);
+        Py_DECREF(item);
+        if (rc < 0) goto fail;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *apply_transform(PyObject *transform, PyObject *value) {
+    if (Py_IS_TYPE(transform, &RecordMapType)) return record_map_apply((RecordMapObject *)transform, value);
+    return PyObject_CallOneArg(transform, value);
+}
+
+static PyObject *RecordMap_call(RecordMapObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *value;
+    if (!PyArg_ParseTuple(args, "O", &value)) return NULL;
+    return record_map_apply(self, value);
+}
+
+static PyTypeObject RecordMapType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "flinkstate._speedups._cdecode.RecordMap",
+    .tp_basicsize = sizeof(RecordMapObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RecordMap(names, sources, parts, constants, reference)(value): a POJO's fields matched by name into "
+              "a new dict (renames, added fields' constants, each field's transform); the reference takes what it "
+              "does not (a value that is not a dict, a subclass value).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)RecordMap_init,
+    .tp_dealloc = (destructor)RecordMap_dealloc,
+    .tp_call = (ternaryfunc)RecordMap_call,
+};
+
+/* A value's bytes appended by an encoder: the compiled tree (encode_with) or any Python encoder(value, out). */
+static int encode_by(PyObject *encoder, PyObject *value, PyObject *out) {
+    if (PyObject_TypeCheck(encoder, &EncoderType) && ((EncoderObject *)encoder)->root != NULL)
+        return encode_with(encoder, value, out);
+    PyObject *result = PyObject_CallFunctionObjArgs(encoder, value, out, NULL);
+    if (result == NULL) return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+/* One entry's new stored value (migrate_entry, then StateCodec.encode_value) appended to ``out``. 1: the reference
+ * must take the run (DROP, a list emptied); -1: an error. */
+static int migrate_value(PyObject *entry, int kind, PyObject *transform, PyObject *drop, PyObject *value_enc,
+                         PyObject *out) {
+    if (kind == E_LIST) {
+        PyObject *items = PyTuple_GET_ITEM(entry, 2);
+        if (!PyList_CheckExact(items)) return 1;
+        Py_ssize_t n = PyList_GET_SIZE(items), written = 0;
+        PyObject *copy = PyList_GetSlice(items, 0, n);  /* a transform may not change what it is iterating */
+        if (copy == NULL) return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyList_GET_ITEM(copy, i);
+            PyObject *new_item = transform == Py_None ? Py_NewRef(item) : apply_transform(transform, item);
+            if (new_item == NULL) goto list_fail;
+            if (new_item == drop) {
+                Py_DECREF(new_item);
+                continue;
+            }
+            int rc = (written++ ? put_byte(out, 0x2C) : 0);
+            if (rc == 0) rc = encode_by(value_enc, new_item, out);
+            Py_DECREF(new_item);
+            if (rc < 0) goto list_fail;
+        }
+        Py_DECREF(copy);
+        return written ? 0 : 1;  /* an emptied list stores nothing: the reference counts it */
+    list_fail:
+        Py_DECREF(copy);
+        return -1;
+    }
+    PyObject *value = PyTuple_GET_ITEM(entry, kind == E_MAP ? 3 : 2);
+    PyObject *new_value;
+    if (transform == Py_None || (kind == E_MAP && value == Py_None)) {
+        new_value = Py_NewRef(value);
+    } else {
+        new_value = apply_transform(transform, value);
+        if (new_value == NULL) return -1;
+    }
+    int rc = 0;
+    if (new_value == drop) {
+        rc = 1;
+    } else if (kind == E_MAP) {
+        if (new_value == Py_None) rc = put_byte(out, 1);
+        else if ((rc = put_byte(out, 0)) == 0) rc = encode_by(value_enc, new_value, out);
+    } else {
+        rc = encode_by(value_enc, new_value, out);
+    }
+    Py_DECREF(new_value);
+    return rc;
+}
+
+static int is_entry(PyObject *entry, int kind) {
+    return PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == (kind == E_MAP ? 4 : 3);
+}
+
+/* Whether an error leaves the run to the reference (an Exception: the reference reruns it and reports, or
+ * dead-letters) or is to be raised (KeyboardInterrupt, MemoryError and the like). */
+static PyObject *leave_to_reference(void) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+/* migrate_entry(entry) for VALUE, LIST and MAP entries, keys and user keys kept: a new reference; NULL with an
+ * error set (a transform raised); NULL without one when the entry is the reference's (DROP, a list emptied, not an
+ * entry of ``kind``). */
+static PyObject *expected_entry(PyObject *entry, int kind, PyObject *transform, PyObject *drop) {
+    if (!is_entry(entry, kind)) return NULL;
+    int slot = kind == E_MAP ? 3 : 2;
+    PyObject *value = PyTuple_GET_ITEM(entry, slot), *new_value = NULL;
+    if (kind == E_LIST) {
+        if (!PyList_CheckExact(value)) return NULL;
+        new_value = PyList_New(0);
+        for (Py_ssize_t j = 0; new_value != NULL && j < PyList_GET_SIZE(value); j++) {
+            PyObject *item = PyList_GET_ITEM(value, j);
+            Py_INCREF(item);
+            PyObject *new_item = transform == Py_None ? Py_NewRef(item) : apply_transform(transform, item);
+            Py_DECREF(item);
+            if (new_item == NULL || (new_item != drop && PyList_Append(new_value, new_item) < 0))
+                Py_CLEAR(new_value);
+            Py_XDECREF(new_item);
+        }
+        if (new_value != NULL && PyList_GET_SIZE(new_value) == 0) {  /* emptied: not stored */
+            Py_DECREF(new_value);
+            return NULL;
+        }
+    } else if (transform == Py_None || (kind == E_MAP && value == Py_None)) {
+        new_value = Py_NewRef(value);
+    } else {
+        new_value = apply_transform(transform, value);
+    }
+    if (new_value == NULL) return NULL;
+    if (new_value == drop) {
+        Py_DECREF(new_value);
+        return NULL;
+    }
+    PyObject *new_entry = PyTuple_New(PyTuple_GET_SIZE(entry));
+    if (new_entry == NULL) {
+        Py_DECREF(new_value);
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < slot; j++) PyTuple_SET_ITEM(new_entry, j, Py_NewRef(PyTuple_GET_ITEM(entry, j)));
+    PyTuple_SET_ITEM(new_entry, slot, new_value);
+    return new_entry;
+}
+
+/* expected_run(entries, kind, transform, drop) -> [migrate_entry(entry), ...] for a run of decoded entries, or None
+ * when the run is the reference's (a transform raised or returned DROP, a list emptied): the verifier's expected
+ * entries. VALUE, LIST and MAP; keys and user keys are kept. */
+static PyObject *expected_run(PyObject *module, PyObject *args) {
+    PyObject *entries, *transform, *drop;
+    int kind;
+    if (!PyArg_ParseTuple(args, "O!iOO", &PyList_Type, &entries, &kind, &transform, &drop)) return NULL;
+    if (kind < E_VALUE || kind > E_MAP) Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyList_GET_SIZE(entries) != n) goto reference;  /* changed under us by a Python transform */
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        Py_INCREF(entry);
+        PyObject *new_entry = expected_entry(entry, kind, transform, drop);
+        Py_DECREF(entry);
+        if (new_entry == NULL) goto reference;
+        PyList_SET_ITEM(out, i, new_entry);
+    }
+    return out;
+reference:
+    Py_DECREF(out);
+    if (PyErr_Occurred()) return leave_to_reference();
+    Py_RETURN_NONE;
+}
+
+/* expected_block(data, key_group, wanted, state_count, prefix_bytes, ambiguous, key_enc, ns_enc, value_enc,
+ * user_key_enc, transform, drop) -> the verifier's expected entries of state ``wanted`` in a source block: each
+ * entry decoded, checked to re-encode to exactly the bytes Flink wrote (reencode_check) and migrated
+ * (expected_run), in one step, without a list of the decoded entries. None when any entry is the reference's: it
+ * does not re-encode exactly, its migration raised or was dropped, or the block does not walk or decode here (the
+ * caller then reruns the reference, which reports). The encoders are the state's own (compiled). */
+static PyObject *Entry_expected_block(EntryObject *self, PyObject *args) {
+    PyObject *data, *key_enc, *ns_enc, *value_enc, *user_key_enc, *transform, *drop;
+    Py_ssize_t key_group, wanted, state_count;
+    int prefix_bytes, ambiguous;
+    Ctx ctx;
+    BlockWalk walk;
+    BlockEntry e;
+    int rc;
+    if (!PyArg_ParseTuple(args, "O!nnnipOOOOOO", &PyBytes_Type, &data, &key_group, &wanted, &state_count,
+                          &prefix_bytes, &ambiguous, &key_enc, &ns_enc, &value_enc, &user_key_enc, &transform,
+                          &drop))
+        return NULL;
+    int kind = self->kind;
+    if (kind < E_VALUE || kind > E_MAP || (prefix_bytes != 1 && prefix_bytes != 2) ||
+        !PyObject_TypeCheck(key_enc, &EncoderType) || !PyObject_TypeCheck(ns_enc, &EncoderType) ||
+        !PyObject_TypeCheck(value_enc, &EncoderType) ||
+        (kind == E_MAP && !PyObject_TypeCheck(user_key_enc, &EncoderType)))
+        Py_RETURN_NONE;
+    PyObject *out = PyList_New(0), *scratch = PyByteArray_FromStringAndSize(NULL, 0);
+    if (out == NULL || scratch == NULL) goto reference;
+    ctx_from(&ctx, data);
+    if (walk_start(&walk, data, state_count, key_group, 1, prefix_bytes, 1) < 0) goto reference;
+    while ((rc = walk_next(&walk, &e)) > 0) {
+        if (e.state_id != wanted) continue;
+        PyObject *entry = decode_entry(self, &ctx, e.ks, e.ke, e.vs, e.ve);
+        if (entry == NULL) goto reference;
+        rc = is_entry(entry, kind) ? reencodes_exactly(entry, &e, walk.p, kind, prefix_bytes, key_group, ambiguous,
+                                                       key_enc, ns_enc, value_enc, user_key_enc, scratch) : 0;
+        PyObject *new_entry = rc == 1 ? expected_entry(entry, kind, transform, drop) : NULL;
+        Py_DECREF(entry);
+        if (new_entry == NULL) goto reference;
+        rc = PyList_Append(out, new_entry);
+        Py_DECREF(new_entry);
+        if (rc < 0) goto reference;
+    }
+    if (rc < 0) goto reference;
+    Py_DECREF(scratch);
+    return out;
+reference:
+    Py_XDECREF(out);
+    Py_XDECREF(scratch);
+    if (PyErr_Occurred()) return leave_to_reference();
+    Py_RETURN_NONE;
+}
+
+static int same_of(PyObject *a, PyObject *b, PyObject *reference);
+
+/* compare_block(data, key_group, wanted, state_count, prefix_bytes, expected, reference) -> -1 when the entries of
+ * state ``wanted`` in a written block, decoded one by one, are surely equal to ``expected`` pair by pair and as
+ * many (same_entries, without a list of the decoded entries), else the index of the first it cannot call equal (the
+ * caller then decodes the block with the reference and compares canonical forms, which decide). Raises on a block
+ * it cannot walk or decode (the caller's reference reports it). */
+static PyObject *Entry_compare_block(EntryObject *self, PyObject *args) {
+    PyObject *data, *expected, *reference;
+    Py_ssize_t key_group, wanted, state_count, index = 0;
+    int prefix_bytes;
+    Ctx ctx;
+    BlockWalk walk;
+    BlockEntry e;
+    int rc;
+    if (!PyArg_ParseTuple(args, "O!nnniO!O", &PyBytes_Type, &data, &key_group, &wanted, &state_count, &prefix_bytes,
+                          &PyList_Type, &expected, &reference))
+        return NULL;
+    ctx_from(&ctx, data);
+    if (walk_start(&walk, data, state_count, key_group, 1, prefix_bytes, 1) < 0) return NULL;
+    while ((rc = walk_next(&walk, &e)) > 0) {
+        if (e.state_id != wanted) continue;
+        if (index >= PyList_GET_SIZE(expected)) return PyLong_FromSsize_t(index);
+        PyObject *got = decode_entry(self, &ctx, e.ks, e.ke, e.vs, e.ve);
+        if (got == NULL) return NULL;
+        PyObject *want = PyList_GET_ITEM(expected, index);
+        Py_INCREF(want);
+        rc = same_of(want, got, reference);
+        Py_DECREF(want);
+        Py_DECREF(got);
+        if (rc < 0) return NULL;
+        if (rc == 0) return PyLong_FromSsize_t(index);
+        index++;
+    }
+    if (rc < 0) return NULL;
+    return PyLong_FromSsize_t(index == PyList_GET_SIZE(expected) ? -1 : index);
+}
+
+/* migrate_block(data, key_group, wanted, state_count, prefix_bytes, kind, transform, drop, value_enc) -> the
+ * entries of state ``wanted`` in the block as encode_block writes them, without the state id and end mark (their
+ * keys as stored, their values migrate_entry's, encoded by ``value_enc``), each entry decoded, migrated and written in one step: no list of a key group's entries is built, so
+ * the work per entry does not grow with the key group (a 10^7-entry savepoint's key groups hold tens of thousands).
+ * None when the run is the reference's (a transform raised or returned DROP, a list emptied); also when the block does not walk or decode here (the
+ * caller's reference then reports it). The entries of ``wanted`` must be one run (the caller checked). */
+static PyObject *Entry_migrate_block(EntryObject *self, PyObject *args) {
+    PyObject *data, *transform, *drop, *value_enc;
+    Py_ssize_t key_group, wanted, state_count;
+    int prefix_bytes, kind;
+    Ctx ctx;
+    BlockWalk walk;
+    BlockEntry e;
+    int rc;
+    if (!PyArg_ParseTuple(args, "O!nnniiOOO", &PyBytes_Type, &data, &key_group, &wanted, &state_count,
+                          &prefix_bytes, &kind, &transform, &drop, &value_enc))
+        return NULL;
+    if (kind < E_VALUE || kind > E_MAP || kind != self->kind) Py_RETURN_NONE;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, 0);
+    if (out == NULL) return NULL;
+    ctx_from(&ctx, data);
+    if (walk_start(&walk, data, state_count, key_group, 1, prefix_bytes, 1) < 0) goto reference;
+    while ((rc = walk_next(&walk, &e)) > 0) {
+        if (e.state_id != wanted) continue;
+        PyObject *entry = decode_entry(self, &ctx, e.ks, e.ke, e.vs, e.ve);
+        if (entry == NULL) goto reference;
+        const unsigned char *key = walk.p + e.ks;
+        Py_ssize_t key_size = e.ke - e.ks;
+        rc = put_be(out, (uint64_t)key_size, 4);
+        if (rc == 0) rc = put(out, key, key_size);  /* the run flag as stored: set on the run's last entry only */
+        Py_ssize_t length_at = PyByteArray_GET_SIZE(out);
+        if (rc == 0) rc = put_be(out, 0, 4);
+        if (rc == 0 && !is_entry(entry, kind)) rc = 1;
+        if (rc == 0) rc = migrate_value(entry, kind, transform, drop, value_enc, out);
+        Py_DECREF(entry);
+        if (rc > 0) goto reference;
+        if (rc < 0) {
+            Py_DECREF(out);
+            return leave_to_reference();
+        }
+        Py_ssize_t value_size = PyByteArray_GET_SIZE(out) - length_at - 4;
+        if (value_size > INT32_MAX) goto reference;
+        unsigned char *at = (unsigned char *)PyByteArray_AS_STRING(out) + length_at;
+        for (int b = 0; b < 4; b++) at[b] = (unsigned char)((uint64_t)value_size >> (8 * (3 - b)));
+    }
+    if (rc < 0) goto reference;
+    if (PyByteArray_GET_SIZE(out) == 0) goto reference;
+    return out;
+reference:
+    Py_DECREF(out);
+    if (PyErr_Occurred()) return leave_to_reference();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"expected_run", expected_run, METH_VARARGS,
+     "expected_run(entries, kind, transform, drop) -> the run's migrated entries, or None"},
     {"reencode_check", reencode_check, METH_VARARGS,
      "reencode_check(data, key_group, wanted, state_count, prefix_bytes, entries, kind, ambiguous, key_enc, ns_enc, "
      "value_enc, user_key_enc) -> index of the first entry not re-encoding to its bytes, or -1"},
@@ -1800,7 +2214,9 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__cdecode(void) {
-    if (PyType_Ready(&CodecType) < 0 || PyType_Ready(&EntryType) < 0 || PyType_Ready(&EncoderType) < 0) return NULL;
+    if (PyType_Ready(&CodecType) < 0 || PyType_Ready(&EntryType) < 0 || PyType_Ready(&EncoderType) < 0 ||
+        PyType_Ready(&RecordMapType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     N_NONE = PyUnicode_InternFromString("NoneType");
@@ -1812,7 +2228,8 @@ PyMODINIT_FUNC PyInit__cdecode(void) {
     N_MAP = PyUnicode_InternFromString("map");
     N_SEQ = PyUnicode_InternFromString("seq");
     B_NAN = PyBytes_FromString("NaN");
-    if (!N_NONE || !N_BOOL || !N_STR || !N_BYTES || !N_INT || !N_FLOAT || !N_MAP || !N_SEQ || !B_NAN) goto fail;
+    CLASS_KEY = PyUnicode_InternFromString("@class");
+    if (!N_NONE || !N_BOOL || !N_STR || !N_BYTES || !N_INT || !N_FLOAT || !N_MAP || !N_SEQ || !B_NAN || !CLASS_KEY) goto fail;
     DecodeError = PyErr_NewException("flinkstate._speedups._cdecode.DecodeError", PyExc_ValueError, NULL);
     if (DecodeError == NULL || PyModule_AddObject(m, "DecodeError", DecodeError) < 0) goto fail;
     Py_INCREF(DecodeError);
@@ -1822,6 +2239,8 @@ PyMODINIT_FUNC PyInit__cdecode(void) {
     if (PyModule_AddObject(m, "EntryDecoder", (PyObject *)&EntryType) < 0) goto fail;
     Py_INCREF(&EncoderType);
     if (PyModule_AddObject(m, "Encoder", (PyObject *)&EncoderType) < 0) goto fail;
+    Py_INCREF(&RecordMapType);
+    if (PyModule_AddObject(m, "RecordMap", (PyObject *)&RecordMapType) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);

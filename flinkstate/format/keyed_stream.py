@@ -16,7 +16,7 @@ derived from (operator id, subtask), never random, so two runs over the same inp
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 import cramjam
@@ -238,6 +238,17 @@ class KeyedStateStream:
             raise SavepointFormatError(f"{context}: key group {key_group}: corrupted snappy block ({exc})",
                                        self.source.path, start) from None
 
+    def entry_decoder(self, state_name: str) -> Callable[..., tuple[Any, ...]]:
+        """The decoder of one state's entries in this stream's canonical blocks (the state must be in its header):
+        what :meth:`iter_blocks` decodes them with."""
+        header = self.header()
+        index = header.state_index(state_name)
+        assert index is not None
+        try:
+            return make_entry_decoder(header.states[index], self._key_layout(header, header.states[index]))
+        except SavepointFormatError as exc:
+            raise exc.located(self.source.path, 0, f"{self.context}, state {state_name}") from None
+
     def iter_blocks(self, state_name: str, key_group_range: KeyGroupRange | None = None
                     ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
         """Yields ``(key group, entries)`` for every non-empty key group (within ``key_group_range``). Entries are
@@ -254,11 +265,7 @@ class KeyedStateStream:
                 if entries:
                     yield block.key_group, entries
             return
-        layout = self._key_layout(header, header.states[index])
-        try:
-            decode_entry = make_entry_decoder(header.states[index], layout)
-        except SavepointFormatError as exc:
-            raise exc.located(self.source.path, 0, f"{self.context}, state {state_name}") from None
+        decode_entry = self.entry_decoder(state_name)
         for key_group, start, end in self._blocks:
             if key_group_range is not None and key_group not in key_group_range:
                 continue

@@ -119,6 +119,9 @@ class StateRewrite:
     user_key_transform: Transform | None
     dead_letter: bool
     reencode: bool  # decode and encode even without a transform (identity rewrite)
+    #: A declared migration function is in the transform: its entries go through the reference loop only, which
+    #: calls it once per entry (the compiled runs rerun a run they give up on).
+    runs_code: bool = False
 
     @property
     def touches_values(self) -> bool:
@@ -307,7 +310,8 @@ def _plan_operator(source: Savepoint, op: OperatorState, target: OperatorTarget,
             new_value = t.value if value_t is not None else None
             new_user_key = t.user_key if user_key_t is not None else None
         rewrites.append(StateRewrite(meta.name, new_name, len(new_states), meta.kind, value_t, user_key_t,
-                                     bool(t and t.migration.dead_letter), reencode))
+                                     bool(t and t.migration.dead_letter), reencode,
+                                     runs_code=t is not None and t.migration.function is not None))
         new_states.append(_new_meta(meta, new_name, new_value, new_user_key, new_key))
     if target.carry_kryo:
         _refuse_uncarried_kryo(source, op, header, rewrites, refuse)

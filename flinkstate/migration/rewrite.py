@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from flinkstate._speedups import block_runs, scan_compiled, state_pairs
+from flinkstate._speedups.runs import migrate_block
 from flinkstate.binary import KeyGroupRange, assign_key_group
 from flinkstate.format.handles import KeyGroupsStateHandle
 from flinkstate.format.keyed_header import END_OF_KEY_GROUP_MARK, KeyedBackendHeader, StateMetaInfo, state_meta_bytes
@@ -31,7 +32,7 @@ from flinkstate.jsonify import to_json
 from flinkstate.migration.collector import collector_deferred
 from flinkstate.migration.entry_codec import StateCodec, identity_encoders, migrate_entry
 from flinkstate.migration.native import CanonicalBlocks
-from flinkstate.migration.plan import MigrationError, MigrationPlan, OperatorPlan, StateRewrite, localize
+from flinkstate.migration.plan import DROP, MigrationError, MigrationPlan, OperatorPlan, StateRewrite, localize
 from flinkstate.savepoint import Savepoint
 from flinkstate.storage.outputs import SavepointOutput
 
@@ -209,7 +210,8 @@ class _SubtaskMigrator:
     def _rewrite_runs(self, data: bytes, key_group: int, block_offset: int) -> bytes | None:
         """The block rewritten a run of entries at a time (compiled walk): a kept state's run is copied as it is,
         its bytes after the state id being exactly what :func:`encode_block` makes of its entries (the last key
-        flagged); a migrated state's run is decoded in one compiled pass and its keys taken as stored. None (before
+        flagged); a migrated state's run whose keys are kept is decoded, migrated and written entry by entry in one
+        compiled step (:func:`migrate_block`), else decoded in one compiled pass and migrated below. None (before
         anything is counted) when the fast path is off, the block is malformed or does not decode (the reference
         then reports it), or a state has more than one run (not Flink's writer: the reference merges them)."""
         runs = block_runs(self.stream, data, key_group)
@@ -221,12 +223,20 @@ class _SubtaskMigrator:
             return None
         state_count = len(self.stream.header().states)
         decoded: dict[int, tuple[list[tuple[Any, ...]], list[tuple[bytes, bytes]]]] = {}
+        migrated: dict[int, bytearray] = {}  # runs written by the compiled one-step migration
         for state_id, _, _, count in runs:
             rewrite = rewrites[state_id]
             if rewrite is None or not rewrite.touches_values:
                 continue
             codec = codecs[state_id]
             assert codec is not None
+            if rewrite.user_key_transform is None and not rewrite.reencode and not rewrite.runs_code:
+                # Keys kept: each entry decoded, migrated and written in one step (None: the loop below does it)
+                run = migrate_block(codec.decode, data, key_group, state_id, state_count, self.prefix_bytes,
+                                    rewrite.kind, rewrite.transform, DROP, codec.value_enc)
+                if run is not None:
+                    migrated[state_id] = run
+                    continue
             entries = scan_compiled(codec.decode, data, key_group, state_id, state_count, self.prefix_bytes)
             pairs = state_pairs(self.stream, data, key_group, block_offset, state_id)
             if entries is None or len(entries) != count or len(pairs) != count:
@@ -243,6 +253,12 @@ class _SubtaskMigrator:
                 tally.written += count
                 out += _STATE_ID.pack(rewrite.new_id)
                 out += data[start:end]
+                continue
+            if state_id in migrated:
+                tally.read += count
+                tally.written += count
+                out += _STATE_ID.pack(rewrite.new_id)
+                out += migrated[state_id]
                 continue
             codec = codecs[state_id]
             assert codec is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flinkstate._speedups.runs import fast_record_map
 from flinkstate.compatibility import RECONFIGURED
 from flinkstate.errors import printable
 from flinkstate.migration.conversions import (
@@ -41,10 +42,6 @@ RowNames = dict[str, tuple[list[str], list[str]]]
 
 TTL_NEEDS_LAST_ACCESS = ("TTL is switched on: the values need a last-access time (migration: {ttl_last_access: "
                          "EPOCH_MILLIS}, or the migration's time)")
-
-
-def _constant(value: Any) -> Transform:
-    return lambda _: value
 
 
 def _same(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -> bool:
@@ -232,7 +229,8 @@ def _record_transform(old_names: list[str], old_types: list[Any], new_names: lis
     for name in {k.split(".", 1)[0] for k in rules}:
         if name not in new_names:
             raise MigrationPlanError(f"a rule names field {_join(path, name)}, which the new type does not have")
-    steps: list[tuple[str, int | None, Transform | None]] = []  # (new name, old index or None, transform)
+    # (new name, old index or None, the field's transform, an added field's value)
+    steps: list[tuple[str, int | None, Transform | None, Any]] = []
     for position, (name, new_type) in enumerate(zip(new_names, new_types, strict=True)):
         rule = rules.get(name, FieldRule())
         source = rule.source or name
@@ -242,12 +240,12 @@ def _record_transform(old_names: list[str], old_types: list[Any], new_names: lis
                 raise MigrationPlanError(f"field {_join(path, name)} has no serializer snapshot")
             part = build_transform(old_type, new_type, rules=_rules_under(rules, name), convert=rule.convert,
                                    row_names=row_names, path=_join(path, name))
-            steps.append((name, old_index[source], part))
+            steps.append((name, old_index[source], part, None))
         elif rule.source is not None:
             raise MigrationPlanError(f"field {_join(path, name)} comes from {rule.source}, which the old type "
                                      f"does not have")
         elif rule.has_default or implicit is None:
-            steps.append((name, None, _constant(rule.default)))  # added field: its default, or null
+            steps.append((name, None, None, rule.default))  # added field: its default, or null
         else:
             known, default = implicit[position]
             if not known:
@@ -259,7 +257,7 @@ def _record_transform(old_names: list[str], old_types: list[Any], new_names: lis
                     f"{primitive} and null for a boxed {type_name}; the manifest must say which: write its type as "
                     f"'{primitive}' if the field is primitive or 'java.lang.{type_name}' if it is boxed, or give it "
                     f"a value (default: ...)")
-            steps.append((name, None, _constant(default)))
+            steps.append((name, None, None, default))
     if as_dict:
         old_keys = old_names
 
@@ -270,23 +268,25 @@ def _record_transform(old_names: list[str], old_types: list[Any], new_names: lis
                 raise ConversionError(f"a value of the subclass {value['@class']}: subclass values of a changed "
                                       f"POJO cannot be migrated")
             out = {}
-            for name, index, part in steps:
+            for name, index, part, constant in steps:
                 if index is None:
-                    out[name] = part(None)  # type: ignore[misc]
+                    out[name] = constant
                 else:
                     item = value.get(old_keys[index])
                     out[name] = item if part is None or item is None else part(item)
             return out
 
-        return pojo
+        # compiled when built (the hot path of a POJO migration); it hands pojo what it does not take
+        return fast_record_map([s[0] for s in steps], [None if s[1] is None else old_keys[s[1]] for s in steps],
+                               [s[2] for s in steps], [s[3] for s in steps], pojo) or pojo
 
     def row(value: Any) -> Any:
         if value is None:
             return None
         items = []
-        for _, index, part in steps:
+        for _, index, part, constant in steps:
             if index is None:
-                items.append(part(None))  # type: ignore[misc]
+                items.append(constant)
             else:
                 item = value[index]
                 items.append(item if part is None or item is None else part(item))

@@ -21,6 +21,7 @@ from flinkstate._speedups import (
     state_pairs,
     state_span,
 )
+from flinkstate._speedups.runs import block_comparer, expected_blocker, expected_run
 from flinkstate.binary import KeyGroupRange, assign_key_group
 from flinkstate.errors import FlinkStateError, printable
 from flinkstate.format.keyed_header import KeyedBackendHeader
@@ -30,7 +31,7 @@ from flinkstate.format_errors import SavepointFormatError
 from flinkstate.migration.canonical import canonical, show, uncanonical
 from flinkstate.migration.collector import collector_deferred
 from flinkstate.migration.entry_codec import StateCodec, migrate_entry
-from flinkstate.migration.plan import MigrationPlan, OperatorPlan, StateRewrite
+from flinkstate.migration.plan import DROP, MigrationPlan, OperatorPlan, StateRewrite
 from flinkstate.migration.verify_errors import VerificationError
 from flinkstate.migration.verify_native import native_source, native_source_entries
 from flinkstate.progress import track
@@ -247,11 +248,13 @@ def _expected(op_plan: OperatorPlan, rewrite: StateRewrite, entry: tuple[Any, ..
 
 
 def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: OperatorPlan, rewrite: StateRewrite,
-                          where: str, key_groups: KeyGroupRange | None = None
-                          ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+                          where: str, key_groups: KeyGroupRange | None = None, migrated: bool = False
+                          ) -> Iterator[tuple[int, list[tuple[Any, ...]], bool]]:
     """The source's entries of one state, decoded, each checked to re-encode to exactly the bytes Flink wrote: a
     codec that loses anything (a nanosecond, a NaN payload, a subclass) is caught here, before a migration that
-    decodes the state can publish changed values that comparing decoded values alone would call equal."""
+    decodes the state can publish changed values that comparing decoded values alone would call equal. With
+    ``migrated``, a block whose every entry the compiled step decodes, checks and migrates (``rewrite``'s
+    transform) in one pass comes migrated (True: the expected entries), any other as its source entries (False)."""
     assert op_plan.old_header is not None
     meta = op_plan.old_header.states[op_plan.rewrites.index(rewrite)]
     type_name = meta.value_serializer.type_name() if meta.value_serializer is not None else meta.kind
@@ -272,10 +275,18 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
         # walk, the fast path off) reruns the reference below, entry by entry, which reports it.
         checker = reencode_checker(local.key_serializer, local.states[old_id], stream.prefix_bytes) \
             if local.key_serializer is not None else None
+        expect = expected_blocker(local.key_serializer, local.states[old_id], stream.prefix_bytes) \
+            if migrated and local.key_serializer is not None else None
         for kg, start, end in stream.blocks:
             if key_groups is not None and kg not in key_groups:
                 continue
             data = stream.read_block(kg, start, end, rewrite.old_name)
+            if expect is not None:
+                expected = expect(codec.decode, data, kg, old_id, state_count, rewrite.transform, DROP)
+                if expected is not None:
+                    if expected:
+                        yield kg, expected, True
+                    continue
             if checker is not None:
                 decoded = scan_compiled(codec.decode, data, kg, old_id, state_count, stream.prefix_bytes)
                 try:
@@ -284,7 +295,7 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
                     exact = False
                 if exact and decoded is not None:
                     if decoded:
-                        yield kg, decoded
+                        yield kg, decoded, False
                     continue
             entries = []
             for sid, ks, ke, vs, ve in stream.raw_entries(data, kg, start):
@@ -306,7 +317,7 @@ def _exact_source_entries(source: Savepoint, op: OperatorState, op_plan: Operato
                                             f"would change it, so the state cannot be migrated exactly")
                 entries.append(entry)
             if entries:
-                yield kg, entries
+                yield kg, entries, False
 
 
 def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_op: OperatorState,
@@ -320,9 +331,20 @@ def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_
     key_snapshot = op_plan.new_header.key_serializer if op_plan.new_header is not None else None
 
     def expected_groups() -> Iterator[tuple[int, list[Any]]]:
+        # compiled: the declared migration of a block's entries in one pass (None leaves them to the loop below)
+        compiled = not rekeyed and rewrite.user_key_transform is None and not rewrite.runs_code
         # a native source's entries are read by its own readers (verify_native), each checked exact as below
-        entries_of = native_source_entries if native_source(source, op) else _exact_source_entries
-        for kg, entries in entries_of(source, op, op_plan, rewrite, where, key_groups):
+        groups = ((kg, entries, False) for kg, entries in native_source_entries(
+            source, op, op_plan, rewrite, where, key_groups)) if native_source(source, op) else \
+            _exact_source_entries(source, op, op_plan, rewrite, where, key_groups, migrated=compiled)
+        for kg, entries, migrated in groups:
+            if migrated:
+                yield kg, entries
+                continue
+            expected = expected_run(entries, rewrite.kind, rewrite.transform, DROP) if compiled else None
+            if expected is not None:
+                yield kg, expected
+                continue
             items = []
             for entry in entries:
                 try:
@@ -357,9 +379,35 @@ def _verify_values(source: Savepoint, op: OperatorState, output: Savepoint, new_
         _compare(want_all, got_all, where)
         result.entries = sum(got_all.values())
         return
-    for kg, want, got in _merge(expected_groups(), written_groups()):
-        # The rewrite keeps the source's order within a key group, so equal lists are the common case and cost a
-        # fraction of two multisets; any difference (or another order) is judged as multisets of canonical forms.
+    def written_blocks() -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+        """(key group, [(stream, block bytes, state id, entry decoder)]) of the output's blocks (one per key group:
+        key-group ranges of subtasks are disjoint), decoded only where the compiled comparison does not decide."""
+        for _, stream in output.keyed_streams(new_op):
+            if key_groups is not None and not len(stream.key_group_range.intersection(key_groups)):
+                continue
+            state_id = stream.header().state_index(rewrite.new_name)
+            if state_id is None:
+                continue
+            decoder = None if stream.heap_format else stream.entry_decoder(rewrite.new_name)
+            for kg, start, end in ([] if decoder is None else stream.blocks):
+                if key_groups is None or kg in key_groups:
+                    yield kg, [(stream, stream.read_block(kg, start, end, rewrite.new_name), state_id, decoder)]
+            if decoder is None:  # not this tool's output: decoded by the reference
+                yield from ((kg, [(stream, None, state_id, None)])
+                            for kg, _ in stream.iter_blocks(rewrite.new_name, key_groups))
+
+    compare = block_comparer(canonical)
+    for kg, want, blocks in _merge(expected_groups(), written_blocks()):
+        # The rewrite keeps the source's order within a key group, so equal lists are the common case: compared
+        # entry by entry as the block is decoded (compiled), else as decoded lists, and any difference (or another
+        # order) is judged as multisets of canonical forms.
+        if compare is not None and len(blocks) == 1 and blocks[0][3] is not None:
+            stream, data, state_id, decoder = blocks[0]
+            if compare(decoder, data, kg, state_id, len(stream.header().states), stream.prefix_bytes, want) == -1:
+                result.entries += len(want)
+                continue
+        got = [entry for stream, *_ in blocks
+               for _, entries in stream.iter_blocks(rewrite.new_name, KeyGroupRange(kg, kg)) for entry in entries]
         if same(want, got) != -1:
             _compare(Counter(map(canon, want)), Counter(map(canon, got)), f"{where}, key group {kg}")
         result.entries += len(got)
