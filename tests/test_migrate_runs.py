@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,21 +29,18 @@ from flinkstate.format.keyed_entries import KeyLayout, make_entry_decoder
 from flinkstate.format.keyed_header import (
     KEYED_STATE_TYPE,
     NAMESPACE_SERIALIZER,
-    TIMERS,
     VALUE_SERIALIZER,
     StateMetaInfo,
 )
-from flinkstate.migration.entry_codec import StateCodec, migrate_entry
-from flinkstate.migration.plan import DROP, OperatorPlan, StateRewrite
+from flinkstate.migration.entry_codec import migrate_entry
+from flinkstate.migration.plan import DROP, StateRewrite
 from flinkstate.migration.spec import parse_migration
 from flinkstate.migration.transforms import build_transform
 from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.namespaces import VoidNamespaceSnapshot
 from flinkstate.serializers.pojo import PojoSnapshot
 from flinkstate.serializers.primitives import simple
-
-SAVEPOINTS = Path(__file__).parent / "corpus" / "savepoints"
-SAVEPOINT_DIRS = (SAVEPOINTS / "dirs.txt").read_text(encoding="utf-8").split()
+from tests.support.corpus_states import SAVEPOINT_DIRS, SAVEPOINTS, state_codecs
 
 needs_compiled = pytest.mark.skipif(not _speedups.enabled() and _speedups.pure_python_requested(),
                                     reason="FLINKSTATE_PURE_PYTHON is set: the reference alone is under test")
@@ -206,26 +202,9 @@ def test_migrate_block_on_flinks_corpus_is_the_entry_loop(path: str) -> None:
 
 def _corpus_blocks_agree(path: str) -> int:
     checked = 0
-    try:
-        sp = Savepoint.open(SAVEPOINTS / path)
-        streams = [stream for op in sp.operators for _, stream in sp.keyed_streams(op)]
-        streams = [s for s in streams if s.header() and s.canonical_blocks]
-    except Exception:
-        return 0  # a savepoint this tool refuses: nothing to walk (test_speedups covers its errors)
-    for stream in streams:
+    for stream, state_id, state, codec in state_codecs(SAVEPOINTS / path):
         header = stream.header()
-        identity = OperatorPlan(None, "", None, header, header,  # type: ignore[arg-type]
-                                [StateRewrite(m.name, m.name, i, m.kind, None, None, False, True)
-                                 for i, m in enumerate(header.states)])
-        for state_id, state in enumerate(header.states):
-            if state.kind == TIMERS or header.key_serializer is None:
-                continue
-            try:
-                codec = StateCodec(identity, identity.rewrites[state_id], stream.prefix_bytes)  # type: ignore[arg-type]
-            except Exception:
-                continue  # a state this tool cannot encode
-            if not _speedups.is_compiled(codec.decode):
-                continue
+        if _speedups.is_compiled(codec.decode):
             for key_group, start, end in stream.blocks:
                 data = stream.read_block(key_group, start, end)
                 runs = _speedups.block_runs(stream, data, key_group)

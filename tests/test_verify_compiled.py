@@ -22,10 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flinkstate import _speedups
-from flinkstate.format.keyed_header import TIMERS
 from flinkstate.format.keyed_stream import iter_raw_entries, raw_key
 from flinkstate.migration.canonical import canonical
-from flinkstate.migration.plan import OperatorPlan, OperatorTarget, StateRewrite, StateTarget, plan_migration
+from flinkstate.migration.plan import OperatorTarget, StateTarget, plan_migration
 from flinkstate.migration.rewrite import StateCodec
 from flinkstate.migration.runner import migrate_savepoint
 from flinkstate.migration.spec import parse_migration
@@ -34,9 +33,8 @@ from flinkstate.savepoint import Savepoint
 from flinkstate.serializers.pojo import PojoSnapshot
 from flinkstate.serializers.primitives import simple
 from flinkstate.storage.uri import open_output
+from tests.support.corpus_states import SAVEPOINT_DIRS, SAVEPOINTS, canonical_streams, state_codecs
 
-SAVEPOINTS = Path(__file__).parent / "corpus" / "savepoints"
-SAVEPOINT_DIRS = (SAVEPOINTS / "dirs.txt").read_text(encoding="utf-8").split()
 needs_compiled = pytest.mark.skipif(not _speedups.enabled() and _speedups.pure_python_requested(),
                                     reason="FLINKSTATE_PURE_PYTHON is set: the reference alone is under test")
 PROPERTY = settings(max_examples=80, derandomize=True, database=None, deadline=None,
@@ -105,15 +103,6 @@ def test_values_only_canonical_forms_call_equal_are_left_to_them(a: Any, b: Any)
 # -- the source's exactness check and kept states, on Flink's savepoint corpus -----------------------------------------
 
 
-def _canonical_streams(path: Path) -> list[Any]:
-    try:
-        sp = Savepoint.open(path)
-        streams = [stream for op in sp.operators for _, stream in sp.keyed_streams(op)]
-        return [s for s in streams if s.header() and s.canonical_blocks]
-    except Exception:
-        return []  # a savepoint this tool refuses: nothing to walk (test_speedups covers its errors)
-
-
 def _reference_exact(codec: StateCodec, stream: Any, data: bytes, key_group: int, start: int, state_id: int,
                      entries: list[tuple[Any, ...]]) -> int:
     """The pure-Python check of verify_entries._exact_source_entries, over given decoded entries: the index of the first
@@ -136,41 +125,34 @@ def test_block_exactness_check_agrees_with_the_reference(path: str) -> None:
 
 def _exactness_agrees(path: str) -> int:
     checked = 0
-    for stream in _canonical_streams(SAVEPOINTS / path):
+    for stream, state_id, state, codec in state_codecs(SAVEPOINTS / path):
         header = stream.header()
-        identity = OperatorPlan(None, "", None, header, header,  # type: ignore[arg-type]
-                                [StateRewrite(m.name, m.name, i, m.kind, None, None, False, True)
-                                 for i, m in enumerate(header.states)])
-        for state_id, state in enumerate(header.states):
-            if state.kind == TIMERS or header.key_serializer is None:
+        try:
+            checker = _speedups.reencode_checker(header.key_serializer, state, stream.prefix_bytes)
+        except Exception:
+            continue  # a state this tool cannot encode: the verifier refuses it with the reference's error
+        assert checker is not None
+        for key_group, start, end in stream.blocks:
+            data = stream.read_block(key_group, start, end)
+            decoded = _speedups.scan_compiled(codec.decode, data, key_group, state_id, len(header.states),
+                                              stream.prefix_bytes)
+            if decoded is None:
                 continue
             try:
-                codec = StateCodec(identity, identity.rewrites[state_id], stream.prefix_bytes)  # type: ignore[arg-type]
-                checker = _speedups.reencode_checker(header.key_serializer, state, stream.prefix_bytes)
+                fast = checker(data, key_group, state_id, len(header.states), decoded)
             except Exception:
-                continue  # a state this tool cannot encode: the verifier refuses it with the reference's error
-            assert checker is not None
-            for key_group, start, end in stream.blocks:
-                data = stream.read_block(key_group, start, end)
-                decoded = _speedups.scan_compiled(codec.decode, data, key_group, state_id, len(header.states),
-                                                  stream.prefix_bytes)
-                if decoded is None:
-                    continue
-                try:
-                    fast = checker(data, key_group, state_id, len(header.states), decoded)
-                except Exception:
-                    continue  # the verifier reruns the reference for this block
-                assert fast == _reference_exact(codec, stream, data, key_group, start, state_id, decoded)
-                checked += 1
-                pairs = _speedups.state_pairs(stream, data, key_group, start, state_id)
-                other = next((j for j in range(1, len(pairs)) if pairs[j] != pairs[0]), None)
-                if other is not None:
-                    swapped = [decoded[other], *decoded[1:]]
-                    assert checker(data, key_group, state_id, len(header.states), swapped) == 0
-                    assert _reference_exact(codec, stream, data, key_group, start, state_id, swapped) == 0
-                if decoded:  # one entry fewer than the block holds
-                    shorter = decoded[:-1]
-                    assert checker(data, key_group, state_id, len(header.states), shorter) == len(shorter)
+                continue  # the verifier reruns the reference for this block
+            assert fast == _reference_exact(codec, stream, data, key_group, start, state_id, decoded)
+            checked += 1
+            pairs = _speedups.state_pairs(stream, data, key_group, start, state_id)
+            other = next((j for j in range(1, len(pairs)) if pairs[j] != pairs[0]), None)
+            if other is not None:
+                swapped = [decoded[other], *decoded[1:]]
+                assert checker(data, key_group, state_id, len(header.states), swapped) == 0
+                assert _reference_exact(codec, stream, data, key_group, start, state_id, swapped) == 0
+            if decoded:  # one entry fewer than the block holds
+                shorter = decoded[:-1]
+                assert checker(data, key_group, state_id, len(header.states), shorter) == len(shorter)
     return checked
 
 
@@ -184,7 +166,7 @@ def test_block_exactness_check_runs() -> None:
 @needs_compiled
 @pytest.mark.parametrize("path", SAVEPOINT_DIRS, ids=lambda p: p.split("resources/")[-1])
 def test_state_spans_hold_exactly_the_states_entries(path: str) -> None:
-    for stream in _canonical_streams(SAVEPOINTS / path):
+    for stream in canonical_streams(SAVEPOINTS / path):
         count = len(stream.header().states)
         for key_group, start, end in stream.blocks:
             data = stream.read_block(key_group, start, end)
