@@ -1912,53 +1912,30 @@ static int encode_by(PyObject *encoder, PyObject *value, PyObject *out) {
     return 0;
 }
 
-/* One entry's new stored value (migrate_entry, then StateCodec.encode_value) appended to ``out``. 1: the reference
- * must take the run (DROP, a list emptied); -1: an error. */
+static PyObject *expected_entry(PyObject *entry, int kind, PyObject *transform, PyObject *drop);
+
+/* One entry's new stored value appended to ``out``: the one rule of a migrated entry (expected_entry, which the
+ * verifier applies too, as migrate_entry serves both in Python), then StateCodec.encode_value's bytes. 1: the
+ * reference must take the run (DROP, a list emptied, not an entry of ``kind``); -1: an error. */
 static int migrate_value(PyObject *entry, int kind, PyObject *transform, PyObject *drop, PyObject *value_enc,
                          PyObject *out) {
-    if (kind == E_LIST) {
-        PyObject *items = PyTuple_GET_ITEM(entry, 2);
-        if (!PyList_CheckExact(items)) return 1;
-        Py_ssize_t n = PyList_GET_SIZE(items), written = 0;
-        PyObject *copy = PyList_GetSlice(items, 0, n);  /* a transform may not change what it is iterating */
-        if (copy == NULL) return -1;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *item = PyList_GET_ITEM(copy, i);
-            PyObject *new_item = transform == Py_None ? Py_NewRef(item) : apply_transform(transform, item);
-            if (new_item == NULL) goto list_fail;
-            if (new_item == drop) {
-                Py_DECREF(new_item);
-                continue;
-            }
-            int rc = (written++ ? put_byte(out, 0x2C) : 0);
-            if (rc == 0) rc = encode_by(value_enc, new_item, out);
-            Py_DECREF(new_item);
-            if (rc < 0) goto list_fail;
-        }
-        Py_DECREF(copy);
-        return written ? 0 : 1;  /* an emptied list stores nothing: the reference counts it */
-    list_fail:
-        Py_DECREF(copy);
-        return -1;
-    }
-    PyObject *value = PyTuple_GET_ITEM(entry, kind == E_MAP ? 3 : 2);
-    PyObject *new_value;
-    if (transform == Py_None || (kind == E_MAP && value == Py_None)) {
-        new_value = Py_NewRef(value);
-    } else {
-        new_value = apply_transform(transform, value);
-        if (new_value == NULL) return -1;
-    }
+    PyObject *new_entry = expected_entry(entry, kind, transform, drop);
+    if (new_entry == NULL) return PyErr_Occurred() ? -1 : 1;
+    PyObject *value = PyTuple_GET_ITEM(new_entry, kind == E_MAP ? 3 : 2);
     int rc = 0;
-    if (new_value == drop) {
-        rc = 1;
+    if (kind == E_LIST) {  /* a new list of its own (expected_entry): no transform runs while it is encoded */
+        for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(value); i++) {
+            if (i) rc = put_byte(out, 0x2C);
+            if (rc == 0) rc = encode_by(value_enc, PyList_GET_ITEM(value, i), out);
+        }
+    } else if (kind == E_MAP && value == Py_None) {
+        rc = put_byte(out, 1);
     } else if (kind == E_MAP) {
-        if (new_value == Py_None) rc = put_byte(out, 1);
-        else if ((rc = put_byte(out, 0)) == 0) rc = encode_by(value_enc, new_value, out);
+        if ((rc = put_byte(out, 0)) == 0) rc = encode_by(value_enc, value, out);
     } else {
-        rc = encode_by(value_enc, new_value, out);
+        rc = encode_by(value_enc, value, out);
     }
-    Py_DECREF(new_value);
+    Py_DECREF(new_entry);
     return rc;
 }
 
@@ -2165,7 +2142,6 @@ static PyObject *Entry_migrate_block(EntryObject *self, PyObject *args) {
         if (rc == 0) rc = put(out, key, key_size);  /* the run flag as stored: set on the run's last entry only */
         Py_ssize_t length_at = PyByteArray_GET_SIZE(out);
         if (rc == 0) rc = put_be(out, 0, 4);
-        if (rc == 0 && !is_entry(entry, kind)) rc = 1;
         if (rc == 0) rc = migrate_value(entry, kind, transform, drop, value_enc, out);
         Py_DECREF(entry);
         if (rc > 0) goto reference;
