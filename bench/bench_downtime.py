@@ -10,7 +10,9 @@ c. the same with the Spark migration job (``spark_jobs/migrate_state.py``) on lo
    published (``--recheck-report-dir``: the new manifest's check and the verifier against the source, again);
 d. the same application pre-started, as the upgrade DAG runs it now: spark-submit with ``--await-handoff`` before
    the stop (its JVM, session and Python workers up, ready.json written: not timed), the stop savepoint's path handed
-   over once the stop completed (:mod:`flinkstate.upgrades.handoff`), then its result waited for.
+   over once the stop completed (:mod:`flinkstate.upgrades.handoff`), then its result waited for. As under the DAG's
+   engine "auto", the application migrates a stop savepoint of at most 256 MiB in its driver, larger ones as Spark
+   tasks; each run says which (``--prestarted-tasks`` forces Spark tasks at every size).
 
 Each run starts v1 afresh from the cached savepoint (so every path stops the same state), waits until every subtask
 runs, then times from the stop request to:
@@ -32,7 +34,8 @@ the machine may be shared. The goal is judged on paired runs (each path's run i 
 before it): every ratio, their median and the worst are printed.
 
     .venv/bin/python bench/bench_downtime.py [--keys 200000] [--runs 3] [--parallelism 1] [--backend hashmap]
-                                             [--no-spark] [--no-cold-spark] [--taskmanager-memory SIZE]
+                                             [--no-spark] [--no-cold-spark] [--prestarted-tasks]
+                                             [--taskmanager-memory SIZE]
 
 Figures are printed, not asserted.
 """
@@ -91,6 +94,8 @@ class Timing:
     marks: dict[str, float] = field(default_factory=dict)
     #: The pre-started application: seconds from its spark-submit to its session ready, before the stop (not down).
     before_stop: float | None = None
+    #: The pre-started application: where it migrated ("driver" or "Spark tasks").
+    ran_in: str = ""
 
     @property
     def down(self) -> float:
@@ -188,7 +193,7 @@ def app_log(work: Path) -> str:
     return (work / APP_LOG).read_text(encoding="utf-8", errors="replace").strip()[-2000:]
 
 
-def prestart(work: Path) -> tuple[AppRef, subprocess.Popen[str], float]:
+def prestart(work: Path, tasks: bool) -> tuple[AppRef, subprocess.Popen[str], float]:
     """The migration application started before the stop, as the DAG's prestart_migration starts it: returns once
     it has its session (ready.json), with the seconds that took (outside the down window)."""
     plan: dict[str, Any] = {"savepoint_base": str(work / "base"), "job_name": "bench", "run_id": BENCH_RUN["run_id"],
@@ -198,7 +203,8 @@ def prestart(work: Path) -> tuple[AppRef, subprocess.Popen[str], float]:
     command, env = spark_submit_command(
         "migrate_state.py", "local[2]", "--await-handoff", app.folder, "--handoff-token", app.token, "--schema",
         V2_MANIFEST, "--old-schema", V1_MANIFEST, "--output", work / "migrated", "--recheck-report-dir",
-        work / "recheck", "--recheck-exit-code", "--fence-journal", journal.uri, "--fence-run", json.dumps(BENCH_RUN))
+        work / "recheck", "--recheck-exit-code", "--fence-journal", journal.uri, "--fence-run", json.dumps(BENCH_RUN),
+        *(["--in-process-max-bytes=0"] if tasks else []))
     began = time.monotonic()
     # In its own session, as prestart_migration starts it.
     # Its output to a file, as the DAG's (a pipe nobody reads while it waits would stall it once full).
@@ -212,11 +218,13 @@ def prestart(work: Path) -> tuple[AppRef, subprocess.Popen[str], float]:
     return app, process, time.monotonic() - began
 
 
-def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, parallelism: int, backend: str) -> Timing:
+def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, parallelism: int, backend: str,
+            tasks: bool = False) -> Timing:
     with tempfile.TemporaryDirectory(dir=WORK, prefix="downtime-") as tmp:
         work = Path(tmp)
         v1 = start_v1(client, seed, work, keys, parallelism, backend)
-        app: tuple[AppRef, subprocess.Popen[str], float] | None = prestart(work) if path == "prestarted" else None
+        app: tuple[AppRef, subprocess.Popen[str], float] | None = prestart(work, tasks) if path == "prestarted" \
+            else None
         timing = Timing(load_average())
         origin = time.time()
         stopped = stop(client, v1, work / "stop")
@@ -250,6 +258,7 @@ def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, paralleli
                 raise RuntimeError(f"the pre-started migration application failed (status {process.returncode}): "
                                    f"{(result or {}).get('line') or app_log(work)}")
             spark_steps(timing, work, wall, "handoff, result")
+            timing.ran_in = "driver" if "migrate_state: the driver migrates it" in app_log(work) else "Spark tasks"
             restore_from = work / "migrated"
         # The pre-started application's exit (its session stopping) is awaited after v2's submission, as the DAG
         # does: its result is what v2 waits for. (Waiting for the exit first put 1.5 s of it in v2's deployment.)
@@ -342,6 +351,10 @@ def main() -> int:
     parser.add_argument("--no-spark", action="store_true", help="leave out the Spark migration job (both paths)")
     parser.add_argument("--no-cold-spark", action="store_true",
                         help="leave out the Spark job started after the stop (the pre-started one runs)")
+    parser.add_argument("--prestarted-tasks", action="store_true",
+                        help="the pre-started application migrates as Spark tasks at every size (by default, as "
+                             "under the DAG's engine \"auto\", its driver migrates a stop savepoint of at most "
+                             "256 MiB)")
     parser.add_argument("--taskmanager-memory", default=None, metavar="SIZE",
                         help="the bench cluster's taskmanager.memory.process.size (default: 1536m, 10g from 10^6 "
                              "keys, with almost no managed memory on HashMap: a HashMap restore of 10^7 entries lost "
@@ -368,10 +381,12 @@ def main() -> int:
               f"{directory_bytes(seed) / 1e6:.1f} MB) before each run", flush=True)
         for run in range(args.runs):
             for path in paths:  # interleaved, so that a busy spell of the machine hits every path alike
-                timing = one_run(cluster.client, path, seed, args.keys, args.parallelism, args.backend)
+                timing = one_run(cluster.client, path, seed, args.keys, args.parallelism, args.backend,
+                                 args.prestarted_tasks)
                 runs[path].append(timing)
                 ready = "" if timing.before_stop is None else \
-                    f"; its session ready {timing.before_stop:.1f} s after its spark-submit, before the stop"
+                    f"; its session ready {timing.before_stop:.1f} s after its spark-submit, before the stop; " \
+                    f"migrated by {'its driver' if timing.ran_in == 'driver' else 'Spark tasks'}"
                 print(f"  run {run + 1}, {LABELS[path]}: down {timing.down:.2f} s, 1st checkpoint "
                       f"{timing.marks['checkpoint']:.2f} s (load average before: {timing.load}){ready}", flush=True)
     best = {path: min(timings, key=lambda t: t.down) for path, timings in runs.items()}

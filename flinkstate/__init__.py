@@ -80,6 +80,7 @@ from flinkstate.migration.code_policy import (
     load_function,
 )
 from flinkstate.migration.dry_run import DryRunUnit, run_dry_run, run_dry_run_unit
+from flinkstate.migration.engine_choice import IN_PROCESS_MAX_BYTES, fits_one_process, savepoint_bytes
 from flinkstate.migration.job import MigrationJob
 from flinkstate.migration.plan import CodeRefused, MigrationError, MigrationPlan
 from flinkstate.migration.rewrite import DryRunResult, SubtaskResult, migrate_subtask
@@ -180,6 +181,7 @@ __all__ = [
     "DEFAULT_MAX_HEAP",
     "DEFAULT_TIMEOUT_SECONDS",
     "HANDOFF_FILE",
+    "IN_PROCESS_MAX_BYTES",
     "PLUGIN_GROUP",
     "READY_FILE",
     "RESULT_FILE",
@@ -272,6 +274,7 @@ __all__ = [
     "describe_run",
     "escape_markdown",
     "exists",
+    "fits_one_process",
     "flink_home_for_version",
     "flink_version_problem",
     "inspect_jar",
@@ -309,6 +312,7 @@ __all__ = [
     "run_dry_run_unit",
     "running_job_id",
     "safe_name",
+    "savepoint_bytes",
     "schema_of_jar",
     "slack_text",
     "source_split",

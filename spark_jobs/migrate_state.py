@@ -6,7 +6,7 @@
         [--units N] [--allow-code[=MODULES|all]] [--recheck-report-dir DIR [--recheck-exit-code]] \\
         [--fence-journal URI --fence-run JSON]
     spark-submit ... migrate_state.py --await-handoff DIR --handoff-token TOKEN [--handoff-timeout SECONDS] \\
-        --fence-journal URI --fence-run JSON --schema MANIFEST --output DIR ...
+        [--in-process-max-bytes N] --fence-journal URI --fence-run JSON --schema MANIFEST --output DIR ...
 
 The new version's schema is ``--schema``'s manifest, or ``--jar``'s completed by ``--schema`` as an overlay, as
 ``flinkstate migrate --jar`` takes it (its ``main()`` runs in a JVM of its own on the driver, before Spark starts;
@@ -30,6 +30,12 @@ compared with the source's migration by the independent verifier), in the same S
 (``verification_error``, one line). The exit status is 0 once the savepoint is published and the re-check's report
 written (whoever runs the step judges the report, as the DAG's ``recheck`` task does); with ``--recheck-exit-code``,
 the re-check's status as ``check_compatibility.py --exit-code``: 0 / 3 / 4, or 1 with the verifier's one line.
+
+With ``--await-handoff`` (the upgrade DAG starts it before the stop, on the preflight savepoint's size), the
+application learns the stop savepoint's real size only when it is handed over: one of at most
+``--in-process-max-bytes`` (default: the DAG's ``in_process_max_bytes``, 256 MiB) is migrated and re-checked by the
+driver, task after task, without Spark stages (``flinkstate.fits_one_process``: each stage would cost more to
+schedule than the work it holds); a larger one by Spark tasks. The output is the same byte for byte.
 """
 
 from __future__ import annotations
@@ -45,12 +51,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # spark_jobs.commo
 from flinkstate import (
     ALLOW_CODE_HELP,
     HANDOFF_FILE,
+    IN_PROCESS_MAX_BYTES,
     AppRef,
     CodePolicy,
     FlinkStateError,
     HandoffAbandoned,
     MigrationJob,
     add_allow_code_argument,
+    fits_one_process,
     refuse_output_in_source,
 )
 from spark_jobs.common import (
@@ -108,6 +116,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--handoff-token", metavar="TOKEN", help="with --await-handoff: this launch's token")
     parser.add_argument("--handoff-timeout", type=float, default=900, metavar="SECONDS",
                         help="with --await-handoff: the longest wait for the stop savepoint (default 900)")
+    parser.add_argument("--in-process-max-bytes", type=int, default=IN_PROCESS_MAX_BYTES, metavar="N",
+                        help="with --await-handoff: a stop savepoint of at most N bytes of files is migrated by the "
+                             "driver, task after task, without Spark stages (default 256 MiB; 0: always Spark tasks)")
     args = parser.parse_args(argv)
     if bool(args.savepoint) == bool(args.await_handoff):
         parser.error("give SAVEPOINT or --await-handoff, not both")
@@ -164,7 +175,11 @@ def await_and_migrate(args: argparse.Namespace, app: AppRef) -> int:
             return 0
         print(f"migrate_state: the stop savepoint {args.savepoint} was handed over after "
               f"{time.monotonic() - waited:.1f} s", flush=True)
-        status = migrate(args, prepare(args), spark)
+        job = prepare(args)
+        in_driver, why = fits_one_process(args.savepoint, args.in_process_max_bytes)
+        print(f"migrate_state: {'the driver migrates it, task after task' if in_driver else 'Spark tasks migrate it'}"
+              f": {why}", flush=True)
+        status = migrate(args, job, None if in_driver else spark)
     except BaseException:
         stop_session(spark)
         raise

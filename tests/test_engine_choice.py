@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from flinkstate import savepoint_bytes
 from tests.support.airflow_env import ROOT
 
 SAVEPOINT = (ROOT / "tests" / "corpus" / "savepoints" / "flink-tests" / "src" / "test" / "resources"
@@ -23,7 +24,7 @@ def savepoint(airflow_home: Path, tmp_path: Path) -> Path:  # airflow_home: the 
 
 
 def test_a_small_savepoint_never_goes_to_spark(savepoint: Path):
-    from flinkstate_airflow.spark_submit import DEFAULT_IN_PROCESS_MAX_BYTES, choose_engine, savepoint_bytes
+    from flinkstate_airflow.spark_submit import DEFAULT_IN_PROCESS_MAX_BYTES, choose_engine
 
     size = sum(p.stat().st_size for p in savepoint.iterdir())
     assert savepoint_bytes(str(savepoint)) == size

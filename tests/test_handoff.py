@@ -1,11 +1,13 @@
 """The handoff between an upgrade run and its pre-started migration application (flinkstate/upgrades/handoff.py,
 ``migrate_state.py --await-handoff``): the stop savepoint handed over, a bounded wait, a foreign or stale handoff
 refused, a run that calls the migration off or loses its journal. No JVM: the application runs ``--in-process`` on a
-savepoint of Flink's corpus (an identity migration: its own schema), as the DAG's Spark application would."""
+savepoint of Flink's corpus (an identity migration: its own schema), as the DAG's Spark application would. One test
+runs it on real Spark: where a handed-over savepoint is migrated (the driver or Spark tasks, by its size)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from flinkstate import UpgradeJournal
+from flinkstate import HANDOFF_FILE, UpgradeJournal
 from flinkstate.upgrades.handoff import AppRef, HandoffAbandoned, HandoffRefused
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,3 +158,60 @@ def test_the_application_ends_cleanly_when_the_run_concludes_and_refuses_a_stale
     assert result["line"].startswith("error: ") and ": stale: written for another launch" in result["line"]
     assert out.strip().splitlines()[-1] == f"migrate_state: {result['line']}"
     assert "Traceback" not in out and not (tmp_path / "migrated").exists()
+
+
+@pytest.mark.spark
+def test_a_small_stop_savepoint_is_migrated_by_the_driver_without_spark_stages(tmp_path: Path):
+    """The pre-started application on real Spark (spark-submit, local[2]): handed a savepoint below
+    ``--in-process-max-bytes``, its driver migrates and re-checks it without a Spark job (Spark's event log records
+    none), and the output is what ``flinkstate migrate`` writes. With the bound below the savepoint's size, the same
+    application runs Spark jobs: the event log check can fail."""
+    expected = tmp_path / "expected"
+    schema = tmp_path / "schema.yaml"
+    subprocess.run([sys.executable, "-m", "flinkstate", "schema", str(SAVEPOINT), "-o", str(schema)], check=True,
+                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "flinkstate", "migrate", str(SAVEPOINT), "--schema", str(schema),
+                    "--output", str(expected)], check=True, capture_output=True)
+    size = sum(path.stat().st_size for path in SAVEPOINT.iterdir())
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT)}
+    for bound, in_driver in ((size, True), (size - 1, False)):
+        work = tmp_path / f"bound-{bound}"
+        events = work / "events"
+        events.mkdir(parents=True)
+        journal = _journal(work)
+        app = AppRef.new(str(work / "run"), RUN)
+        process = subprocess.Popen(
+            [str(spark_submit), "--master", "local[2]", "--conf", "spark.eventLog.enabled=true", "--conf",
+             "spark.eventLog.compress=false", "--conf",
+             f"spark.eventLog.dir={events.as_uri()}", str(ROOT / "spark_jobs" / "migrate_state.py"),
+             "--await-handoff", app.folder, "--handoff-token", app.token, "--handoff-timeout", "120",
+             f"--in-process-max-bytes={bound}", "--schema", str(schema), "--output", str(work / "migrated"),
+             "--recheck-report-dir", str(work / "recheck"), "--recheck-exit-code", "--fence-journal", journal.uri,
+             "--fence-run", json.dumps(app.run)], text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=env)
+        try:
+            assert app.wait_for(app.ready, 240, alive=lambda process=process: process.poll() is None) is not None
+            app.hand_over(str(SAVEPOINT))
+            out, _ = process.communicate(timeout=300)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == 0, out[-3000:]
+        result = app.result()
+        assert result is not None and result["outcome"] == "published", result
+        relation = "at most" if in_driver else "more than"
+        runner = "the driver migrates it, task after task" if in_driver else "Spark tasks migrate it"
+        assert f"migrate_state: {runner}: the savepoint's {size:,} bytes are {relation} in_process_max_bytes " \
+               f"({bound:,})" in out, out[-3000:]
+        # Spark's jobs after the handoff (the session's warm-up job ran before the application was ready).
+        handed = json.loads(Path(app.path(HANDOFF_FILE)).read_text())["written_at"]
+        log = [json.loads(line) for path in events.rglob("events_*")  # Spark 4: a folder of rolled files
+               for line in path.read_text().splitlines() if line.strip()]
+        assert any(event["Event"] == "SparkListenerApplicationStart" for event in log)
+        jobs = [event for event in log if event["Event"] == "SparkListenerJobStart"]
+        after = sum(event["Submission Time"] / 1000 > handed for event in jobs)
+        assert len(jobs) >= 1 and ((after == 0) if in_driver else (after >= 2)), (in_driver, handed, jobs)
+        for path in expected.iterdir():
+            assert (work / "migrated" / path.name).read_bytes() == path.read_bytes(), path.name
+        assert json.loads((work / "recheck" / "check-report.json").read_text())["outcome"] == "restore"

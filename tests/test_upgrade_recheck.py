@@ -229,6 +229,9 @@ def _assert_prestarted(run_dir: Path, journal: dict[str, Any]) -> None:
     assert result["line"] == f"published {run_dir / 'migrated' / 'savepoint'} (exit 0)"
     log = (launches[0] / "app.log").read_text()
     assert f"the stop savepoint {stop} was handed over after " in log, log[-3000:]
+    # engine "spark": Spark tasks whatever the stop savepoint's size (a small one goes to the driver under "auto")
+    assert "migrate_state: Spark tasks migrate it: the savepoint's " in log, log[-3000:]
+    assert "bytes are more than in_process_max_bytes (0)" in log, log[-3000:]
 
 
 def test_a_migration_corrupted_after_publishing_is_refused_by_the_in_application_recheck(env: dict[str, Any]):

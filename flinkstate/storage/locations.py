@@ -26,7 +26,10 @@ import io
 import os
 import re
 import stat
+import threading
+import weakref
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -176,12 +179,40 @@ class _BoundedStream(io.RawIOBase):
 
 
 class LocalSavepointLocation(SavepointLocation):
+    """A savepoint directory on a local disk. Ranged reads go through file descriptors kept open per state file
+    (at most :attr:`OPEN_FILES`, least recently used closed first): a file's name is resolved and checked once,
+    when it is opened, not on every read (a small verification spent most of its time resolving the same paths
+    again), and every read of it then sees the very file that was checked, even if the path is swapped later."""
+
+    #: State files kept open for ranged reads; bounded because a savepoint may hold thousands of files.
+    OPEN_FILES = 64
+
     def __init__(self, directory: Path, allow_external_handles: bool | None = None) -> None:
         self.directory = directory
         self.uri = str(directory)
         self.allow_external_handles = (settings.handle_policy.allow_external_handles if allow_external_handles is None
                                        else allow_external_handles)
         self._real_directory = Path(os.path.realpath(directory))
+        self._start_reads()
+
+    def _start_reads(self) -> None:
+        self._reads: OrderedDict[str, tuple[Path, int]] = OrderedDict()  # handle name -> (path, open descriptor)
+        self._reads_lock = threading.Lock()  # a descriptor is never closed while another thread reads through it
+        weakref.finalize(self, _close_descriptors, self._reads)
+
+    def close(self) -> None:
+        """Closes the files kept open for reads (they are also closed when the location is collected); a later
+        read opens its file again."""
+        with self._reads_lock:
+            _close_descriptors(self._reads)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Descriptors belong to this process: a copy opens its own.
+        return {key: value for key, value in self.__dict__.items() if not key.startswith("_reads")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._start_reads()
 
     def _inside(self, real: Path) -> bool:
         return real == self._real_directory or self._real_directory in real.parents
@@ -229,7 +260,7 @@ class LocalSavepointLocation(SavepointLocation):
             raise refused(uri, name, f"is not a regular file ({_file_kind(mode)})")
         return path
 
-    def _open(self, name: str) -> tuple[Path, BinaryIO]:
+    def _open_descriptor(self, name: str) -> tuple[Path, int]:
         path = self._resolve(name)
         try:
             # O_NONBLOCK: a FIFO swapped in after _resolve must not block the open; fstat below refuses it.
@@ -241,6 +272,10 @@ class LocalSavepointLocation(SavepointLocation):
             os.close(fd)
             raise refused(self.uri, name, f"is not a regular file ({_file_kind(mode)})")
         os.set_blocking(fd, True)
+        return path, fd
+
+    def _open(self, name: str) -> tuple[Path, BinaryIO]:
+        path, fd = self._open_descriptor(name)
         return path, open(fd, "rb")
 
     def read_metadata(self) -> bytes:
@@ -260,13 +295,30 @@ class LocalSavepointLocation(SavepointLocation):
         recorded = self._recorded(name)
         if recorded is not None:
             length = max(0, min(length, recorded - offset))
-        path, handle = self._open(name)
-        try:
-            with handle:
-                handle.seek(offset)
-                return handle.read(length)
-        except OSError as exc:
-            raise StorageError(f"{path}: cannot read state file: {exc.strerror or exc}") from None
+        with self._reads_lock:
+            path, fd = self._read_descriptor(name)
+            try:
+                data = os.pread(fd, length, offset)
+                while 0 < len(data) < length:  # pread may return less than asked before the end of the file
+                    more = os.pread(fd, length - len(data), offset + len(data))
+                    if not more:
+                        break
+                    data += more
+                return data
+            except OSError as exc:
+                raise StorageError(f"{path}: cannot read state file: {exc.strerror or exc}") from None
+
+    def _read_descriptor(self, name: str) -> tuple[Path, int]:
+        """The open descriptor of ``name`` for ranged reads (opened and checked on first use); the caller holds
+        the reads lock."""
+        opened = self._reads.get(name)
+        if opened is not None:
+            self._reads.move_to_end(name)
+            return opened
+        opened = self._reads[name] = self._open_descriptor(name)
+        while len(self._reads) > self.OPEN_FILES:
+            os.close(self._reads.popitem(last=False)[1][1])
+        return opened
 
     def open_stream(self, name: str) -> BinaryIO:
         return self._open(name)[1]
@@ -289,6 +341,11 @@ class LocalSavepointLocation(SavepointLocation):
 
     def resolve(self, name: str) -> str:
         return str(self._resolve(name))
+
+
+def _close_descriptors(reads: OrderedDict[str, tuple[Path, int]]) -> None:
+    while reads:
+        os.close(reads.popitem()[1][1])
 
 
 def _file_kind(mode: int) -> str:

@@ -164,8 +164,10 @@ class PrestartMigrationOperator(FlinkStateSparkSubmitOperator):
     """Starts the migration application before the stop, when the check's path is the migration (its report in
     ``<run_dir>/preflight``; never for ``mode`` check-only) and the engine choice (on ``estimate_savepoint``, the
     preflight savepoint: the same state) says Spark: spark-submit of ``application`` with ``application_args`` (the
-    migrate task's, without the savepoint) and ``--await-handoff``. Its XCom ``launch`` says whether it started one,
-    why, and the application (for the stop and migrate tasks)."""
+    migrate task's, without the savepoint) and ``--await-handoff``. Handed the stop savepoint, the application
+    applies the engine choice again to it (``--in-process-max-bytes``): a stop savepoint that turns out small is
+    migrated by its driver, without Spark stages. Its XCom ``launch`` says whether it started one, why, and the
+    application (for the stop and migrate tasks)."""
 
     template_fields: Sequence[str] = (*FlinkStateSparkSubmitOperator.template_fields, "estimate_savepoint",
                                       "run_dir", "run", "handoff_timeout", "mode")
@@ -195,8 +197,12 @@ class PrestartMigrationOperator(FlinkStateSparkSubmitOperator):
             return {"started": False, "why": why}
         run = self.run if isinstance(self.run, dict) else {}
         ref = AppRef.new(str(self.run_dir), run)
+        # The stop savepoint's own size decides again in the application (driver or Spark tasks), by the same
+        # bound; a forced engine "spark" means Spark tasks whatever it holds.
+        driver_max = int(self.in_process_max_bytes) if str(self.engine) == "auto" else 0
         self.application_args = [*map(str, self.application_args or []), "--await-handoff", ref.folder,
-                                 "--handoff-token", ref.token, f"--handoff-timeout={self.handoff_timeout}"]
+                                 "--handoff-token", ref.token, f"--handoff-timeout={self.handoff_timeout}",
+                                 f"--in-process-max-bytes={driver_max}"]
         hook = self._get_hook()
         command = hook._build_spark_submit_command(self.application)  # also sets the environment it runs with
         try:

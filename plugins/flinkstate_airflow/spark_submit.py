@@ -3,9 +3,9 @@ savepoint, the same application in one Python process (``--in-process``: no JVM,
 workers to start) for a small one.
 
 A spark-submit pays its JVM and session start (13 to 28 s measured on 2 cores) whatever the size of the savepoint;
-one process decodes, migrates and verifies at 0.7M entries/s and more. Below ``in_process_max_bytes`` of savepoint
-files the in-process run ends before Spark would have started; the output and the reports are byte for byte those of
-the Spark run (tests/test_spark_jobs.py). ``engine`` forces either path."""
+one process decodes, migrates and verifies at about 1M entries/s. Below ``in_process_max_bytes`` of savepoint files
+the in-process run ends before Spark would have started (the rule: ``flinkstate.fits_one_process``); the output and
+the reports are byte for byte those of the Spark run (tests/test_spark_jobs.py). ``engine`` forces either path."""
 
 from __future__ import annotations
 
@@ -17,19 +17,12 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from flinkstate import FlinkStateError, Savepoint, printable
+from flinkstate import IN_PROCESS_MAX_BYTES, FlinkStateError, fits_one_process, printable
 from flinkstate_airflow.operators import TaskRefused
 
 ENGINES = ("auto", "spark", "in-process")
-#: Savepoints up to this many bytes of files run in-process under ``engine="auto"``: at the rate one process
-#: migrates and verifies (about 20 MB/s of savepoint on 2 cores), about the time a spark-submit takes to start.
-DEFAULT_IN_PROCESS_MAX_BYTES = 256 * 1024 * 1024
-
-
-def savepoint_bytes(savepoint: str) -> int:
-    """The size of a savepoint's files (local or s3://): what a migration reads and writes about once."""
-    location = Savepoint.open(savepoint).location
-    return sum(location.size(name) for name in location.list())
+#: Savepoints up to this many bytes of files run in-process under ``engine="auto"``.
+DEFAULT_IN_PROCESS_MAX_BYTES = IN_PROCESS_MAX_BYTES
 
 
 def choose_engine(savepoint: str, engine: str, max_bytes: int) -> tuple[str, str]:
@@ -38,10 +31,8 @@ def choose_engine(savepoint: str, engine: str, max_bytes: int) -> tuple[str, str
         raise TaskRefused(f"engine '{printable(engine)}': expected one of {', '.join(ENGINES)}")
     if engine != "auto":
         return engine, "engine set"
-    size = savepoint_bytes(savepoint)
-    if size <= max_bytes:
-        return "in-process", f"the savepoint's {size:,} bytes are at most in_process_max_bytes ({max_bytes:,})"
-    return "spark", f"the savepoint's {size:,} bytes are more than in_process_max_bytes ({max_bytes:,})"
+    small, why = fits_one_process(savepoint, max_bytes)
+    return ("in-process" if small else "spark"), why
 
 
 class FlinkStateSparkSubmitOperator(SparkSubmitOperator):
