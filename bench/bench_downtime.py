@@ -258,7 +258,8 @@ def one_run(client: FlinkRestClient, path: str, seed: Path, keys: int, paralleli
                 raise RuntimeError(f"the pre-started migration application failed (status {process.returncode}): "
                                    f"{(result or {}).get('line') or app_log(work)}")
             spark_steps(timing, work, wall, "handoff, result")
-            timing.ran_in = "driver" if "migrate_state: the driver migrates it" in app_log(work) else "Spark tasks"
+            log = (work / APP_LOG).read_text(encoding="utf-8", errors="replace")
+            timing.ran_in = "driver" if "migrate_state: the driver migrates it" in log else "Spark tasks"
             restore_from = work / "migrated"
         # The pre-started application's exit (its session stopping) is awaited after v2's submission, as the DAG
         # does: its result is what v2 waits for. (Waiting for the exit first put 1.5 s of it in v2's deployment.)

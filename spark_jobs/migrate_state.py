@@ -75,6 +75,7 @@ from spark_jobs.common import (
     stop_session,
     unit_count,
     write_report_files,
+    yield_cpu,
 )
 
 
@@ -185,6 +186,7 @@ def await_and_migrate(args: argparse.Namespace, app: AppRef) -> int:
         raise
     # The result before the session stops (a second or more): the run waits for it, not for this process's end.
     app.record_result("published", f"published {args.output} (exit {status})", status)
+    yield_cpu(spark)  # the session's stop must not slow the new job's restore, which starts now
     try:
         stop_session(spark)
     except Exception as exc:  # published and recorded: a session that fails to stop changes nothing of it

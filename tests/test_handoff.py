@@ -160,12 +160,19 @@ def test_the_application_ends_cleanly_when_the_run_concludes_and_refuses_a_stale
     assert "Traceback" not in out and not (tmp_path / "migrated").exists()
 
 
+def _nice_values(pid: int) -> set[int]:
+    """The nice values of a process's threads (field 19 of /proc/PID/task/TID/stat)."""
+    return {int((task / "stat").read_text().rpartition(")")[2].split()[16])
+            for task in Path(f"/proc/{pid}/task").iterdir()}
+
+
 @pytest.mark.spark
 def test_a_small_stop_savepoint_is_migrated_by_the_driver_without_spark_stages(tmp_path: Path):
     """The pre-started application on real Spark (spark-submit, local[2]): handed a savepoint below
     ``--in-process-max-bytes``, its driver migrates and re-checks it without a Spark job (Spark's event log records
     none), and the output is what ``flinkstate migrate`` writes. With the bound below the savepoint's size, the same
-    application runs Spark jobs: the event log check can fail."""
+    application runs Spark jobs: the event log check can fail. Once its result is recorded, the application (its
+    Python driver and its JVM) runs at the lowest CPU priority."""
     expected = tmp_path / "expected"
     schema = tmp_path / "schema.yaml"
     subprocess.run([sys.executable, "-m", "flinkstate", "schema", str(SAVEPOINT), "-o", str(schema)], check=True,
@@ -191,8 +198,17 @@ def test_a_small_stop_savepoint_is_migrated_by_the_driver_without_spark_stages(t
              "--fence-run", json.dumps(app.run)], text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env=env)
         try:
-            assert app.wait_for(app.ready, 240, alive=lambda process=process: process.poll() is None) is not None
+            ready = app.wait_for(app.ready, 240, alive=lambda process=process: process.poll() is None)
+            assert ready is not None
             app.hand_over(str(SAVEPOINT))
+            assert app.wait_for(app.result, 300, alive=lambda process=process: process.poll() is None,
+                                poll=0.01) is not None
+            # Its session stops after the result, at the lowest CPU priority (the new job restores meanwhile): the
+            # Python driver's threads and its JVM's (spark-submit's, the driver's parent).
+            driver = ready["pid"]
+            jvm = int(Path(f"/proc/{driver}/stat").read_text().rpartition(")")[2].split()[1])
+            assert Path(f"/proc/{jvm}/comm").read_text().strip() == "java"
+            assert _nice_values(driver) == _nice_values(jvm) == {19}
             out, _ = process.communicate(timeout=300)
         finally:
             if process.poll() is None:

@@ -34,8 +34,13 @@ from flinkstate.upgrades.journal import RunTakenOver, UpgradeJournal, write_dura
 
 HANDOFF_VERSION = 1
 READY_FILE, HANDOFF_FILE, RESULT_FILE = "ready.json", "handoff.json", "result.json"
-#: Seconds between looks at the handoff and the journal while waiting (a local stat, or one S3 HEAD, each).
-POLL_SECONDS = 0.1
+#: Seconds between looks at the handoff (by the application) and at the result (by the run) while waiting: the job
+#: is down meanwhile, and on a small state its whole downtime is under a second; a look is a local read or one S3
+#: request.
+POLL_SECONDS = 0.05
+#: Seconds between looks at the run's journal while the application waits (the whole journal is read: a run that
+#: lost it need only be noticed soon, not at once).
+JOURNAL_POLL_SECONDS = 1.0
 
 
 class HandoffRefused(FlinkStateError):
@@ -145,6 +150,7 @@ class AppRef:
         migration off, no longer holds its journal (closed, or taken over), or ``timeout`` seconds passed;
         :class:`HandoffRefused` for a foreign or stale handoff."""
         deadline = time.monotonic() + timeout
+        journal_due = 0.0
         while True:
             body = self._read(HANDOFF_FILE)
             if body is not None:
@@ -154,10 +160,12 @@ class AppRef:
                 if not isinstance(savepoint, str) or not savepoint:
                     raise HandoffRefused(f"{self.path(HANDOFF_FILE)}: names no stop savepoint")
                 return savepoint
-            try:
-                UpgradeJournal.held_by(journal, self.run)
-            except RunTakenOver as exc:
-                raise HandoffAbandoned(f"the run no longer holds its journal: {exc}") from None
+            if time.monotonic() >= journal_due:
+                try:
+                    UpgradeJournal.held_by(journal, self.run)
+                except RunTakenOver as exc:
+                    raise HandoffAbandoned(f"the run no longer holds its journal: {exc}") from None
+                journal_due = time.monotonic() + JOURNAL_POLL_SECONDS
             if time.monotonic() >= deadline:
                 raise HandoffAbandoned(f"no stop savepoint handed over in {self.path(HANDOFF_FILE)} within "
                                        f"{timeout:.0f} s")

@@ -256,7 +256,7 @@ def wait_for_result(app: PrestartedApp, task: Any, timeout: float) -> None:
                   "the stop savepoint %s: %s", timeout, app.pid, app.host, app.ref.handed_over(),
                   app.ref.path(RESULT_FILE))
     try:
-        result = app.ref.wait_for(app.ref.result, timeout, alive=app.alive, poll=0.2)
+        result = app.ref.wait_for(app.ref.result, timeout, alive=app.alive)
     except HandoffRefused as exc:
         raise TaskRefused(str(exc)) from None
     for line in app.log_tail():
