@@ -60,10 +60,12 @@ def stop_session(spark: Any | None) -> None:
 
 def yield_cpu(spark: Any | None) -> None:
     """Lowers this application to the lowest CPU priority (nice 19), every thread of the Python driver and, when
-    spark-submit started it, of Spark's JVM (its parent): called once the pre-started application's result is
-    recorded. What it still does then (stopping the session: the JVM's shutdown, its Python workers' end) runs while
-    the new job deploys and restores on the same machine, and would compete with it (on 2 cores, a tenth of a
-    second of a small state's half-second downtime). Best effort: a thread that ended meanwhile is skipped."""
+    spark-submit started it, of Spark's JVM (its parent): called by the pre-started application just before it
+    records its result. What it still does then (stopping the session: the JVM's shutdown, its Python workers' end)
+    runs while the new job deploys and restores on the same machine, and would compete with it (on 2 cores, a tenth
+    of a second of a small state's half-second downtime). Linux's nice value is per thread, and a new thread takes
+    its creator's: the threads are gone over until one pass finds all of them at 19 (then none can be created at
+    another). Best effort: a thread that ended meanwhile is skipped."""
     pids = [os.getpid()]
     parent = os.getppid()
     try:
@@ -71,14 +73,24 @@ def yield_cpu(spark: Any | None) -> None:
             pids.append(parent)
     except OSError:
         pass
-    for pid in pids:
-        try:
-            threads = os.listdir(f"/proc/{pid}/task")  # Linux's nice value is per thread
-        except OSError:
-            continue
-        for thread in threads:
-            with suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, int(thread), 19)
+    for _ in range(10):
+        lowered = 0
+        for pid in pids:
+            try:
+                threads = [int(thread) for thread in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                continue
+            for thread in threads:
+                with suppress(OSError):
+                    if os.getpriority(os.PRIO_PROCESS, thread) < LOWEST_PRIORITY:
+                        os.setpriority(os.PRIO_PROCESS, thread, LOWEST_PRIORITY)
+                        lowered += 1
+        if not lowered:
+            return
+
+
+#: The nice value of an application that has nothing left to do but end.
+LOWEST_PRIORITY = 19
 
 
 def runner_name(spark: Any | None) -> str:

@@ -185,8 +185,8 @@ def await_and_migrate(args: argparse.Namespace, app: AppRef) -> int:
         stop_session(spark)
         raise
     # The result before the session stops (a second or more): the run waits for it, not for this process's end.
+    yield_cpu(spark)  # the session's stop must not slow the new job's restore, which starts with the result
     app.record_result("published", f"published {args.output} (exit {status})", status)
-    yield_cpu(spark)  # the session's stop must not slow the new job's restore, which starts now
     try:
         stop_session(spark)
     except Exception as exc:  # published and recorded: a session that fails to stop changes nothing of it

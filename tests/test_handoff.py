@@ -204,7 +204,8 @@ def test_a_small_stop_savepoint_is_migrated_by_the_driver_without_spark_stages(t
             assert app.wait_for(app.result, 300, alive=lambda process=process: process.poll() is None,
                                 poll=0.01) is not None
             # Its session stops after the result, at the lowest CPU priority (the new job restores meanwhile): the
-            # Python driver's threads and its JVM's (spark-submit's, the driver's parent).
+            # Python driver's threads and its JVM's (spark-submit's, the driver's parent), lowered before the result
+            # was written.
             driver = ready["pid"]
             jvm = int(Path(f"/proc/{driver}/stat").read_text().rpartition(")")[2].split()[1])
             assert Path(f"/proc/{jvm}/comm").read_text().strip() == "java"
