@@ -161,9 +161,15 @@ def test_the_application_ends_cleanly_when_the_run_concludes_and_refuses_a_stale
 
 
 def _nice_values(pid: int) -> set[int]:
-    """The nice values of a process's threads (field 19 of /proc/PID/task/TID/stat)."""
-    return {int((task / "stat").read_text().rpartition(")")[2].split()[16])
-            for task in Path(f"/proc/{pid}/task").iterdir()}
+    """The nice values of a process's threads (field 19 of /proc/PID/task/TID/stat). A thread that ends between the
+    listing and the read is skipped: the JVM's threads come and go while its session stops."""
+    values = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            values.add(int((task / "stat").read_text().rpartition(")")[2].split()[16]))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return values
 
 
 @pytest.mark.spark
