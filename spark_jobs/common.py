@@ -58,6 +58,10 @@ def stop_session(spark: Any | None) -> None:
         spark.stop()
 
 
+#: The nice value of an application that has nothing left to do but end.
+LOWEST_PRIORITY = 19
+
+
 def yield_cpu(spark: Any | None) -> None:
     """Lowers this application to the lowest CPU priority (nice 19), every thread of the Python driver and, when
     spark-submit started it, of Spark's JVM (its parent): called by the pre-started application just before it
@@ -87,10 +91,6 @@ def yield_cpu(spark: Any | None) -> None:
                         lowered += 1
         if not lowered:
             return
-
-
-#: The nice value of an application that has nothing left to do but end.
-LOWEST_PRIORITY = 19
 
 
 def runner_name(spark: Any | None) -> str:
